@@ -1,0 +1,111 @@
+package models
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Checkpoint is a Hugging Face model directory: its config and its memory-mapped tensors.
+type Checkpoint struct {
+	Dir     string
+	Config  *Config
+	files   []*safetensorsFile
+	tensors map[string]*TensorInfo
+}
+
+// OpenCheckpoint reads config.json (and generation_config.json when present) and maps
+// model.safetensors or the shards named by model.safetensors.index.json.
+func OpenCheckpoint(dir string) (*Checkpoint, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck := &Checkpoint{Dir: dir, Config: cfg, tensors: map[string]*TensorInfo{}}
+	files, err := shardFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range files {
+		sf, err := openSafetensors(filepath.Join(dir, name))
+		if err != nil {
+			ck.Close()
+			return nil, fmt.Errorf("open checkpoint %s: %w", dir, err)
+		}
+		ck.files = append(ck.files, sf)
+		for tn, ti := range sf.tensors {
+			if prev, dup := ck.tensors[tn]; dup {
+				ck.Close()
+				return nil, fmt.Errorf("open checkpoint %s: tensor %s is in both %s and %s", dir, tn, prev.File, ti.File)
+			}
+			ck.tensors[tn] = ti
+		}
+	}
+	return ck, nil
+}
+
+// shardFiles lists the safetensors files of a checkpoint directory.
+func shardFiles(dir string) ([]string, error) {
+	idxPath := filepath.Join(dir, "model.safetensors.index.json")
+	if b, err := os.ReadFile(idxPath); err == nil {
+		var idx struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
+		if err := json.Unmarshal(b, &idx); err != nil {
+			return nil, fmt.Errorf("%s: %w", idxPath, err)
+		}
+		seen := map[string]bool{}
+		var files []string
+		for tensor, f := range idx.WeightMap {
+			if f != filepath.Base(f) {
+				return nil, fmt.Errorf("%s: tensor %s maps to %q, which is not a file name in the directory", idxPath, tensor, f)
+			}
+			if !seen[f] {
+				seen[f] = true
+				files = append(files, f)
+			}
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("%s: empty weight_map", idxPath)
+		}
+		sort.Strings(files)
+		return files, nil
+	}
+	single := filepath.Join(dir, "model.safetensors")
+	if _, err := os.Stat(single); err != nil {
+		return nil, fmt.Errorf("open checkpoint %s: no model.safetensors or model.safetensors.index.json", dir)
+	}
+	return []string{"model.safetensors"}, nil
+}
+
+// Tensor returns a tensor by checkpoint name.
+func (c *Checkpoint) Tensor(name string) (*TensorInfo, error) {
+	t, ok := c.tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("checkpoint %s: %w %s", c.Dir, ErrMissingTensor, name)
+	}
+	return t, nil
+}
+
+// Has reports whether the checkpoint holds name.
+func (c *Checkpoint) Has(name string) bool { _, ok := c.tensors[name]; return ok }
+
+// Names lists every tensor name, sorted.
+func (c *Checkpoint) Names() []string {
+	out := make([]string, 0, len(c.tensors))
+	for n := range c.tensors {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Close unmaps every file. Weights the cpu backend views in place become invalid.
+func (c *Checkpoint) Close() {
+	for _, f := range c.files {
+		f.close()
+	}
+	c.files = nil
+}

@@ -1,0 +1,106 @@
+// Package models holds the model families atom-go runs, their registry (Hugging Face
+// "architectures" name -> family) and checkpoint loading (config.json, safetensors).
+// A model is written once against ops.Backend. models imports ops and the standard library,
+// never engine.
+package models
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/atom-go/atom/ops"
+)
+
+// ErrUnknownArchitecture is returned for an "architectures" name no family serves.
+var ErrUnknownArchitecture = errors.New("unknown architecture")
+
+// Model is a causal language model bound to a backend.
+type Model interface {
+	// Config is the checkpoint's configuration.
+	Config() *Config
+	// Forward runs the decoder over a flattened batch, writing each token's K and V into cache,
+	// and returns the final-normed hidden states [len(ids), hidden]. The result is valid until
+	// the next call.
+	Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) ops.Tensor
+	// Logits projects the selected rows of hidden to [len(rows), vocab].
+	Logits(hidden ops.Tensor, rows []int32) ops.Tensor
+	// SetLayerHook, when fn is non-nil, calls fn with each layer's output hidden states
+	// (index 0 is the embedding), for debugging against a reference implementation.
+	SetLayerHook(fn func(layer int, hidden []float32, cols int))
+}
+
+// Options sizes a model's workspaces.
+type Options struct {
+	// MaxTokens is the most tokens one Forward call carries.
+	MaxTokens int
+	// MaxSeqs is the most sequences one Forward call carries (logit rows).
+	MaxSeqs int
+}
+
+type family struct {
+	load func(ck *Checkpoint, be ops.Backend, opt Options) (Model, error)
+}
+
+var registry = map[string]family{}
+
+func register(arch string, f family) { registry[arch] = f }
+
+// Architectures lists the supported "architectures" names.
+func Architectures() []string {
+	out := make([]string, 0, len(registry))
+	for a := range registry {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Load builds the model for the checkpoint's architecture on the backend.
+func Load(ck *Checkpoint, be ops.Backend, opt Options) (Model, error) {
+	f, ok := registry[ck.Config.Architecture]
+	if !ok {
+		return nil, fmt.Errorf("load %s: %w %q (supported: %v)", ck.Dir, ErrUnknownArchitecture, ck.Config.Architecture, Architectures())
+	}
+	if opt.MaxTokens <= 0 || opt.MaxSeqs <= 0 {
+		return nil, fmt.Errorf("load %s: MaxTokens and MaxSeqs must be positive", ck.Dir)
+	}
+	m, err := f.load(ck, be, opt)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", ck.Dir, err)
+	}
+	return m, nil
+}
+
+// weightLoader fetches checkpoint tensors onto a backend, checking each shape.
+type weightLoader struct {
+	ck *Checkpoint
+	be ops.Backend
+}
+
+func (w *weightLoader) get(name string, shape ...int) (ops.Tensor, error) {
+	ti, err := w.ck.Tensor(name)
+	if err != nil {
+		return nil, err
+	}
+	if !sameShape(ti.Shape, shape) {
+		return nil, fmt.Errorf("%s: tensor %s has shape %v, the config implies %v", ti.File, name, ti.Shape, shape)
+	}
+	t, err := w.be.Weight(name, ti.DType, ti.Shape, ti.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ti.File, err)
+	}
+	return t, nil
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,119 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/atom-go/atom/ops"
+)
+
+// KVCache is the cpu paged cache: per layer, K and V as float32 [numBlocks, blockSize, kvHeads, headDim].
+type KVCache struct {
+	numBlocks, blockSize, kvHeads, headDim int
+	k, v                                   [][]float32
+}
+
+// Geometry returns the cache dimensions.
+func (c *KVCache) Geometry() (int, int, int, int) {
+	return c.numBlocks, c.blockSize, c.kvHeads, c.headDim
+}
+
+// NewKVCache allocates the cache.
+func (b *Backend) NewKVCache(layers, numBlocks, blockSize, kvHeads, headDim int) (ops.KVCache, error) {
+	if layers <= 0 || numBlocks <= 0 || blockSize <= 0 || kvHeads <= 0 || headDim <= 0 {
+		return nil, fmt.Errorf("kv cache: invalid geometry layers=%d blocks=%d block_size=%d kv_heads=%d head_dim=%d",
+			layers, numBlocks, blockSize, kvHeads, headDim)
+	}
+	c := &KVCache{numBlocks: numBlocks, blockSize: blockSize, kvHeads: kvHeads, headDim: headDim}
+	n := numBlocks * blockSize * kvHeads * headDim
+	for l := 0; l < layers; l++ {
+		c.k = append(c.k, make([]float32, n))
+		c.v = append(c.v, make([]float32, n))
+	}
+	return c, nil
+}
+
+// RopeWriteKV rotates q and k (neox layout) and stores k and v at their slots.
+func (b *Backend) RopeWriteKV(q, k, v ops.Tensor, rope *ops.RoPE, cache ops.KVCache, layer int, meta *ops.AttnMetadata) {
+	qt, kt, vt, c := q.(*Tensor), k.(*Tensor), v.(*Tensor), cache.(*KVCache)
+	hd := rope.HeadDim
+	kvw := c.kvHeads * hd
+	b.pool.run(meta.NumTokens(), func(lo, hi, _ int) {
+		for t := lo; t < hi; t++ {
+			pos := float64(meta.Positions[t])
+			rotate(qt.f32[t*qt.cols():(t+1)*qt.cols()], rope, pos)
+			kr := kt.f32[t*kvw : (t+1)*kvw]
+			rotate(kr, rope, pos)
+			slot := int(meta.SlotMapping[t])
+			copy(c.k[layer][slot*kvw:(slot+1)*kvw], kr)
+			copy(c.v[layer][slot*kvw:(slot+1)*kvw], vt.f32[t*kvw:(t+1)*kvw])
+		}
+	})
+}
+
+func rotate(row []float32, rope *ops.RoPE, pos float64) {
+	half := rope.RotaryDim / 2
+	for i, f := range rope.InvFreq {
+		sin, cos := math.Sincos(float64(float32(pos * f)))
+		s, co := float32(sin)*rope.AttnFactor, float32(cos)*rope.AttnFactor
+		for h := 0; h < len(row); h += rope.HeadDim {
+			x1, x2 := row[h+i], row[h+i+half]
+			row[h+i] = x1*co - x2*s
+			row[h+i+half] = x2*co + x1*s
+		}
+	}
+}
+
+// Attention is causal attention over the paged cache: query token t of sequence s at position
+// p attends to positions 0..p of s. Parallel over (token, head).
+func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, meta *ops.AttnMetadata, a ops.AttnShape) {
+	o, qt, c := out.(*Tensor), q.(*Tensor), cache.(*KVCache)
+	hd, group := a.HeadDim, a.NumHeads/a.NumKVHeads
+	kvw := c.kvHeads * hd
+	maxLen := 0
+	for _, l := range meta.SeqLens {
+		maxLen = max(maxLen, int(l))
+	}
+	seqOf := func(t int) int {
+		s := 0
+		for int(meta.QueryStart[s+1]) <= t {
+			s++
+		}
+		return s
+	}
+	b.pool.run(meta.NumTokens()*a.NumHeads, func(lo, hi, worker int) {
+		scores := b.pool.buf(worker, maxLen+hd)
+		acc := scores[maxLen:]
+		for i := lo; i < hi; i++ {
+			t, h := i/a.NumHeads, i%a.NumHeads
+			s := seqOf(t)
+			table := meta.BlockTables[s*meta.BlockTableStride:]
+			n := int(meta.Positions[t]) + 1
+			qh := qt.f32[t*qt.cols()+h*hd : t*qt.cols()+(h+1)*hd]
+			kvOff := (h / group) * hd
+			mx := float32(math.Inf(-1))
+			for p := 0; p < n; p++ {
+				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
+				sc := dot(qh, c.k[layer][slot*kvw+kvOff:slot*kvw+kvOff+hd]) * a.Scale
+				scores[p] = sc
+				mx = max(mx, sc)
+			}
+			var sum float32
+			for p := 0; p < n; p++ {
+				e := float32(math.Exp(float64(scores[p] - mx)))
+				scores[p] = e
+				sum += e
+			}
+			clear(acc)
+			for p := 0; p < n; p++ {
+				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
+				w := scores[p] / sum
+				vr := c.v[layer][slot*kvw+kvOff : slot*kvw+kvOff+hd]
+				for d, vv := range vr {
+					acc[d] += w * vv
+				}
+			}
+			copy(o.f32[t*o.cols()+h*hd:t*o.cols()+(h+1)*hd], acc)
+		}
+	})
+}

@@ -1,0 +1,135 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/atom-go/atom/ops"
+)
+
+// Backend is the cpu implementation of ops.Backend.
+type Backend struct {
+	pool *pool
+}
+
+var _ ops.Backend = (*Backend)(nil)
+
+// New returns a cpu backend using the given number of worker goroutines (0: GOMAXPROCS).
+func New(workers int) *Backend { return &Backend{pool: newPool(workers)} }
+
+// Close stops the worker goroutines.
+func (b *Backend) Close() { close(b.pool.jobs) }
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Weight wraps checkpoint bytes; 16-bit weights stay 16-bit and are widened row by row.
+func (b *Backend) Weight(name string, dt ops.DType, shape []int, raw []byte) (ops.Tensor, error) {
+	t, err := newWeight(dt, shape, raw)
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// Buffer allocates a float32 activation buffer.
+func (b *Backend) Buffer(rows, cols int) ops.Tensor {
+	return &Tensor{dt: ops.F32, shape: []int{rows, cols}, f32: make([]float32, rows*cols)}
+}
+
+// View narrows an activation buffer to its first rows rows.
+func (b *Backend) View(t ops.Tensor, rows int) ops.Tensor {
+	x := t.(*Tensor)
+	c := x.cols()
+	return &Tensor{dt: ops.F32, shape: []int{rows, c}, f32: x.f32[:rows*c]}
+}
+
+// ReadRows copies float32 data to the host.
+func (b *Backend) ReadRows(t ops.Tensor, dst []float32) { copy(dst, t.(*Tensor).f32) }
+
+// Embedding copies table rows, widening 16-bit tables.
+func (b *Backend) Embedding(out, table ops.Tensor, ids []int32) {
+	o, tb := out.(*Tensor), table.(*Tensor)
+	c := tb.cols()
+	for i, id := range ids {
+		dst := o.f32[i*c : (i+1)*c]
+		if src := tb.row(int(id), dst); &src[0] != &dst[0] {
+			copy(dst, src)
+		}
+	}
+}
+
+// RMSNorm normalises each row, optionally adding x into residual first.
+func (b *Backend) RMSNorm(out, x, residual, w ops.Tensor, eps float32) {
+	o, xt, wt := out.(*Tensor), x.(*Tensor), w.(*Tensor)
+	c := xt.cols()
+	var res *Tensor
+	if residual != nil {
+		res = residual.(*Tensor)
+	}
+	b.pool.run(xt.rows(), func(lo, hi, worker int) {
+		wrow := wt.row(0, b.pool.buf(worker, c))
+		for r := lo; r < hi; r++ {
+			src := xt.f32[r*c : (r+1)*c]
+			if res != nil {
+				rr := res.f32[r*c : (r+1)*c]
+				for i := range rr {
+					rr[i] += src[i]
+				}
+				src = rr
+			}
+			rmsNormRow(o.f32[r*c:(r+1)*c], src, wrow, eps)
+		}
+	})
+}
+
+func rmsNormRow(dst, src, w []float32, eps float32) {
+	var ss float64
+	for _, v := range src {
+		ss += float64(v) * float64(v)
+	}
+	inv := float32(1 / math.Sqrt(ss/float64(len(src))+float64(eps)))
+	for i, v := range src {
+		dst[i] = v * inv * w[i]
+	}
+}
+
+// HeadRMSNorm normalises each head of every row in place.
+func (b *Backend) HeadRMSNorm(x, w ops.Tensor, headDim int, eps float32) {
+	xt, wt := x.(*Tensor), w.(*Tensor)
+	c := xt.cols()
+	b.pool.run(xt.rows(), func(lo, hi, worker int) {
+		wrow := wt.row(0, b.pool.buf(worker, headDim))
+		for r := lo; r < hi; r++ {
+			for h := 0; h < c; h += headDim {
+				seg := xt.f32[r*c+h : r*c+h+headDim]
+				rmsNormRow(seg, seg, wrow, eps)
+			}
+		}
+	})
+}
+
+// SiluMul writes silu(gate)*up.
+func (b *Backend) SiluMul(out, gate, up ops.Tensor) {
+	o, g, u := out.(*Tensor), gate.(*Tensor), up.(*Tensor)
+	n := o.cols()
+	b.pool.run(o.rows(), func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
+			gate := g.f32[r*n : (r+1)*n]
+			up := u.f32[r*n : (r+1)*n]
+			dst := o.f32[r*n : (r+1)*n]
+			for i, v := range gate {
+				dst[i] = v / (1 + float32(math.Exp(float64(-v)))) * up[i]
+			}
+		}
+	})
+}
+
+// GatherRows copies the selected rows.
+func (b *Backend) GatherRows(out, x ops.Tensor, rows []int32) {
+	o, xt := out.(*Tensor), x.(*Tensor)
+	c := xt.cols()
+	for i, r := range rows {
+		copy(o.f32[i*c:(i+1)*c], xt.f32[int(r)*c:(int(r)+1)*c])
+	}
+}

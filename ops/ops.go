@@ -1,0 +1,125 @@
+// Package ops holds the tensor operations the models call and the contract every backend
+// implements: the cpu backend (package ops/cpu, pure Go, the reference) and the gpu backend
+// (package ops/gpu, which calls hipkernels). A model is written once against Backend.
+//
+// ops imports only the standard library; backends import ops.
+package ops
+
+import "fmt"
+
+// DType is the element type of a tensor.
+type DType uint8
+
+// The element types a checkpoint may store and a backend may hold.
+const (
+	F32 DType = iota
+	F16
+	BF16
+)
+
+// Size returns the bytes of one element.
+func (d DType) Size() int {
+	if d == F32 {
+		return 4
+	}
+	return 2
+}
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "float32"
+	case F16:
+		return "float16"
+	case BF16:
+		return "bfloat16"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// ParseDType accepts safetensors ("BF16"), torch ("bfloat16", "torch.float16") and short ("bf16") spellings.
+func ParseDType(s string) (DType, error) {
+	switch s {
+	case "F32", "float32", "torch.float32", "fp32", "f32", "float":
+		return F32, nil
+	case "F16", "float16", "torch.float16", "fp16", "f16", "half":
+		return F16, nil
+	case "BF16", "bfloat16", "torch.bfloat16", "bf16":
+		return BF16, nil
+	}
+	return 0, fmt.Errorf("unsupported dtype %q (want bfloat16, float16 or float32)", s)
+}
+
+// Tensor is a backend-owned array. Activations are two-dimensional [rows, cols]; the first
+// dimension of an activation buffer is its capacity, and View narrows it to a step's rows.
+type Tensor interface {
+	Shape() []int
+	DType() DType
+}
+
+// Backend is what a model needs from a device. Calls are issued in order by one goroutine;
+// a backend may queue them (the gpu backend does) and only ReadRows waits for results.
+type Backend interface {
+	// Name is "cpu" or "gpu".
+	Name() string
+	// Weight wraps checkpoint bytes (little-endian, dtype dt) as a parameter. The bytes may be
+	// memory-mapped: the backend copies them to the device or keeps referencing them read-only.
+	Weight(name string, dt DType, shape []int, raw []byte) (Tensor, error)
+	// Buffer allocates an activation buffer of capacity [rows, cols].
+	Buffer(rows, cols int) Tensor
+	// View returns the first rows rows of an activation buffer.
+	View(t Tensor, rows int) Tensor
+	// NewKVCache allocates the paged cache: per layer, K and V of [numBlocks, blockSize, kvHeads, headDim].
+	NewKVCache(layers, numBlocks, blockSize, kvHeads, headDim int) (KVCache, error)
+
+	// Embedding writes out[i] = table[ids[i]].
+	Embedding(out, table Tensor, ids []int32)
+	// RMSNorm: when residual is nil, out = norm(x)*w. Otherwise residual += x first and
+	// out = norm(residual)*w (the fused pre-norm residual add of every decoder layer).
+	RMSNorm(out, x, residual, w Tensor, eps float32)
+	// HeadRMSNorm normalises each headDim-wide head of x in place (Qwen3's q/k norm).
+	HeadRMSNorm(x, w Tensor, headDim int, eps float32)
+	// Linear writes out = x·wᵀ (+ bias); w is [outFeatures, inFeatures] as in PyTorch.
+	Linear(out, x, w, bias Tensor)
+	// SiluMul writes out = silu(gate) * up.
+	SiluMul(out, gate, up Tensor)
+	// RopeWriteKV rotates q and k in place at meta.Positions and stores k and v into layer's cache
+	// at meta.SlotMapping.
+	RopeWriteKV(q, k, v Tensor, rope *RoPE, cache KVCache, layer int, meta *AttnMetadata)
+	// Attention computes causal attention of q over each sequence's cached context.
+	Attention(out, q Tensor, cache KVCache, layer int, meta *AttnMetadata, a AttnShape)
+	// GatherRows writes out[i] = x[rows[i]].
+	GatherRows(out, x Tensor, rows []int32)
+	// ReadRows copies the first len(dst)/cols rows of t to the host as float32, waiting for queued work.
+	ReadRows(t Tensor, dst []float32)
+}
+
+// KVCache is the paged key/value store of all layers, owned by a backend.
+type KVCache interface {
+	// Geometry returns numBlocks, blockSize, kvHeads, headDim.
+	Geometry() (numBlocks, blockSize, kvHeads, headDim int)
+}
+
+// AttnShape describes one attention layer's heads.
+type AttnShape struct {
+	NumHeads, NumKVHeads, HeadDim int
+	Scale                         float32
+}
+
+// AttnMetadata is the flattened varlen batch: prefill chunks and decodes side by side.
+// Sequence s owns query rows QueryStart[s]..QueryStart[s+1]; its context is SeqLens[s] tokens
+// (cached plus new), stored in blocks BlockTables[s*BlockTableStride:].
+type AttnMetadata struct {
+	Positions        []int32 // per token
+	SlotMapping      []int32 // per token: block*blockSize + offset
+	QueryStart       []int32 // per sequence, plus one
+	SeqLens          []int32 // per sequence
+	BlockTables      []int32 // per sequence, BlockTableStride entries
+	BlockTableStride int
+}
+
+// NumSeqs returns the number of sequences in the batch.
+func (m *AttnMetadata) NumSeqs() int { return len(m.SeqLens) }
+
+// NumTokens returns the number of query tokens in the batch.
+func (m *AttnMetadata) NumTokens() int { return len(m.Positions) }

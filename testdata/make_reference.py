@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Write the small random-weight checkpoints under testdata/models and their float32 references.
+
+Each checkpoint is a real Hugging Face architecture at toy size, saved by transformers itself
+(safetensors, in the dtype named below), with a tiny byte-level BPE tokenizer trained here so that
+text prompts work too. The reference is computed in float32 from the saved (rounded) weights:
+for each prompt, a greedy continuation with, at every step, the top-5 logprobs and the margin
+between the first and second logit, so the Go tests can skip steps where the top-1 is a near tie.
+
+Run once where torch, transformers and tokenizers are installed:
+    python testdata/make_reference.py --out testdata/models
+Needs no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import zlib
+
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+VOCAB = 384
+STEPS = 12
+PROMPTS = [
+    [1, 17, 42, 99, 7],
+    [200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 211, 212, 213, 214, 215, 216, 217, 218],
+    [5],
+    list(range(30, 70)),
+]
+TEXT_PROMPTS = ["The quick brown fox", "Hello, world! 123"]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% endif %}"
+)
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. " * 4,
+    "Hello, world! 123 456 7890. Numbers and words, words and numbers.",
+    "def main():\n    print('hello')\n    return 0\n",
+    "Language models predict the next token from the previous ones.",
+]
+
+
+def base(**over):
+    cfg = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        initializer_range=0.15,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+    cfg.update(over)
+    return cfg
+
+
+# name -> (architecture config class, config kwargs, save dtype, extra)
+CASES = {
+    "llama-bf16": ("LlamaConfig", base(), torch.bfloat16, {}),
+    "llama-linear-f16": (
+        "LlamaConfig",
+        base(rope_scaling={"rope_type": "linear", "factor": 2.0}),
+        torch.float16,
+        {},
+    ),
+    "llama3-rope-f32": (
+        "LlamaConfig",
+        base(
+            rope_theta=500000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+            tie_word_embeddings=True,
+        ),
+        torch.float32,
+        {"shard": "60KB"},
+    ),
+    "llama-yarn-bf16": (
+        "LlamaConfig",
+        base(rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}),
+        torch.bfloat16,
+        {},
+    ),
+    "mistral-f16": ("MistralConfig", base(sliding_window=None, head_dim=16), torch.float16, {}),
+    "qwen2-bf16": (
+        "Qwen2Config",
+        base(tie_word_embeddings=True, rope_theta=1000000.0),
+        torch.bfloat16,
+        {"tokenizer": True},
+    ),
+    "qwen3-bf16": (
+        "Qwen3Config",
+        base(head_dim=32, tie_word_embeddings=True, rope_theta=1000000.0),
+        torch.bfloat16,
+        {"tokenizer": True},
+    ),
+}
+
+
+def train_tokenizer(out: str) -> None:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    specials = ["<|endoftext|>", "<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    assert tok.get_vocab_size() <= VOCAB, tok.get_vocab_size()
+    tok.save(os.path.join(out, "tokenizer.json"))
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump(
+            {
+                "bos_token": None,
+                "eos_token": "<|im_end|>",
+                "pad_token": "<|endoftext|>",
+                "chat_template": CHAT_TEMPLATE,
+                "model_max_length": 256,
+                "tokenizer_class": "PreTrainedTokenizerFast",
+            },
+            f,
+            indent=1,
+        )
+
+
+def reference(model, prompt: list[int]) -> dict:
+    ids = list(prompt)
+    steps = []
+    with torch.no_grad():
+        for _ in range(STEPS):
+            logits = model(torch.tensor([ids])).logits[0, -1].float()
+            lp = torch.log_softmax(logits, dim=-1)
+            top = torch.topk(logits, 5)
+            vals, idx = torch.topk(lp, 5)
+            steps.append(
+                {
+                    "token": int(idx[0]),
+                    "margin": float(top.values[0] - top.values[1]),
+                    "top_ids": [int(i) for i in idx],
+                    "top_logprobs": [float(v) for v in vals],
+                }
+            )
+            ids.append(int(idx[0]))
+    return {"prompt_ids": prompt, "steps": steps}
+
+
+def hidden_states(model, prompt: list[int]) -> list:
+    """Per-layer last-token hidden state sums, to locate a wrong layer quickly."""
+    with torch.no_grad():
+        out = model(torch.tensor([prompt]), output_hidden_states=True)
+    return [[float(h[0, -1].sum()), float(h[0, -1].abs().sum())] for h in out.hidden_states]
+
+
+def make(name: str, out_root: str) -> None:
+    cls_name, kw, dtype, extra = CASES[name]
+    cfg = getattr(transformers, cls_name)(**kw)
+    torch.manual_seed(zlib.crc32(name.encode()))
+    model_cls = getattr(transformers, cls_name.replace("Config", "ForCausalLM"))
+    model = model_cls(cfg).eval()
+    # Random q/k norms and biases so those code paths matter.
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+            if pname.endswith(".bias"):
+                p.copy_(0.3 * torch.randn_like(p))
+    out = os.path.join(out_root, name)
+    shutil.rmtree(out, ignore_errors=True)
+    model.to(dtype).save_pretrained(out, max_shard_size=extra.get("shard", "1GB"), safe_serialization=True)
+    # Reference in float32 from the rounded weights actually saved.
+    ref_model = model_cls.from_pretrained(out, torch_dtype=torch.float32).eval()
+    refs = {"architecture": cfg.architectures[0] if cfg.architectures else model_cls.__name__}
+    refs["transformers_version"] = transformers.__version__
+    refs["torch_version"] = torch.__version__
+    refs["cases"] = [reference(ref_model, p) for p in PROMPTS]
+    refs["hidden_sums"] = hidden_states(ref_model, PROMPTS[0])
+    if extra.get("tokenizer"):
+        train_tokenizer(out)
+        tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+        for text in TEXT_PROMPTS:
+            case = reference(ref_model, tok.encode(text).ids)
+            case["text"] = text
+            refs["cases"].append(case)
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(refs, f, indent=1)
+    print(name, "ok", [c["steps"][0]["token"] for c in refs["cases"]])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "models"))
+    ap.add_argument("--only", nargs="*")
+    args = ap.parse_args()
+    for name in args.only or CASES:
+        make(name, args.out)
+
+
+if __name__ == "__main__":
+    main()
