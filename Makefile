@@ -1,0 +1,42 @@
+# atom-go: `make run` sets up and runs the main job; `make test` runs the whole test suite.
+SHELL := /bin/bash
+GO ?= go
+export CGO_ENABLED := 0
+BIN := bin/atom-plugin
+MODEL ?= testdata/models/qwen2-bf16
+
+.PHONY: run build test go-test fuzz lint fetch-testdata references kernels clean
+
+# The main job: build the engine and run a prompt through it.
+run: build
+	$(BIN) generate --model $(MODEL) --prompt "The quick brown fox" --max-tokens 16
+
+build:
+	$(GO) build -o $(BIN) ./plugin/cmd/atom-plugin
+
+# Everything CI checks.
+test: fetch-testdata lint go-test fuzz
+
+fetch-testdata:
+	bash testdata/tokenizer/fetch.sh
+
+go-test:
+	$(GO) test -count=1 ./...
+
+fuzz:
+	@for t in $$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' . | sed 's/func //'); do \
+		pkg=$$(grep -rlE "^func $$t\(" --include='*_test.go' . | xargs dirname); \
+		echo "fuzz $$t in $$pkg"; \
+		$(GO) test -run='^$$' -fuzz="^$$t\$$" -fuzztime=15s $$pkg || exit 1; \
+	done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# Regenerate the random-weight checkpoints and their transformers references (needs torch).
+references:
+	python3 testdata/make_reference.py --out testdata/models
+
+clean:
+	rm -rf bin

@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Config is every setting of the engine. Each field is bound to one flag in Flags below, which
+// is the single place flags, defaults and descriptions are defined.
+type Config struct {
+	Model                 string
+	Tokenizer             string
+	Device                string
+	DType                 string
+	MaxModelLen           int
+	BlockSize             int
+	NumKVBlocks           int
+	KVCacheMemory         int64
+	GPUMemoryUtilization  float64
+	MaxNumSeqs            int
+	MaxNumBatchedTokens   int
+	NoPrefixCaching       bool
+	EnforceEager          bool
+	CudagraphCaptureSizes []int
+	Threads               int
+	Seed                  int64
+	TensorParallelSize    int
+}
+
+// DefaultConfig returns the defaults of Flags.
+func DefaultConfig() Config {
+	var c Config
+	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
+	c.Register(fs)
+	return c
+}
+
+// Register binds every engine flag to c on fs, with its default and description.
+func (c *Config) Register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Model, "model", "", "checkpoint directory (config.json, *.safetensors, tokenizer files)")
+	fs.StringVar(&c.Tokenizer, "tokenizer", "", "tokenizer directory when not the model directory")
+	fs.StringVar(&c.Device, "device", "cpu", "backend: cpu or gpu")
+	fs.StringVar(&c.DType, "dtype", "auto", "weight dtype: auto (the checkpoint's), bfloat16, float16, float32")
+	fs.IntVar(&c.MaxModelLen, "max-model-len", 0, "longest prompt plus output; 0: the model's max_position_embeddings")
+	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV-cache block")
+	fs.IntVar(&c.NumKVBlocks, "num-kv-blocks", 0, "KV-cache blocks; 0: derived from the memory budget")
+	fs.Int64Var(&c.KVCacheMemory, "kv-cache-memory", 1<<30, "cpu backend: bytes of KV cache")
+	fs.Float64Var(&c.GPUMemoryUtilization, "gpu-memory-utilization", 0.9, "gpu backend: fraction of device memory for weights, activations and KV cache")
+	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 256, "most sequences in one step")
+	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 8192, "token budget of one step (prefill chunks plus decodes)")
+	fs.BoolVar(&c.NoPrefixCaching, "no-enable-prefix-caching", false, "turn prefix caching off")
+	fs.BoolVar(&c.EnforceEager, "enforce-eager", false, "gpu backend: no CUDA graphs")
+	c.CudagraphCaptureSizes = []int{1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256}
+	fs.Func("cudagraph-capture-sizes", "gpu backend: decode batch sizes captured as graphs (comma-separated; default 1,2,4,...,256)", func(s string) error {
+		sizes, err := parseInts(s)
+		c.CudagraphCaptureSizes = sizes
+		return err
+	})
+	fs.IntVar(&c.Threads, "threads", 0, "cpu backend: worker goroutines; 0: one per core")
+	fs.Int64Var(&c.Seed, "seed", 0, "seed of the generator for requests without their own seed")
+	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "devices one model is split across")
+}
+
+// Validate checks the settings that do not depend on the model.
+func (c *Config) Validate() error {
+	switch {
+	case c.Model == "":
+		return fmt.Errorf("--model is required")
+	case c.Device != "cpu" && c.Device != "gpu":
+		return fmt.Errorf("--device must be cpu or gpu, got %q", c.Device)
+	case c.BlockSize <= 0 || c.BlockSize > 1024:
+		return fmt.Errorf("--block-size must be in [1, 1024], got %d", c.BlockSize)
+	case c.MaxNumSeqs <= 0:
+		return fmt.Errorf("--max-num-seqs must be positive, got %d", c.MaxNumSeqs)
+	case c.MaxNumBatchedTokens <= 0:
+		return fmt.Errorf("--max-num-batched-tokens must be positive, got %d", c.MaxNumBatchedTokens)
+	case c.MaxModelLen < 0 || c.NumKVBlocks < 0 || c.KVCacheMemory < 0:
+		return fmt.Errorf("--max-model-len, --num-kv-blocks and --kv-cache-memory must not be negative")
+	case c.GPUMemoryUtilization <= 0 || c.GPUMemoryUtilization > 1:
+		return fmt.Errorf("--gpu-memory-utilization must be in (0, 1], got %v", c.GPUMemoryUtilization)
+	case c.TensorParallelSize != 1:
+		return fmt.Errorf("--tensor-parallel-size %d: only 1 is supported so far", c.TensorParallelSize)
+	}
+	return nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// EnvVar is an environment variable atom-go reads.
+type EnvVar struct{ Name, Default, Usage string }
+
+// EnvVars lists every ATOM_GO_* variable; nothing reads one that is not here.
+var EnvVars = []EnvVar{
+	{"ATOM_GO_DUMP_DIR", "", "write each layer's hidden states of every forward pass to this directory (debugging against transformers)"},
+	{"ATOM_GO_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error"},
+	{"ATOM_GO_KERNELS", "", "path of the hipkernels shared library for --device gpu"},
+	{"ATOM_GO_PLUGIN", "", "python shim: path of the atom-plugin binary"},
+}
+
+// Env returns the value of an ATOM_GO_* variable from EnvVars, or its default.
+func Env(name string) string {
+	for _, e := range EnvVars {
+		if e.Name == name {
+			if v, ok := os.LookupEnv(name); ok {
+				return v
+			}
+			return e.Default
+		}
+	}
+	panic("engine.Env: " + name + " is not declared in EnvVars")
+}
+
+// PrintEnvHelp writes the environment variables table.
+func PrintEnvHelp(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Environment:")
+	for _, e := range EnvVars {
+		fmt.Fprintf(tw, "  %s\t%s (default %q)\n", e.Name, e.Usage, e.Default)
+	}
+	tw.Flush()
+}

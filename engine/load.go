@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/atom-go/atom/engine/sched"
+	"github.com/atom-go/atom/engine/tokenizer"
+	"github.com/atom-go/atom/models"
+	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
+)
+
+// New loads the checkpoint named by cfg.Model, sizes the KV cache and starts the engine loop.
+func New(cfg Config, log *slog.Logger) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	ck, err := models.OpenCheckpoint(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	// The cpu backend reads weights in place from the mapping, so it stays open for the
+	// engine's life; the process exit unmaps it.
+	be, err := newBackend(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mc := ck.Config
+	limits := models.Options{MaxTokens: cfg.MaxNumBatchedTokens, MaxSeqs: cfg.MaxNumSeqs}
+	model, err := models.Load(ck, be, limits)
+	if err != nil {
+		return nil, err
+	}
+	maxLen := mc.MaxModelLen()
+	if cfg.MaxModelLen > 0 {
+		if cfg.MaxModelLen > maxLen {
+			return nil, fmt.Errorf("--max-model-len %d exceeds the model's %d", cfg.MaxModelLen, maxLen)
+		}
+		maxLen = cfg.MaxModelLen
+	}
+	numBlocks := cfg.NumKVBlocks
+	if numBlocks == 0 {
+		perBlock := int64(2 * mc.NumLayers * cfg.BlockSize * mc.NumKVHeads * mc.HeadDim * 4)
+		numBlocks = int(cfg.KVCacheMemory / perBlock)
+	}
+	if numBlocks*cfg.BlockSize < maxLen {
+		if cfg.MaxModelLen > 0 {
+			return nil, fmt.Errorf("the KV cache holds %d tokens (%d blocks of %d), less than --max-model-len %d: raise --kv-cache-memory or --num-kv-blocks",
+				numBlocks*cfg.BlockSize, numBlocks, cfg.BlockSize, maxLen)
+		}
+		maxLen = numBlocks * cfg.BlockSize
+		log.Warn("model length capped by the KV cache", "max_model_len", maxLen)
+	}
+	if maxLen < 2 {
+		return nil, fmt.Errorf("the KV cache (%d blocks of %d) is too small for any request", numBlocks, cfg.BlockSize)
+	}
+	runner, err := NewRunner(model, be, limits, numBlocks, cfg.BlockSize)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := sched.New(sched.Config{NumBlocks: numBlocks, BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs,
+		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxModelLen: maxLen, EnablePrefixCaching: !cfg.NoPrefixCaching})
+	if err != nil {
+		return nil, err
+	}
+	tok, err := loadTokenizer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if dir := Env("ATOM_GO_DUMP_DIR"); dir != "" {
+		if err := installDump(model, dir); err != nil {
+			return nil, err
+		}
+	}
+	e := &Engine{cfg: cfg, model: mc, tok: tok, runner: runner, sched: sc, maxModelLen: maxLen,
+		eos: mc.StopTokenIDs(), log: log, cmds: make(chan func()), stop: make(chan struct{}),
+		stopped: make(chan struct{}), reqs: map[string]*request{}, bySeq: map[*sched.Sequence]*choice{},
+		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15))}
+	if tok != nil {
+		if id, ok := tok.EOSTokenID(); ok && !contains(e.eos, id) {
+			e.eos = append(e.eos, id)
+		}
+	}
+	log.Info("engine ready", "model", cfg.Model, "arch", mc.Architecture, "device", cfg.Device,
+		"kv_blocks", numBlocks, "block_size", cfg.BlockSize, "max_model_len", maxLen)
+	if c, ok := be.(interface{ Close() }); ok {
+		e.release = c.Close
+	}
+	go e.loop()
+	return e, nil
+}
+
+func newBackend(cfg Config) (ops.Backend, error) {
+	switch cfg.Device {
+	case "cpu":
+		return cpu.New(cfg.Threads), nil
+	default:
+		return nil, fmt.Errorf("--device %s: this build has no gpu backend yet", cfg.Device)
+	}
+}
+
+// loadTokenizer loads tokenizer.json from --tokenizer or the model directory; a checkpoint
+// without one serves token-id prompts only.
+func loadTokenizer(cfg Config) (*tokenizer.Tokenizer, error) {
+	dir := cfg.Tokenizer
+	if dir == "" {
+		dir = cfg.Model
+		if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer: %w", err)
+	}
+	return tok, nil
+}
+
+func contains(ids []int32, id int32) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}

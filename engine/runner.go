@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/atom-go/atom/models"
+	"github.com/atom-go/atom/ops"
+)
+
+// Work is one sequence's share of a forward pass: compute tokens[Start:Start+NumTokens] whose
+// KV goes into the blocks of BlockTable; when Sample is set, the logits of the last of them are
+// returned. Both the engine's scheduler and a host's scheduler (vLLM, SGLang) produce Work.
+type Work struct {
+	Tokens     []int32
+	Start      int
+	NumTokens  int
+	BlockTable []int32
+	Sample     bool
+}
+
+// Runner executes flattened batches on one model and its KV cache. It owns reusable input
+// buffers so a step allocates nothing.
+type Runner struct {
+	model     models.Model
+	be        ops.Backend
+	cache     ops.KVCache
+	blockSize int
+	numBlocks int
+	vocab     int
+	limits    models.Options
+
+	ids        []int32
+	meta       ops.AttnMetadata
+	sampleRows []int32
+	logits     []float32
+}
+
+// NewRunner binds a model, whose workspaces were sized by limits, to a freshly allocated KV
+// cache of numBlocks blocks.
+func NewRunner(m models.Model, be ops.Backend, limits models.Options, numBlocks, blockSize int) (*Runner, error) {
+	c := m.Config()
+	cache, err := be.NewKVCache(c.NumLayers, numBlocks, blockSize, c.NumKVHeads, c.HeadDim)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{model: m, be: be, cache: cache, blockSize: blockSize, numBlocks: numBlocks, vocab: c.VocabSize, limits: limits}, nil
+}
+
+// Model returns the runner's model.
+func (r *Runner) Model() models.Model { return r.model }
+
+// Run executes one forward pass and returns the logits of every Sample item, in order, as
+// rows of width VocabSize in a buffer reused by the next call.
+func (r *Runner) Run(work []Work) ([]float32, error) {
+	if err := r.prepare(work); err != nil {
+		return nil, err
+	}
+	if len(r.ids) == 0 {
+		return nil, nil
+	}
+	hidden := r.model.Forward(r.ids, &r.meta, r.cache)
+	if len(r.sampleRows) == 0 {
+		return nil, nil
+	}
+	n := len(r.sampleRows) * r.vocab
+	if cap(r.logits) < n {
+		r.logits = make([]float32, n)
+	}
+	r.be.ReadRows(r.model.Logits(hidden, r.sampleRows), r.logits[:n])
+	return r.logits[:n], nil
+}
+
+// prepare flattens the work into the varlen batch, checking every index a kernel will follow.
+func (r *Runner) prepare(work []Work) error {
+	m := &r.meta
+	r.ids, r.sampleRows = r.ids[:0], r.sampleRows[:0]
+	m.Positions, m.SlotMapping = m.Positions[:0], m.SlotMapping[:0]
+	m.QueryStart, m.SeqLens, m.BlockTables = append(m.QueryStart[:0], 0), m.SeqLens[:0], m.BlockTables[:0]
+	stride := 1
+	for _, w := range work {
+		stride = max(stride, len(w.BlockTable))
+	}
+	m.BlockTableStride = stride
+	for i, w := range work {
+		end := w.Start + w.NumTokens
+		if w.NumTokens <= 0 || w.Start < 0 || end > len(w.Tokens) {
+			return fmt.Errorf("%w: work %d computes tokens [%d, %d) of %d", ErrInvalidRequest, i, w.Start, end, len(w.Tokens))
+		}
+		if end > len(w.BlockTable)*r.blockSize {
+			return fmt.Errorf("%w: work %d needs %d tokens of KV but has %d blocks of %d", ErrInvalidRequest, i, end, len(w.BlockTable), r.blockSize)
+		}
+		for _, b := range w.BlockTable {
+			if b < 0 || int(b) >= r.numBlocks {
+				return fmt.Errorf("%w: block id %d outside [0, %d)", ErrInvalidRequest, b, r.numBlocks)
+			}
+		}
+		for p := w.Start; p < end; p++ {
+			if t := w.Tokens[p]; t < 0 || int(t) >= r.vocab {
+				return fmt.Errorf("%w: token id %d outside the vocabulary [0, %d)", ErrInvalidRequest, t, r.vocab)
+			}
+			r.ids = append(r.ids, w.Tokens[p])
+			m.Positions = append(m.Positions, int32(p))
+			m.SlotMapping = append(m.SlotMapping, w.BlockTable[p/r.blockSize]*int32(r.blockSize)+int32(p%r.blockSize))
+		}
+		m.BlockTables = append(m.BlockTables, w.BlockTable...)
+		for j := len(w.BlockTable); j < stride; j++ {
+			m.BlockTables = append(m.BlockTables, 0)
+		}
+		m.QueryStart = append(m.QueryStart, int32(len(r.ids)))
+		m.SeqLens = append(m.SeqLens, int32(end))
+		if w.Sample {
+			r.sampleRows = append(r.sampleRows, int32(len(r.ids)-1))
+		}
+	}
+	if len(r.ids) > r.limits.MaxTokens || len(work) > r.limits.MaxTokens || len(r.sampleRows) > r.limits.MaxSeqs {
+		return fmt.Errorf("%w: batch of %d tokens, %d sampled, exceeds the runner's %d tokens, %d sequences",
+			ErrInvalidRequest, len(r.ids), len(r.sampleRows), r.limits.MaxTokens, r.limits.MaxSeqs)
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/atom-go/atom/engine/sched"
+)
+
+// admit creates the request's choices and hands their sequences to the scheduler. Choices of
+// one request share their prompt's KV blocks through the prefix cache.
+func (e *Engine) admit(req Request) (*Stream, error) {
+	if _, dup := e.reqs[req.ID]; dup {
+		return nil, fmt.Errorf("%w: request id %q is already running", ErrInvalidRequest, req.ID)
+	}
+	p := req.Params
+	r := &request{id: req.ID, params: p, stream: newStream(e, req.ID, p.N)}
+	r.stopIDs = append(r.stopIDs, p.StopTokenIDs...)
+	if !p.IgnoreEOS {
+		r.stopIDs = append(r.stopIDs, e.eos...)
+	}
+	for _, s := range p.Stop {
+		r.holdLen = max(r.holdLen, len(s)-1)
+	}
+	for i := 0; i < p.N; i++ {
+		c := &choice{req: r, index: i, seq: sched.NewSequence(fmt.Sprintf("%s/%d", req.ID, i), req.PromptIDs)}
+		if p.Seed != nil {
+			c.rng = rand.New(rand.NewPCG(uint64(*p.Seed), uint64(i)))
+		} else {
+			c.rng = rand.New(rand.NewPCG(e.rng.Uint64(), e.rng.Uint64()))
+		}
+		if e.tok != nil {
+			c.detok = e.tok.NewDetokenizer(p.SkipSpecialTokens)
+		}
+		if err := e.sched.Add(c.seq); err != nil {
+			for _, prev := range r.choices {
+				e.sched.Abort(prev.seq.ID)
+				delete(e.bySeq, prev.seq)
+			}
+			return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		}
+		r.choices = append(r.choices, c)
+		e.bySeq[c.seq] = c
+	}
+	e.reqs[req.ID] = r
+	return r.stream, nil
+}
+
+// abort ends every unfinished choice of a request with reason.
+func (e *Engine) abort(id, reason string) {
+	r, ok := e.reqs[id]
+	if !ok {
+		return
+	}
+	for _, c := range r.choices {
+		if !c.finished {
+			e.sched.Abort(c.seq.ID)
+			e.finish(c, nil, nil, reason, nil)
+		}
+	}
+}
+
+// step runs one scheduled batch through the model and hands each sampled token to its choice.
+func (e *Engine) step() error {
+	start := time.Now()
+	batch := e.sched.Schedule()
+	if len(batch.Items) == 0 {
+		return errNoProgress
+	}
+	e.work = e.work[:0]
+	var prompt int64
+	for _, it := range batch.Items {
+		e.work = append(e.work, Work{Tokens: it.Seq.TokenIDs, Start: it.Start, NumTokens: it.NumTokens,
+			BlockTable: it.Seq.BlockTable, Sample: it.Sample})
+		if it.Start < it.Seq.NumPromptTokens {
+			prompt += int64(min(it.NumTokens, it.Seq.NumPromptTokens-it.Start))
+		}
+	}
+	logits, err := e.runner.Run(e.work)
+	if err != nil {
+		return err
+	}
+	e.sched.Commit(batch)
+	vocab, row := e.model.VocabSize, 0
+	var generated int64
+	for _, it := range batch.Items {
+		if !it.Sample {
+			continue
+		}
+		c := e.bySeq[it.Seq]
+		lrow := logits[row*vocab : (row+1)*vocab]
+		row++
+		p := &c.req.params
+		s := e.sampler.sample(lrow, &sampleInput{params: p, prompt: it.Seq.TokenIDs[:it.Seq.NumPromptTokens],
+			output: it.Seq.OutputTokenIDs(), rng: c.rng, stopIDs: c.req.stopIDs, wantTopN: p.Logprobs})
+		e.sched.AppendToken(it.Seq, s.Token)
+		generated++
+		reason, stop := e.finishReason(c, s.Token)
+		e.emit(c, s, reason, stop)
+	}
+	e.updateStats(prompt, generated, time.Since(start))
+	return nil
+}
+
+// emit sends one token's increment, finishing the choice when a stop condition holds.
+func (e *Engine) emit(c *choice, s Sample, reason string, stop any) {
+	text, stopStr := c.textDelta(s.Token, reason != "")
+	if stopStr != "" {
+		reason, stop = "stop", stopStr
+	}
+	if reason != "" {
+		e.sched.Finish(c.seq)
+		e.finish(c, []int32{s.Token}, []Sample{s}, reason, stop, text)
+		return
+	}
+	c.req.stream.push(e.output(c, []int32{s.Token}, []Sample{s}, text))
+}
+
+func (e *Engine) output(c *choice, toks []int32, lps []Sample, text string) Output {
+	return Output{RequestID: c.req.id, Index: c.index, TokenIDs: toks, Text: text, Logprobs: lps,
+		NumPromptTokens: c.seq.NumPromptTokens, NumCachedTokens: c.seq.NumCachedPrompt}
+}
+
+// finish sends a choice's last increment and forgets the request once all its choices ended.
+func (e *Engine) finish(c *choice, toks []int32, lps []Sample, reason string, stop any, text ...string) {
+	c.finished = true
+	delete(e.bySeq, c.seq)
+	o := e.output(c, toks, lps, "")
+	if len(text) > 0 {
+		o.Text = text[0]
+	}
+	o.Finished, o.FinishReason, o.StopReason = true, reason, stop
+	c.req.stream.push(o)
+	for _, other := range c.req.choices {
+		if !other.finished {
+			return
+		}
+	}
+	delete(e.reqs, c.req.id)
+}
+
+func (e *Engine) updateStats(prompt, generated int64, d time.Duration) {
+	st := e.sched.Stats()
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	s := &e.stats
+	s.Stats = st
+	s.NumRequests = len(e.reqs)
+	s.PromptTokens += prompt
+	s.GeneratedTokens += generated
+	s.Steps++
+	s.LastStepDuration = d
+	if d > 0 {
+		// An exponential moving average over roughly the last 20 steps.
+		rate := float64(generated) / d.Seconds()
+		s.TokensPerSecond += (rate - s.TokensPerSecond) / 20
+	}
+}
