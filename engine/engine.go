@@ -68,8 +68,13 @@ func (e *Engine) NumKVBlocks() int { return e.runner.numBlocks }
 // Config returns the engine's settings.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Stats returns a snapshot taken after the last step.
+// Stats returns the engine's current state, read between steps so it is consistent with
+// every output already delivered; after Close it returns the last snapshot.
 func (e *Engine) Stats() Stats {
+	done := make(chan struct{})
+	if e.send(func() { e.snapshot(); close(done) }) {
+		<-done
+	}
 	e.statsMu.Lock()
 	defer e.statsMu.Unlock()
 	return e.stats

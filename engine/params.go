@@ -7,20 +7,20 @@ import (
 
 // SamplingParams are a request's decoding controls, with vLLM's meanings.
 type SamplingParams struct {
-	N                 int      `msgpack:"n" json:"n"`                                 // sequences to return for the prompt
-	Temperature       float64  `msgpack:"temperature" json:"temperature"`             // 0 is greedy
-	TopP              float64  `msgpack:"top_p" json:"top_p"`                         // (0, 1]
-	TopK              int      `msgpack:"top_k" json:"top_k"`                         // 0 or -1: off
-	MinP              float64  `msgpack:"min_p" json:"min_p"`                         // [0, 1]
-	Seed              *int64   `msgpack:"seed" json:"seed"`                           // per-request generator
+	N                 int      `msgpack:"n" json:"n"`                                   // sequences to return for the prompt
+	Temperature       float64  `msgpack:"temperature" json:"temperature"`               // 0 is greedy
+	TopP              float64  `msgpack:"top_p" json:"top_p"`                           // (0, 1]
+	TopK              int      `msgpack:"top_k" json:"top_k"`                           // 0 or -1: off
+	MinP              float64  `msgpack:"min_p" json:"min_p"`                           // [0, 1]
+	Seed              *int64   `msgpack:"seed" json:"seed"`                             // per-request generator
 	RepetitionPenalty float64  `msgpack:"repetition_penalty" json:"repetition_penalty"` // 1: off; prompt and output tokens
-	PresencePenalty   float64  `msgpack:"presence_penalty" json:"presence_penalty"`   // [-2, 2]; output tokens
-	FrequencyPenalty  float64  `msgpack:"frequency_penalty" json:"frequency_penalty"` // [-2, 2]; output tokens
-	MaxTokens         int      `msgpack:"max_tokens" json:"max_tokens"`               // 0: up to the model length
-	MinTokens         int      `msgpack:"min_tokens" json:"min_tokens"`               // stop tokens are masked before this
+	PresencePenalty   float64  `msgpack:"presence_penalty" json:"presence_penalty"`     // [-2, 2]; output tokens
+	FrequencyPenalty  float64  `msgpack:"frequency_penalty" json:"frequency_penalty"`   // [-2, 2]; output tokens
+	MaxTokens         int      `msgpack:"max_tokens" json:"max_tokens"`                 // 0: up to the model length
+	MinTokens         int      `msgpack:"min_tokens" json:"min_tokens"`                 // stop tokens are masked before this
 	IgnoreEOS         bool     `msgpack:"ignore_eos" json:"ignore_eos"`
 	StopTokenIDs      []int32  `msgpack:"stop_token_ids" json:"stop_token_ids"`
-	Stop              []string `msgpack:"stop" json:"stop"` // stop strings, not included in the output
+	Stop              []string `msgpack:"stop" json:"stop"`         // stop strings, not included in the output
 	Logprobs          int      `msgpack:"logprobs" json:"logprobs"` // top alternatives per token; the sampled token's logprob is always returned
 	SkipSpecialTokens bool     `msgpack:"skip_special_tokens" json:"skip_special_tokens"`
 }

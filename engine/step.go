@@ -140,13 +140,19 @@ func (e *Engine) finish(c *choice, toks []int32, lps []Sample, reason string, st
 	delete(e.reqs, c.req.id)
 }
 
-func (e *Engine) updateStats(prompt, generated int64, d time.Duration) {
+// snapshot copies the scheduler's counters into the stats; called on the loop goroutine.
+func (e *Engine) snapshot() {
 	st := e.sched.Stats()
+	e.statsMu.Lock()
+	e.stats.Stats, e.stats.NumRequests = st, len(e.reqs)
+	e.statsMu.Unlock()
+}
+
+func (e *Engine) updateStats(prompt, generated int64, d time.Duration) {
+	e.snapshot()
 	e.statsMu.Lock()
 	defer e.statsMu.Unlock()
 	s := &e.stats
-	s.Stats = st
-	s.NumRequests = len(e.reqs)
 	s.PromptTokens += prompt
 	s.GeneratedTokens += generated
 	s.Steps++

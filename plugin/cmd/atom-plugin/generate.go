@@ -17,13 +17,13 @@ import (
 
 // generateResult is what `generate --json` prints.
 type generateResult struct {
-	TokenIDs     []int32          `json:"token_ids"`
-	Text         string           `json:"text"`
-	Logprobs     []engine.Sample  `json:"logprobs"`
-	FinishReason string           `json:"finish_reason"`
-	StopReason   any              `json:"stop_reason,omitempty"`
-	PromptIDs    []int32          `json:"prompt_token_ids"`
-	Timing       map[string]any   `json:"timing"`
+	TokenIDs     []int32         `json:"token_ids"`
+	Text         string          `json:"text"`
+	Logprobs     []engine.Sample `json:"logprobs"`
+	FinishReason string          `json:"finish_reason"`
+	StopReason   any             `json:"stop_reason,omitempty"`
+	PromptIDs    []int32         `json:"prompt_token_ids"`
+	Timing       map[string]any  `json:"timing"`
 }
 
 // runGenerate is `atom-plugin generate`: load a model, run one prompt, print the result.
@@ -47,7 +47,9 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&p.Logprobs, "logprobs", p.Logprobs, "top alternatives to report per token")
 	fs.BoolVar(&p.IgnoreEOS, "ignore-eos", false, "keep generating past end-of-sequence tokens")
 	seed := fs.Int64("sample-seed", -1, "seed of this request's sampler (-1: from --seed)")
-	fs.Usage = func() { usageOf(fs, "generate --model DIR (--prompt TEXT [--chat] | --prompt-ids 1,2,3) --max-tokens N [--json]") }
+	fs.Usage = func() {
+		usageOf(fs, "generate --model DIR (--prompt TEXT [--chat] | --prompt-ids 1,2,3) --max-tokens N [--json]")
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
