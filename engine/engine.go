@@ -193,6 +193,8 @@ func (e *Engine) failAll(err error) {
 		delete(e.reqs, id)
 	}
 	clear(e.bySeq)
+	// Blocks registered for the failed batch were never written: forget every cached prefix.
+	e.sched.ResetPrefixCache()
 }
 
 var errNoProgress = errors.New("scheduler returned an empty batch while requests wait")
