@@ -1,0 +1,239 @@
+package openai
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/atom-go/atom/engine"
+	"github.com/atom-go/atom/engine/tokenizer"
+)
+
+type chatRequest struct {
+	commonRequest
+	Messages            []chatMessage `json:"messages"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+	Logprobs            bool          `json:"logprobs"`
+	TopLogprobs         *int          `json:"top_logprobs"`
+	AddGenerationPrompt *bool         `json:"add_generation_prompt"`
+}
+
+// chatMessage accepts content as a string or as a list of {"type": "text", "text": ...} parts.
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+func (m chatMessage) text() (string, *apiError) {
+	if len(m.Content) == 0 || string(m.Content) == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(m.Content, &parts); err != nil {
+		return "", badRequest("messages", "message content must be a string or a list of parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", badRequest("messages", "content part type %q is not supported (text only)", p.Type)
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+type chatLogprob struct {
+	Token       string        `json:"token"`
+	Logprob     float32       `json:"logprob"`
+	Bytes       []int         `json:"bytes"`
+	TopLogprobs []chatLogprob `json:"top_logprobs,omitempty"`
+}
+
+// chat serves POST /v1/chat/completions.
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if e := decodeBody(r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := s.checkModel(req.Model); e != nil {
+		writeError(w, e)
+		return
+	}
+	if req.MaxCompletionTokens != nil {
+		req.MaxTokens = req.MaxCompletionTokens
+	}
+	prompt, e := s.chatPrompt(&req)
+	var p engine.SamplingParams
+	if e == nil {
+		p, e = req.params(s.eng.MaxModelLen() - len(prompt))
+	}
+	if e == nil && req.TopLogprobs != nil {
+		if *req.TopLogprobs < 0 || *req.TopLogprobs > engine.MaxLogprobs {
+			e = badRequest("top_logprobs", "top_logprobs must be in [0, %d]", engine.MaxLogprobs)
+		} else if !req.Logprobs {
+			e = badRequest("top_logprobs", "top_logprobs needs logprobs: true")
+		} else {
+			p.Logprobs = *req.TopLogprobs
+		}
+	}
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	id := newID("chatcmpl-")
+	c, err := s.submit(r.Context(), id, [][]int32{prompt}, p)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	base := map[string]any{"id": id, "created": time.Now().Unix(), "model": s.name}
+	if req.Stream {
+		s.chatStream(w, &req, c, base, len(prompt), p.N)
+		return
+	}
+	type choice struct {
+		Index        int            `json:"index"`
+		Message      map[string]any `json:"message"`
+		Logprobs     any            `json:"logprobs"`
+		FinishReason string         `json:"finish_reason"`
+		StopReason   any            `json:"stop_reason"`
+		TokenIDs     []int32        `json:"token_ids,omitempty"`
+	}
+	texts := make([]strings.Builder, p.N)
+	choices := make([]choice, p.N)
+	lps := make([][]chatLogprob, p.N)
+	err = c.each(func(_ int, o engine.Output) error {
+		texts[o.Index].WriteString(o.Text)
+		ch := &choices[o.Index]
+		ch.Index = o.Index
+		if req.ReturnTokenIDs {
+			ch.TokenIDs = append(nonNil(ch.TokenIDs), o.TokenIDs...)
+		}
+		if req.Logprobs {
+			lps[o.Index] = append(lps[o.Index], s.chatLogprobs(o.Logprobs)...)
+		}
+		if o.Finished {
+			ch.FinishReason, ch.StopReason = o.FinishReason, o.StopReason
+		}
+		return nil
+	})
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	for i := range choices {
+		choices[i].Message = map[string]any{"role": "assistant", "content": texts[i].String()}
+		if req.Logprobs {
+			choices[i].Logprobs = map[string]any{"content": nonNilLP(lps[i])}
+		}
+	}
+	s.metrics.observeLatency(c)
+	out := with(with(base, "object", "chat.completion"), "choices", choices)
+	writeJSON(w, http.StatusOK, with(out, "usage", usage{len(prompt), c.tokens, len(prompt) + c.tokens}))
+}
+
+func (s *Server) chatStream(w http.ResponseWriter, req *chatRequest, c *call, base map[string]any, promptLen, n int) {
+	st := newSSE(w)
+	base = with(base, "object", "chat.completion.chunk")
+	// The first chunk of each choice announces the assistant role, as OpenAI does.
+	for i := 0; i < n; i++ {
+		_ = st.send(with(base, "choices", []any{map[string]any{"index": i, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil}}))
+	}
+	err := c.each(func(_ int, o engine.Output) error {
+		ch := map[string]any{"index": o.Index, "delta": map[string]any{"content": o.Text}, "logprobs": nil, "finish_reason": nil}
+		if req.Logprobs {
+			ch["logprobs"] = map[string]any{"content": nonNilLP(s.chatLogprobs(o.Logprobs))}
+		}
+		if req.ReturnTokenIDs {
+			ch["token_ids"] = nonNil(o.TokenIDs)
+		}
+		if o.Finished {
+			ch["finish_reason"], ch["stop_reason"] = o.FinishReason, o.StopReason
+		}
+		return st.send(with(base, "choices", []any{ch}))
+	})
+	if err != nil {
+		st.sendError(toAPIError(err))
+		return
+	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		_ = st.send(with(with(base, "choices", []any{}), "usage", usage{promptLen, c.tokens, promptLen + c.tokens}))
+	}
+	st.done()
+	s.metrics.observeLatency(c)
+}
+
+// chatPrompt renders the messages with the model's chat template and tokenizes them.
+func (s *Server) chatPrompt(req *chatRequest) ([]int32, *apiError) {
+	tok := s.eng.Tokenizer()
+	if tok == nil || !tok.HasChatTemplate() {
+		return nil, badRequest("messages", "this model has no chat template: use /v1/completions")
+	}
+	if len(req.Messages) == 0 {
+		return nil, badRequest("messages", "messages must not be empty")
+	}
+	msgs := make([]tokenizer.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		switch m.Role {
+		case "system", "user", "assistant", "developer":
+		default:
+			return nil, badRequest("messages", "message %d: unsupported role %q", i, m.Role)
+		}
+		text, e := m.text()
+		if e != nil {
+			return nil, e
+		}
+		msgs[i] = tokenizer.Message{Role: m.Role, Content: text}
+	}
+	genPrompt := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+	rendered, err := tok.ApplyChatTemplate(msgs, genPrompt)
+	if err != nil {
+		return nil, badRequest("messages", "chat template: %v", err)
+	}
+	ids, err := tok.Encode(rendered, false)
+	if err != nil {
+		return nil, badRequest("messages", "tokenize: %v", err)
+	}
+	if len(ids) >= s.eng.MaxModelLen() {
+		return nil, badRequest("messages", "this model's maximum context length is %d tokens, the messages have %d", s.eng.MaxModelLen(), len(ids))
+	}
+	return ids, nil
+}
+
+func (s *Server) chatLogprobs(samples []engine.Sample) []chatLogprob {
+	out := make([]chatLogprob, 0, len(samples))
+	for _, smp := range samples {
+		lp := s.chatLogprob(smp.Token, smp.Logprob)
+		lp.TopLogprobs = []chatLogprob{}
+		for i, id := range smp.TopIDs {
+			lp.TopLogprobs = append(lp.TopLogprobs, s.chatLogprob(id, smp.TopLogprobs[i]))
+		}
+		out = append(out, lp)
+	}
+	return out
+}
+
+func (s *Server) chatLogprob(id int32, lp float32) chatLogprob {
+	t := s.tokenText(id)
+	b := make([]int, len(t))
+	for i := 0; i < len(t); i++ {
+		b[i] = int(t[i])
+	}
+	return chatLogprob{Token: t, Logprob: lp, Bytes: b}
+}
+
+func nonNilLP(x []chatLogprob) []chatLogprob {
+	if x == nil {
+		return []chatLogprob{}
+	}
+	return x
+}
