@@ -1,0 +1,263 @@
+// Command randmodel writes a random-weight Hugging Face checkpoint of a real architecture at
+// real size (config.json, generation_config.json, sharded bf16 safetensors) without PyTorch,
+// for benchmarks and tests:
+//
+//	randmodel --shape llama3-8b --out /tmp/llama3-8b
+//	randmodel --shape smollm2-135m --out /tmp/smollm2 --dtype float32
+//
+// Weights are N(0, std) with norms at 1, so activations stay in range through every layer.
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+)
+
+// shape is the part of config.json that fixes tensor sizes.
+type shape struct {
+	Arch                                                  string
+	Hidden, Intermediate, Layers, Heads, KVHeads, HeadDim int
+	Vocab, MaxPos                                         int
+	Theta                                                 float64
+	Tied, QKVBias, QKNorm                                 bool
+}
+
+var shapes = map[string]shape{
+	"llama3-8b":    {"LlamaForCausalLM", 4096, 14336, 32, 32, 8, 128, 128256, 8192, 500000, false, false, false},
+	"qwen3-8b":     {"Qwen3ForCausalLM", 4096, 12288, 36, 32, 8, 128, 151936, 40960, 1000000, false, false, true},
+	"qwen2.5-7b":   {"Qwen2ForCausalLM", 3584, 18944, 28, 28, 4, 128, 152064, 32768, 1000000, false, true, false},
+	"llama3-1b":    {"LlamaForCausalLM", 2048, 8192, 16, 32, 8, 64, 128256, 8192, 500000, true, false, false},
+	"smollm2-135m": {"LlamaForCausalLM", 576, 1536, 30, 9, 3, 64, 49152, 8192, 100000, true, false, false},
+	"qwen3-0.6b":   {"Qwen3ForCausalLM", 1024, 3072, 28, 16, 8, 128, 151936, 40960, 1000000, true, false, true},
+}
+
+type tensor struct {
+	name  string
+	shape []int
+	std   float64 // 0: ones (a norm weight)
+}
+
+func (s shape) tensors() []tensor {
+	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	std := 1 / math.Sqrt(float64(s.Hidden))
+	out := []tensor{{"model.embed_tokens.weight", []int{s.Vocab, s.Hidden}, 1}, {"model.norm.weight", []int{s.Hidden}, 0}}
+	if !s.Tied {
+		out = append(out, tensor{"lm_head.weight", []int{s.Vocab, s.Hidden}, std})
+	}
+	for l := 0; l < s.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		out = append(out,
+			tensor{p + "input_layernorm.weight", []int{s.Hidden}, 0},
+			tensor{p + "post_attention_layernorm.weight", []int{s.Hidden}, 0},
+			tensor{p + "self_attn.q_proj.weight", []int{q, s.Hidden}, std},
+			tensor{p + "self_attn.k_proj.weight", []int{kv, s.Hidden}, std},
+			tensor{p + "self_attn.v_proj.weight", []int{kv, s.Hidden}, std},
+			tensor{p + "self_attn.o_proj.weight", []int{s.Hidden, q}, 1 / math.Sqrt(float64(q))},
+			tensor{p + "mlp.gate_proj.weight", []int{s.Intermediate, s.Hidden}, std},
+			tensor{p + "mlp.up_proj.weight", []int{s.Intermediate, s.Hidden}, std},
+			tensor{p + "mlp.down_proj.weight", []int{s.Hidden, s.Intermediate}, 1 / math.Sqrt(float64(s.Intermediate))})
+		if s.QKVBias {
+			out = append(out, tensor{p + "self_attn.q_proj.bias", []int{q}, 0.02}, tensor{p + "self_attn.k_proj.bias", []int{kv}, 0.02},
+				tensor{p + "self_attn.v_proj.bias", []int{kv}, 0.02})
+		}
+		if s.QKNorm {
+			out = append(out, tensor{p + "self_attn.q_norm.weight", []int{s.HeadDim}, 0}, tensor{p + "self_attn.k_norm.weight", []int{s.HeadDim}, 0})
+		}
+	}
+	return out
+}
+
+func main() {
+	name := flag.String("shape", "smollm2-135m", "architecture shape")
+	out := flag.String("out", "", "output directory")
+	dtype := flag.String("dtype", "bfloat16", "bfloat16, float16 or float32")
+	shardGB := flag.Float64("shard-gb", 4, "shard size in GB")
+	seed := flag.Uint64("seed", 1, "random seed")
+	flag.Parse()
+	s, ok := shapes[*name]
+	if !ok || *out == "" {
+		keys := make([]string, 0, len(shapes))
+		for k := range shapes {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Fprintf(os.Stderr, "usage: randmodel --shape %v --out DIR [--dtype bfloat16]\n", keys)
+		os.Exit(2)
+	}
+	if err := write(s, *out, *dtype, int64(*shardGB*1e9), *seed); err != nil {
+		fmt.Fprintln(os.Stderr, "randmodel:", err)
+		os.Exit(1)
+	}
+}
+
+func write(s shape, dir, dtype string, shardBytes int64, seed uint64) error {
+	size := map[string]int{"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
+	if size == 0 {
+		return fmt.Errorf("unsupported dtype %q", dtype)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeConfig(s, dir, dtype); err != nil {
+		return err
+	}
+	// Group tensors into shards, in order.
+	var shards [][]tensor
+	var cur int64
+	for _, t := range s.tensors() {
+		n := int64(size)
+		for _, d := range t.shape {
+			n *= int64(d)
+		}
+		if len(shards) == 0 || (cur+n > shardBytes && cur > 0) {
+			shards = append(shards, nil)
+			cur = 0
+		}
+		shards[len(shards)-1] = append(shards[len(shards)-1], t)
+		cur += n
+	}
+	weightMap := map[string]string{}
+	for i, sh := range shards {
+		file := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
+		if len(shards) == 1 {
+			file = "model.safetensors"
+		}
+		for _, t := range sh {
+			weightMap[t.name] = file
+		}
+		if err := writeShard(filepath.Join(dir, file), sh, dtype, size, seed+uint64(i)*1000); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s\n", file)
+	}
+	if len(shards) > 1 {
+		b, _ := json.MarshalIndent(map[string]any{"metadata": map[string]any{}, "weight_map": weightMap}, "", " ")
+		return os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), b, 0o644)
+	}
+	return nil
+}
+
+func writeConfig(s shape, dir, dtype string) error {
+	model := map[string]string{"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}[s.Arch]
+	cfg := map[string]any{"architectures": []string{s.Arch}, "model_type": model, "hidden_size": s.Hidden,
+		"intermediate_size": s.Intermediate, "num_hidden_layers": s.Layers, "num_attention_heads": s.Heads,
+		"num_key_value_heads": s.KVHeads, "head_dim": s.HeadDim, "vocab_size": s.Vocab, "max_position_embeddings": s.MaxPos,
+		"rms_norm_eps": 1e-5, "rope_theta": s.Theta, "tie_word_embeddings": s.Tied, "torch_dtype": dtype,
+		"hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2}
+	b, _ := json.MarshalIndent(cfg, "", " ")
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"bos_token_id": 1, "eos_token_id": 2}`), 0o644)
+}
+
+func writeShard(path string, ts []tensor, dtype string, size int, seed uint64) error {
+	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	var off int64
+	for _, t := range ts {
+		n := int64(size)
+		for _, d := range t.shape {
+			n *= int64(d)
+		}
+		header[t.name] = map[string]any{"dtype": map[string]string{"bfloat16": "BF16", "float16": "F16", "float32": "F32"}[dtype],
+			"shape": t.shape, "data_offsets": []int64{off, off + n}}
+		off += n
+	}
+	hb, _ := json.Marshal(header)
+	for len(hb)%8 != 0 {
+		hb = append(hb, ' ')
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := binary.Write(f, binary.LittleEndian, uint64(len(hb))); err != nil {
+		return err
+	}
+	if _, err := f.Write(hb); err != nil {
+		return err
+	}
+	for i, t := range ts {
+		n := 1
+		for _, d := range t.shape {
+			n *= d
+		}
+		if _, err := f.Write(randomBytes(n, t.std, dtype, seed+uint64(i))); err != nil {
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// randomBytes fills n elements in parallel chunks, each with its own generator.
+func randomBytes(n int, std float64, dtype string, seed uint64) []byte {
+	size := 2
+	if dtype == "float32" {
+		size = 4
+	}
+	buf := make([]byte, n*size)
+	workers := runtime.GOMAXPROCS(0)
+	chunk := (n + workers - 1) / workers
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		lo, hi := w*chunk, min((w+1)*chunk, n)
+		if lo >= hi {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			for i := lo; i < hi; i++ {
+				v := float32(1)
+				if std > 0 {
+					v = float32(r.NormFloat64() * std)
+				}
+				put(buf[i*size:], v, dtype)
+			}
+		}()
+	}
+	wg.Wait()
+	return buf
+}
+
+func put(b []byte, v float32, dtype string) {
+	bits := math.Float32bits(v)
+	switch dtype {
+	case "float32":
+		binary.LittleEndian.PutUint32(b, bits)
+	case "bfloat16":
+		// Round to nearest even.
+		binary.LittleEndian.PutUint16(b, uint16((bits+0x7fff+(bits>>16)&1)>>16))
+	default:
+		binary.LittleEndian.PutUint16(b, floatToHalf(v))
+	}
+}
+
+func floatToHalf(f float32) uint16 {
+	bits := math.Float32bits(f)
+	sign := uint16(bits>>16) & 0x8000
+	exp := int32(bits>>23&0xff) - 127 + 15
+	man := bits & 0x7fffff
+	switch {
+	case exp >= 31:
+		return sign | 0x7c00
+	case exp <= 0:
+		if exp < -10 {
+			return sign
+		}
+		man |= 0x800000
+		return sign | uint16(man>>uint32(14-exp))
+	}
+	return sign | uint16(exp)<<10 | uint16(man>>13)
+}
