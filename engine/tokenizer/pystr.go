@@ -1,0 +1,230 @@
+package tokenizer
+
+import (
+	"errors"
+	"strings"
+	"unicode"
+
+	"github.com/nikolalohinski/gonja/v2/builtins"
+	"github.com/nikolalohinski/gonja/v2/exec"
+)
+
+// gonja's strip/lstrip/rstrip/split default to a single space (and reject
+// their own default); chat templates call them with no argument and expect
+// Python's behaviour, splitting and trimming on any whitespace. These
+// replacements follow Python's str methods exactly.
+
+// strMethodNames are gonja's string methods, copied into the chat
+// environment's method set (gonja offers no way to enumerate them).
+var strMethodNames = []string{
+	"capitalize", "capwords", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find",
+	"format", "format_map", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "islower", "isnumeric",
+	"isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower", "lstrip", "partition",
+	"removeprefix", "removesuffix", "replace", "rfind", "rjust", "rpartition", "rsplit", "rstrip", "split",
+	"splitlines", "startswith", "strip", "swapcase", "title", "upper", "zfill",
+}
+
+// newMethods is gonja's method table with Python-exact string trimming and
+// splitting.
+func newMethods() exec.Methods {
+	m := builtins.Methods
+	str := map[string]exec.Method[string]{}
+	for _, name := range strMethodNames {
+		if fn, ok := builtins.Methods.Str.Get(name); ok {
+			str[name] = fn
+		}
+	}
+	str["strip"] = stripMethod(true, true)
+	str["lstrip"] = stripMethod(true, false)
+	str["rstrip"] = stripMethod(false, true)
+	str["split"] = splitMethod(false)
+	str["rsplit"] = splitMethod(true)
+	m.Str = exec.NewMethodSet(str)
+	return m
+}
+
+// pyIsSpace is Python's str.isspace for one character.
+func pyIsSpace(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) }
+
+// optionalArg returns positional argument i or keyword name; nil when
+// absent or None.
+func optionalArg(args *exec.VarArgs, i int, name string) *exec.Value {
+	v, ok := args.KwArgs[name]
+	if !ok && i < len(args.Args) {
+		v = args.Args[i]
+	}
+	if v == nil || v.IsNil() {
+		return nil
+	}
+	return v
+}
+
+// pyStrip trims chars (whitespace when chars is nil) from the chosen ends.
+func pyStrip(s string, chars *string, left, right bool) string {
+	cut := pyIsSpace
+	if chars != nil {
+		set := *chars
+		cut = func(r rune) bool { return strings.ContainsRune(set, r) }
+	}
+	if left {
+		s = strings.TrimLeftFunc(s, cut)
+	}
+	if right {
+		s = strings.TrimRightFunc(s, cut)
+	}
+	return s
+}
+
+func stripMethod(left, right bool) exec.Method[string] {
+	return func(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
+		if len(args.Args) > 1 {
+			return nil, errors.New("strip takes at most one argument")
+		}
+		var chars *string
+		if v := optionalArg(args, 0, "chars"); v != nil {
+			if !v.IsString() {
+				return nil, errors.New("strip arg must be None or str")
+			}
+			s := v.String()
+			chars = &s
+		}
+		return pyStrip(self, chars, left, right), nil
+	}
+}
+
+func splitMethod(fromRight bool) exec.Method[string] {
+	return func(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
+		maxSplit := -1
+		if v := optionalArg(args, 1, "maxsplit"); v != nil {
+			if !v.IsInteger() {
+				return nil, errors.New("maxsplit must be an integer")
+			}
+			maxSplit = v.Integer()
+		}
+		var parts []string
+		if v := optionalArg(args, 0, "sep"); v != nil {
+			if !v.IsString() {
+				return nil, errors.New("sep must be None or str")
+			}
+			sep := v.String()
+			if sep == "" {
+				return nil, errors.New("empty separator")
+			}
+			parts = splitSep(self, sep, maxSplit, fromRight)
+		} else {
+			parts = splitSpace(self, maxSplit, fromRight)
+		}
+		out := make([]any, len(parts))
+		for i, p := range parts {
+			out[i] = p
+		}
+		return out, nil
+	}
+}
+
+// splitSep is str.split(sep, maxsplit) / str.rsplit.
+func splitSep(s, sep string, maxSplit int, fromRight bool) []string {
+	if maxSplit < 0 {
+		return strings.Split(s, sep)
+	}
+	if !fromRight {
+		return strings.SplitN(s, sep, maxSplit+1)
+	}
+	var rev []string
+	for len(rev) < maxSplit {
+		i := strings.LastIndex(s, sep)
+		if i < 0 {
+			break
+		}
+		rev = append(rev, s[i+len(sep):])
+		s = s[:i]
+	}
+	out := []string{s}
+	for i := len(rev) - 1; i >= 0; i-- {
+		out = append(out, rev[i])
+	}
+	return out
+}
+
+// splitSpace is str.split() / str.rsplit() with no separator: runs of
+// whitespace separate, and none are returned empty.
+func splitSpace(s string, maxSplit int, fromRight bool) []string {
+	fields := strings.FieldsFunc(s, pyIsSpace)
+	if maxSplit < 0 || len(fields) <= maxSplit+1 {
+		return fields
+	}
+	if !fromRight {
+		// Keep the first maxSplit fields, then the rest of the string with
+		// its leading whitespace removed.
+		rest := s
+		out := make([]string, 0, maxSplit+1)
+		for len(out) < maxSplit {
+			rest = strings.TrimLeftFunc(rest, pyIsSpace)
+			end := strings.IndexFunc(rest, pyIsSpace)
+			out = append(out, rest[:end])
+			rest = rest[end:]
+		}
+		return append(out, strings.TrimLeftFunc(rest, pyIsSpace))
+	}
+	rest := s
+	var rev []string
+	for len(rev) < maxSplit {
+		rest = strings.TrimRightFunc(rest, pyIsSpace)
+		start := strings.LastIndexFunc(rest, pyIsSpace) + 1
+		rev = append(rev, rest[start:])
+		rest = rest[:start]
+	}
+	out := []string{strings.TrimRightFunc(rest, pyIsSpace)}
+	for i := len(rev) - 1; i >= 0; i-- {
+		out = append(out, rev[i])
+	}
+	return out
+}
+
+// filterTrim is Jinja's trim filter: str.strip(chars).
+func filterTrim(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	var chars *string
+	if v := optionalArg(params, 0, "chars"); v != nil {
+		s := v.String()
+		chars = &s
+	}
+	return exec.AsValue(pyStrip(in.String(), chars, true, true))
+}
+
+// pyRange is Python's range(stop) / range(start, stop[, step]) as a list.
+// gonja's own range feeds a channel from a goroutine that leaks when a loop
+// breaks early.
+func pyRange(params *exec.VarArgs) ([]int, error) {
+	var n [3]int
+	if len(params.Args) == 0 || len(params.Args) > 3 || len(params.KwArgs) > 0 {
+		return nil, errors.New("range expects 1 to 3 integer arguments")
+	}
+	for i, a := range params.Args {
+		if !a.IsInteger() {
+			return nil, errors.New("range expects integer arguments")
+		}
+		n[i] = a.Integer()
+	}
+	start, stop, step := 0, n[0], 1
+	if len(params.Args) > 1 {
+		start, stop = n[0], n[1]
+	}
+	if len(params.Args) == 3 {
+		step = n[2]
+	}
+	if step == 0 {
+		return nil, errors.New("range step must not be zero")
+	}
+	const maxLen = 1 << 20
+	var out []int
+	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
+		if len(out) == maxLen {
+			return nil, errors.New("range is too long")
+		}
+		out = append(out, i)
+	}
+	return out, nil
+}
