@@ -19,6 +19,7 @@ test: fetch-testdata lint go-test fuzz
 
 fetch-testdata:
 	bash testdata/tokenizer/fetch.sh
+	bash testdata/gguf/fetch.sh
 
 go-test:
 	$(GO) test -count=1 ./...

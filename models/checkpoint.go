@@ -14,11 +14,16 @@ type Checkpoint struct {
 	Config  *Config
 	files   []*safetensorsFile
 	tensors map[string]*TensorInfo
+	meta    map[string]any // GGUF metadata; nil for safetensors
 }
 
 // OpenCheckpoint reads config.json (and generation_config.json when present) and maps
-// model.safetensors or the shards named by model.safetensors.index.json.
+// model.safetensors or the shards named by model.safetensors.index.json. A path to a .gguf
+// file is opened with OpenGGUF.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() && filepath.Ext(dir) == ".gguf" {
+		return OpenGGUF(dir)
+	}
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err
