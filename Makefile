@@ -5,7 +5,7 @@ export CGO_ENABLED := 0
 BIN := bin/atom-plugin
 MODEL ?= testdata/models/qwen2-bf16
 
-.PHONY: run build test go-test fuzz lint fetch-testdata references kernels clean
+.PHONY: run build test go-test fuzz lint fetch-testdata references kernels clean proto
 
 # The main job: build the engine and run a prompt through it.
 run: build
@@ -41,3 +41,7 @@ references:
 
 clean:
 	rm -rf bin
+
+# Regenerate the gRPC Go code (bridge/pb) and the Python stubs (python_shim/atom_go/_proto).
+proto:
+	bash bridge/generate.sh

@@ -32,11 +32,12 @@ type Engine struct {
 	release func() // frees the backend once the loop is gone
 
 	// Owned by the loop goroutine.
-	reqs    map[string]*request
-	bySeq   map[*sched.Sequence]*choice
-	sampler sampler
-	rng     *rand.Rand
-	work    []Work
+	hostMode bool // a host session owns the KV cache: Generate is refused
+	reqs     map[string]*request
+	bySeq    map[*sched.Sequence]*choice
+	sampler  sampler
+	rng      *rand.Rand
+	work     []Work
 
 	statsMu sync.Mutex
 	stats   Stats

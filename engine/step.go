@@ -11,6 +11,9 @@ import (
 // admit creates the request's choices and hands their sequences to the scheduler. Choices of
 // one request share their prompt's KV blocks through the prefix cache.
 func (e *Engine) admit(req Request) (*Stream, error) {
+	if e.hostMode {
+		return nil, fmt.Errorf("%w: Generate is refused once a host session owns the KV cache", ErrHostMode)
+	}
 	if _, dup := e.reqs[req.ID]; dup {
 		return nil, fmt.Errorf("%w: request id %q is already running", ErrInvalidRequest, req.ID)
 	}

@@ -1,8 +1,12 @@
 // Command atom-plugin is atom-go's single binary. Started by a host with go-plugin's magic
-// cookie it serves the engine over gRPC; started by hand it runs a subcommand:
+// cookie (and no arguments) it serves the engine over gRPC (package plugin); started by hand
+// without the cookie it prints go-plugin's explanation and exits 1; otherwise it runs a
+// subcommand:
 //
 //	atom-plugin generate --model DIR --prompt TEXT     offline smoke test
 //	atom-plugin tokenize --model DIR --text TEXT       check a tokenizer
+//	atom-plugin serve --model DIR                      OpenAI-compatible HTTP server
+//	atom-plugin --handshake [--model DIR]              act as a go-plugin host against itself
 //	atom-plugin --version | --help
 package main
 
@@ -16,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/atom-go/atom/engine"
+	"github.com/atom-go/atom/plugin"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -32,7 +37,7 @@ var subcommands = map[string]func(args []string, stdout, stderr io.Writer) error
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		return servePlugin(stderr)
+		return servePlugin()
 	}
 	name := args[0]
 	switch name {
@@ -66,6 +71,10 @@ Usage:
   atom-plugin                      serve the engine to a go-plugin host (needs the host's magic cookie)
   atom-plugin generate [flags]     run one prompt offline and print the result
   atom-plugin tokenize [flags]     print a text's (or a chat's) token ids
+  atom-plugin serve [flags]        serve the OpenAI-compatible HTTP API
+  atom-plugin --handshake [--model DIR] [--device cpu|gpu]
+                                   start this binary as a go-plugin host would, check the handshake,
+                                   health and Describe, optionally load DIR and stream 8 greedy tokens
   atom-plugin --version            print the version
   atom-plugin COMMAND --help       the flags of COMMAND
 
@@ -94,8 +103,9 @@ func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-// servePlugin is replaced by the go-plugin server (plugin package).
-func servePlugin(stderr io.Writer) int {
-	fmt.Fprintln(stderr, "This binary is a plugin. These are not meant to be executed directly.")
-	return 1
+// servePlugin serves the engine to the go-plugin host that started this process, until the
+// host shuts it down. Without the host's magic cookie go-plugin explains and exits with 1.
+func servePlugin() int {
+	plugin.Serve(plugin.Options{Version: version})
+	return 0
 }

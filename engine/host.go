@@ -1,0 +1,410 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+)
+
+// Host-scheduled execution: a host (vLLM v1's scheduler, through the plugin's ExecuteModel)
+// decides every step's batch and where each token's KV lives; the engine keeps what the host
+// does not send again (the tokens it sampled, each request's sampler state), runs the forward
+// pass over the host's block tables and samples. SGLang's slot indices fit the same model with
+// a block size of 1 (a slot is then a block id).
+
+// Errors of host-scheduled execution, besides ErrInvalidRequest, ErrInvalidParams,
+// ErrUnknownRequest and ErrClosed.
+var (
+	// ErrHostMode: the KV cache belongs to a host session, so the engine's own scheduler must
+	// not run (the plugin refuses Generate once a session started).
+	ErrHostMode = errors.New("the engine is in host-scheduled mode")
+	// ErrBusy: a host session cannot start while engine-scheduled requests run.
+	ErrBusy = errors.New("engine busy")
+	// ErrRequestExists: a new host request reuses the id of one the engine still has state for.
+	ErrRequestExists = errors.New("request already exists")
+)
+
+// MaxHostRequests bounds the requests a host session keeps state for.
+const MaxHostRequests = 1 << 16
+
+// HostStep is one step scheduled by the host (vLLM's SchedulerOutput, validated for shape by
+// package bridge and converted by the plugin).
+type HostStep struct {
+	New          []HostNewRequest
+	Cached       []HostCachedRequest
+	NumScheduled map[string]int // tokens computed this step, per scheduled request
+	Finished     []string       // freed before the step; unknown ids are ignored
+}
+
+// HostNewRequest is a request scheduled for the first time.
+type HostNewRequest struct {
+	ID        string
+	PromptIDs []int32
+	// Params are validated with Normalize; N is ignored (the host expands n into requests),
+	// and so are the stop conditions (the host applies them), except that stop tokens are
+	// masked before MinTokens.
+	Params SamplingParams
+	// WantLogprobs asks for the sampled token's logprob and rank, plus Params.Logprobs top ids.
+	WantLogprobs bool
+	BlockIDs     []int32
+	NumComputed  int // prompt tokens already in the KV cache
+}
+
+// HostCachedRequest is a request the engine has state for, scheduled again.
+type HostCachedRequest struct {
+	ID string
+	// Resumed (after preemption): NewBlockIDs replace the block table instead of extending it.
+	Resumed     bool
+	NewBlockIDs []int32
+	NumComputed int
+	// NumOutput is the host's count of sampled tokens, or -1 when it does not say; sampled
+	// tokens beyond it are forgotten, fewer than it are an error.
+	NumOutput int
+}
+
+// HostOutput is the result of a step; its lists are parallel to IDs (new requests first, then
+// cached ones, in the step's order).
+type HostOutput struct {
+	IDs      []string
+	Sampled  [][]int32      // one token, or none for a prefill chunk short of the known tokens
+	Logprobs []*HostLogprob // nil where nothing was sampled or none was asked for
+}
+
+// HostLogprob is the sampled token with its raw logprob and top alternatives, and its rank
+// (the number of tokens at least as likely, itself included, as vLLM counts it).
+type HostLogprob struct {
+	Sample
+	Rank int
+}
+
+// HostSession is the engine's state for one host: the KV cache geometry the host allocates
+// from and the requests it scheduled. Methods are safe to call from any goroutine; they run
+// on the engine's loop goroutine.
+type HostSession struct {
+	e         *Engine
+	runner    *Runner
+	numBlocks int
+	blockSize int
+	reqs      map[string]*hostRequest // owned by the loop goroutine
+}
+
+type hostRequest struct {
+	tokens    []int32 // prompt, then sampled tokens
+	numPrompt int
+	params    SamplingParams
+	logprobs  bool
+	blocks    []int32
+	rng       *rand.Rand
+	stopIDs   []int32
+}
+
+// StartHostSession hands the KV cache to a host: numBlocks blocks of blockSize tokens. With
+// the engine's block size and at most its blocks, the engine's cache is reused; another block
+// size gets a new cache that must fit in as many tokens as the engine's. It fails with ErrBusy
+// while engine-scheduled requests run. Once a session started, the engine must not serve
+// Generate again (its prefix cache would read blocks the host overwrote).
+func (e *Engine) StartHostSession(numBlocks, blockSize int) (*HostSession, error) {
+	if blockSize <= 0 || blockSize > 1024 || numBlocks <= 0 {
+		return nil, fmt.Errorf("%w: %d KV blocks of %d tokens: want at least 1 block of 1..1024 tokens", ErrInvalidRequest, numBlocks, blockSize)
+	}
+	var h *HostSession
+	var err error
+	if !e.call(func() { h, err = e.startHost(numBlocks, blockSize) }) {
+		return nil, ErrClosed
+	}
+	return h, err
+}
+
+func (e *Engine) startHost(numBlocks, blockSize int) (*HostSession, error) {
+	if len(e.reqs) > 0 || e.sched.HasWork() {
+		return nil, fmt.Errorf("%w: %d engine-scheduled requests are running", ErrBusy, len(e.reqs))
+	}
+	have := e.runner.numBlocks
+	h := &HostSession{e: e, runner: e.runner, numBlocks: numBlocks, blockSize: blockSize, reqs: map[string]*hostRequest{}}
+	switch {
+	case blockSize == e.runner.blockSize && numBlocks <= have:
+	case int64(numBlocks)*int64(blockSize) <= int64(have)*int64(e.runner.blockSize):
+		r, err := NewRunner(e.runner.model, e.runner.be, e.runner.limits, numBlocks, blockSize)
+		if err != nil {
+			return nil, fmt.Errorf("allocate the host's KV cache: %w", err)
+		}
+		h.runner = r
+	default:
+		return nil, fmt.Errorf("%w: %d KV blocks of %d tokens exceed the cache the engine was loaded with (%d blocks of %d); load with a larger --num-kv-blocks or --kv-cache-memory",
+			ErrInvalidRequest, numBlocks, blockSize, have, e.runner.blockSize)
+	}
+	e.hostMode = true
+	return h, nil
+}
+
+// call runs fn on the loop goroutine and waits for it to return; false when the engine is
+// closed (fn did not run). A panic in fn is recovered on the loop, which goes on, and raised
+// again in the caller's goroutine (the plugin turns it into an Internal error).
+func (e *Engine) call(fn func()) bool {
+	done := make(chan error, 1)
+	if !e.send(func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("panic on the engine loop: %v\n%s", p, debug.Stack())
+				return
+			}
+			done <- nil
+		}()
+		fn()
+	}) {
+		return false
+	}
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	return true
+}
+
+// NumBlocks and BlockSize are the session's KV cache geometry.
+func (h *HostSession) NumBlocks() int { return h.numBlocks }
+
+// BlockSize is the number of tokens of one KV block.
+func (h *HostSession) BlockSize() int { return h.blockSize }
+
+// NumRequests returns how many requests the session keeps state for.
+func (h *HostSession) NumRequests() int {
+	n := 0
+	if !h.e.call(func() { n = len(h.reqs) }) {
+		return 0
+	}
+	return n
+}
+
+// Drop forgets a request's state; false when the session has none for id.
+func (h *HostSession) Drop(id string) (bool, error) {
+	found := false
+	if !h.e.call(func() { _, found = h.reqs[id]; delete(h.reqs, id) }) {
+		return false, ErrClosed
+	}
+	return found, nil
+}
+
+// Execute runs one host-scheduled step. The step is checked whole before anything changes: on
+// error the session's state is as it was, and the error wraps ErrInvalidRequest,
+// ErrInvalidParams, ErrUnknownRequest, ErrRequestExists or ErrClosed.
+func (h *HostSession) Execute(step *HostStep) (*HostOutput, error) {
+	var out *HostOutput
+	var err error
+	if !h.e.call(func() { out, err = h.execute(step) }) {
+		return nil, ErrClosed
+	}
+	return out, err
+}
+
+// planned is one scheduled request of a step: its state after the step's updates (not yet
+// stored) and its share of the forward pass.
+type planned struct {
+	id    string
+	req   *hostRequest
+	isNew bool
+	work  Work
+}
+
+func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
+	finished := make(map[string]bool, len(step.Finished))
+	for _, id := range step.Finished {
+		finished[id] = true
+	}
+	live := func(id string) (*hostRequest, bool) {
+		r, ok := h.reqs[id]
+		return r, ok && !finished[id]
+	}
+	plan := make([]planned, 0, len(step.New)+len(step.Cached))
+	seen := make(map[string]bool, cap(plan))
+	added := 0
+	for i := range step.New {
+		nr := &step.New[i]
+		if _, ok := live(nr.ID); ok {
+			return nil, fmt.Errorf("%w: new request %q: the engine still has its state; finish it (finished_req_ids) before scheduling the id again", ErrRequestExists, nr.ID)
+		}
+		if _, ok := h.reqs[nr.ID]; !ok {
+			added++
+		}
+		r, err := h.newRequest(nr)
+		if err != nil {
+			return nil, fmt.Errorf("new request %q: %w", nr.ID, err)
+		}
+		p, err := h.schedule(step, nr.ID, r, nr.NumComputed, seen)
+		if err != nil {
+			return nil, err
+		}
+		p.isNew = true
+		plan = append(plan, p)
+	}
+	if len(h.reqs)+added > MaxHostRequests {
+		return nil, fmt.Errorf("%w: more than %d requests with state", ErrInvalidRequest, MaxHostRequests)
+	}
+	for i := range step.Cached {
+		cr := &step.Cached[i]
+		old, ok := live(cr.ID)
+		if !ok {
+			return nil, fmt.Errorf("%w: cached request %q: the engine has no state for it (never scheduled as new, or finished)", ErrUnknownRequest, cr.ID)
+		}
+		r, err := h.update(old, cr)
+		if err != nil {
+			return nil, fmt.Errorf("cached request %q: %w", cr.ID, err)
+		}
+		p, err := h.schedule(step, cr.ID, r, cr.NumComputed, seen)
+		if err != nil {
+			return nil, err
+		}
+		plan = append(plan, p)
+	}
+	if len(seen) != len(step.NumScheduled) {
+		for id := range step.NumScheduled {
+			if !seen[id] {
+				return nil, fmt.Errorf("%w: num_scheduled_tokens names %q, which is not scheduled", ErrInvalidRequest, id)
+			}
+		}
+	}
+	work := make([]Work, len(plan))
+	for i := range plan {
+		work[i] = plan[i].work
+	}
+	var logits []float32
+	if len(work) > 0 {
+		var err error
+		if logits, err = h.runner.Run(work); err != nil {
+			return nil, fmt.Errorf("forward pass: %w", err)
+		}
+	}
+	// The step ran: commit.
+	for id := range finished {
+		delete(h.reqs, id)
+	}
+	out := &HostOutput{IDs: make([]string, len(plan)), Sampled: make([][]int32, len(plan)), Logprobs: make([]*HostLogprob, len(plan))}
+	vocab, row := h.e.model.VocabSize, 0
+	for i := range plan {
+		p := &plan[i]
+		h.reqs[p.id] = p.req
+		out.IDs[i], out.Sampled[i] = p.id, []int32{}
+		if !p.work.Sample {
+			continue
+		}
+		raw := logits[row*vocab : (row+1)*vocab]
+		row++
+		r := p.req
+		want := 0
+		if r.logprobs {
+			want = r.params.Logprobs
+		}
+		s := h.e.sampler.sample(raw, &sampleInput{params: &r.params, prompt: r.tokens[:r.numPrompt],
+			output: r.tokens[r.numPrompt:], rng: r.rng, stopIDs: r.stopIDs, wantTopN: want})
+		r.tokens = append(r.tokens, s.Token)
+		out.Sampled[i] = []int32{s.Token}
+		if r.logprobs {
+			out.Logprobs[i] = &HostLogprob{Sample: s, Rank: rank(raw, s.Token)}
+		}
+	}
+	return out, nil
+}
+
+// newRequest checks a new request and builds its state.
+func (h *HostSession) newRequest(nr *HostNewRequest) (*hostRequest, error) {
+	p := nr.Params
+	p.N = 1
+	if err := p.Normalize(h.e.model.VocabSize); err != nil {
+		return nil, err
+	}
+	if err := h.e.checkPrompt(nr.PromptIDs); err != nil {
+		return nil, err
+	}
+	if nr.NumComputed < 0 || nr.NumComputed > len(nr.PromptIDs) {
+		return nil, fmt.Errorf("%w: num_computed_tokens %d outside [0, %d]", ErrInvalidRequest, nr.NumComputed, len(nr.PromptIDs))
+	}
+	blocks, err := h.checkBlocks(nil, nr.BlockIDs)
+	if err != nil {
+		return nil, err
+	}
+	r := &hostRequest{tokens: append(make([]int32, 0, len(nr.PromptIDs)+16), nr.PromptIDs...), numPrompt: len(nr.PromptIDs),
+		params: p, logprobs: nr.WantLogprobs, blocks: blocks}
+	r.stopIDs = append(r.stopIDs, p.StopTokenIDs...)
+	if !p.IgnoreEOS {
+		r.stopIDs = append(r.stopIDs, h.e.eos...)
+	}
+	if p.Seed != nil {
+		r.rng = rand.New(rand.NewPCG(uint64(*p.Seed), 0))
+	} else {
+		r.rng = rand.New(rand.NewPCG(h.e.rng.Uint64(), h.e.rng.Uint64()))
+	}
+	return r, nil
+}
+
+// update returns old's state as a cached request changes it, leaving old untouched.
+func (h *HostSession) update(old *hostRequest, cr *HostCachedRequest) (*hostRequest, error) {
+	r := *old
+	base := old.blocks
+	if cr.Resumed {
+		base = nil
+	}
+	blocks, err := h.checkBlocks(base, cr.NewBlockIDs)
+	if err != nil {
+		return nil, err
+	}
+	r.blocks = blocks
+	if have := len(old.tokens) - old.numPrompt; cr.NumOutput >= 0 {
+		if cr.NumOutput > have {
+			return nil, fmt.Errorf("%w: the host counts %d output tokens, the engine sampled %d", ErrInvalidRequest, cr.NumOutput, have)
+		}
+		// Forgetting tokens must not write through to old's array, which a later append reuses.
+		r.tokens = old.tokens[: old.numPrompt+cr.NumOutput : old.numPrompt+cr.NumOutput]
+	}
+	return &r, nil
+}
+
+// checkBlocks returns base followed by ids (a new array), checking every id against the
+// session's cache.
+func (h *HostSession) checkBlocks(base, ids []int32) ([]int32, error) {
+	for _, b := range ids {
+		if b < 0 || int(b) >= h.numBlocks {
+			return nil, fmt.Errorf("%w: block id %d outside the host's KV cache [0, %d)", ErrInvalidRequest, b, h.numBlocks)
+		}
+	}
+	if len(ids) == 0 && base != nil {
+		return base, nil
+	}
+	out := make([]int32, 0, len(base)+len(ids))
+	return append(append(out, base...), ids...), nil
+}
+
+// schedule checks one scheduled request's token range and builds its work.
+func (h *HostSession) schedule(step *HostStep, id string, r *hostRequest, computed int, seen map[string]bool) (planned, error) {
+	if seen[id] {
+		return planned{}, fmt.Errorf("%w: request %q is scheduled twice", ErrInvalidRequest, id)
+	}
+	seen[id] = true
+	k, ok := step.NumScheduled[id]
+	if !ok || k <= 0 {
+		return planned{}, fmt.Errorf("%w: request %q: num_scheduled_tokens is %d, want at least 1", ErrInvalidRequest, id, k)
+	}
+	end := computed + k
+	switch {
+	case computed < 0 || computed > len(r.tokens):
+		return planned{}, fmt.Errorf("%w: request %q: num_computed_tokens %d outside [0, %d]", ErrInvalidRequest, id, computed, len(r.tokens))
+	case end > len(r.tokens):
+		return planned{}, fmt.Errorf("%w: request %q: %d tokens scheduled from %d run past its %d known tokens (speculative decoding is not supported)",
+			ErrInvalidRequest, id, k, computed, len(r.tokens))
+	case end > len(r.blocks)*h.blockSize:
+		return planned{}, fmt.Errorf("%w: request %q: %d tokens need %d KV blocks of %d, its table has %d",
+			ErrInvalidRequest, id, end, (end+h.blockSize-1)/h.blockSize, h.blockSize, len(r.blocks))
+	}
+	return planned{id: id, req: r, work: Work{Tokens: r.tokens, Start: computed, NumTokens: k, BlockTable: r.blocks,
+		Sample: end == len(r.tokens)}}, nil
+}
+
+// rank counts the tokens whose logit is at least tok's.
+func rank(logits []float32, tok int32) int {
+	n, v := 0, logits[tok]
+	for _, x := range logits {
+		if x >= v {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs of bridge/atom.proto (regenerate with bridge/generate.sh; do not edit)."""
