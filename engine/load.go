@@ -71,7 +71,7 @@ func New(cfg Config, log *slog.Logger) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	tok, err := loadTokenizer(cfg)
+	tok, err := loadTokenizer(cfg, ck)
 	if err != nil {
 		return nil, err
 	}
@@ -107,11 +107,22 @@ func newBackend(cfg Config) (ops.Backend, error) {
 	}
 }
 
-// loadTokenizer loads tokenizer.json from --tokenizer or the model directory; a checkpoint
-// without one serves token-id prompts only.
-func loadTokenizer(cfg Config) (*tokenizer.Tokenizer, error) {
+// loadTokenizer loads tokenizer.json from --tokenizer or the model directory, or, for a
+// checkpoint opened from a GGUF file (and no --tokenizer), builds the tokenizer from the
+// file's metadata; a checkpoint without one serves token-id prompts only.
+func loadTokenizer(cfg Config, ck *models.Checkpoint) (*tokenizer.Tokenizer, error) {
 	dir := cfg.Tokenizer
 	if dir == "" {
+		if meta := ck.GGUFMetadata(); meta != nil {
+			if _, ok := meta["tokenizer.ggml.model"]; !ok {
+				return nil, nil
+			}
+			tok, err := tokenizer.FromGGUF(meta)
+			if err != nil {
+				return nil, fmt.Errorf("load tokenizer from %s: %w", cfg.Model, err)
+			}
+			return tok, nil
+		}
 		dir = cfg.Model
 		if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); errors.Is(err, os.ErrNotExist) {
 			return nil, nil

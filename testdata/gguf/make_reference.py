@@ -22,7 +22,9 @@ library) with one correction. transformers' GGUF converter ignores tokenizer.ggm
 of digits together; SmolLM2's own tokenizer.json (and llama.cpp's "smollm" pre-tokenizer)
 split every digit first: Sequence[Digits(individual_digits=True), ByteLevel(use_regex=True)].
 The script installs exactly that pipeline, so the reference ids are the original model's.
-It prints which texts the uncorrected converter would tokenize differently.
+It prints which texts the uncorrected converter would tokenize differently: none of these,
+as it happens, since the SmolLM2 vocabulary has no token with a digit next to anything else
+(its merges were learned on split digits), so both pipelines agree here.
 
 Where it ran: on the developer machine's CPU, not on the device machine. The device can only
 receive 64 MiB with a run and the GGUF alone is 98 MB (it cannot be fetched there: no
