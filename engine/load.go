@@ -35,7 +35,8 @@ func New(cfg Config, log *slog.Logger) (*Engine, error) {
 	}
 	mc := ck.Config
 	limits := models.Options{MaxTokens: cfg.MaxNumBatchedTokens, MaxSeqs: cfg.MaxNumSeqs}
-	model, err := models.Load(ck, be, limits)
+	bar := newProgressBar("loading weights", log)
+	model, err := models.Load(ck, be, models.Options{MaxTokens: limits.MaxTokens, MaxSeqs: limits.MaxSeqs, Progress: bar.update})
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func loadDecoder(ck *Checkpoint, be ops.Backend, opt Options, dopt decoderOption
 	d := &decoder{cfg: c, be: be, opt: dopt, rope: rope, attn: ops.AttnShape{
 		NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 		Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}}
-	if err := d.loadWeights(ck); err != nil {
+	if err := d.loadWeights(ck, opt.Progress); err != nil {
 		return nil, err
 	}
 	n, h := opt.MaxTokens, c.HiddenSize
@@ -62,9 +62,9 @@ func loadDecoder(ck *Checkpoint, be ops.Backend, opt Options, dopt decoderOption
 	return d, nil
 }
 
-func (d *decoder) loadWeights(ck *Checkpoint) error {
+func (d *decoder) loadWeights(ck *Checkpoint, progress func(done, total int64)) error {
 	c := d.cfg
-	w := &weightLoader{ck: ck, be: d.be}
+	w := newWeightLoader(ck, d.be, progress)
 	h, qd, kvd, inter := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.Intermediate
 	var err error
 	get := func(dst *ops.Tensor, name string, shape ...int) {

@@ -36,6 +36,9 @@ type Options struct {
 	MaxTokens int
 	// MaxSeqs is the most sequences one Forward call carries (logit rows).
 	MaxSeqs int
+	// Progress, when set, is told the checkpoint bytes handed to the backend so far and
+	// their total, after each tensor.
+	Progress func(done, total int64)
 }
 
 type family struct {
@@ -74,8 +77,19 @@ func Load(ck *Checkpoint, be ops.Backend, opt Options) (Model, error) {
 
 // weightLoader fetches checkpoint tensors onto a backend, checking each shape.
 type weightLoader struct {
-	ck *Checkpoint
-	be ops.Backend
+	ck       *Checkpoint
+	be       ops.Backend
+	progress func(done, total int64)
+	done     int64
+	total    int64
+}
+
+func newWeightLoader(ck *Checkpoint, be ops.Backend, progress func(done, total int64)) *weightLoader {
+	w := &weightLoader{ck: ck, be: be, progress: progress}
+	for _, t := range ck.tensors {
+		w.total += int64(len(t.Data))
+	}
+	return w
 }
 
 func (w *weightLoader) get(name string, shape ...int) (ops.Tensor, error) {
@@ -89,6 +103,10 @@ func (w *weightLoader) get(name string, shape ...int) (ops.Tensor, error) {
 	t, err := w.be.Weight(name, ti.DType, ti.Shape, ti.Data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ti.File, err)
+	}
+	if w.progress != nil {
+		w.done += int64(len(ti.Data))
+		w.progress(w.done, w.total)
 	}
 	return t, nil
 }
