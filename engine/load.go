@@ -27,12 +27,25 @@ func New(cfg Config, log *slog.Logger) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The cpu backend reads weights in place from the mapping, so it stays open for the
-	// engine's life; the process exit unmaps it.
 	be, err := newBackend(cfg)
 	if err != nil {
+		ck.Close()
 		return nil, err
 	}
+	// The cpu backend reads weights in place from the mapping, so the checkpoint stays open
+	// until the engine is closed, after the backend; a failed start releases both.
+	release := func() {
+		if c, ok := be.(interface{ Close() }); ok {
+			c.Close()
+		}
+		ck.Close()
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			release()
+		}
+	}()
 	mc := ck.Config
 	limits := models.Options{MaxTokens: cfg.MaxNumBatchedTokens, MaxSeqs: cfg.MaxNumSeqs}
 	bar := newProgressBar("loading weights", log)
@@ -92,9 +105,7 @@ func New(cfg Config, log *slog.Logger) (*Engine, error) {
 	}
 	log.Info("engine ready", "model", cfg.Model, "arch", mc.Architecture, "device", cfg.Device,
 		"kv_blocks", numBlocks, "block_size", cfg.BlockSize, "max_model_len", maxLen)
-	if c, ok := be.(interface{ Close() }); ok {
-		e.release = c.Close
-	}
+	e.release, ok = release, true
 	go e.loop()
 	return e, nil
 }
