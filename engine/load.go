@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/atom-go/atom/engine/sched"
 	"github.com/atom-go/atom/engine/tokenizer"
@@ -16,7 +17,29 @@ import (
 )
 
 // New loads the checkpoint named by cfg.Model, sizes the KV cache and starts the engine loop.
+//
+// Loading and the loop run on one goroutine locked to its OS thread: a GPU context is current
+// per thread, so every device call of the engine's life is made from that thread.
 func New(cfg Config, log *slog.Logger) (*Engine, error) {
+	type result struct {
+		e   *Engine
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		e, err := build(cfg, log)
+		res <- result{e, err}
+		if err == nil {
+			e.loop()
+		}
+	}()
+	r := <-res
+	return r.e, r.err
+}
+
+// build loads everything the loop needs; it runs on the loop's goroutine.
+func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -106,7 +129,6 @@ func New(cfg Config, log *slog.Logger) (*Engine, error) {
 	log.Info("engine ready", "model", cfg.Model, "arch", mc.Architecture, "device", cfg.Device,
 		"kv_blocks", numBlocks, "block_size", cfg.BlockSize, "max_model_len", maxLen)
 	e.release, ok = release, true
-	go e.loop()
 	return e, nil
 }
 
