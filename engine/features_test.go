@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,20 +65,8 @@ func TestNChoicesAndSeeds(t *testing.T) {
 		require.Equal(t, a[i].TokenIDs, b[i].TokenIDs, "same seed, same output")
 		require.Len(t, a[i].TokenIDs, 10)
 	}
-	require.False(t, equal(a[0].TokenIDs, a[1].TokenIDs) && equal(a[1].TokenIDs, a[2].TokenIDs),
+	require.False(t, slices.Equal(a[0].TokenIDs, a[1].TokenIDs) && slices.Equal(a[1].TokenIDs, a[2].TokenIDs),
 		"the choices of one request draw different samples")
-}
-
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestModelLengthEndsGeneration(t *testing.T) {

@@ -7,6 +7,7 @@ package models
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/atom-go/atom/ops"
@@ -97,7 +98,7 @@ func (w *weightLoader) get(name string, shape ...int) (ops.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !sameShape(ti.Shape, shape) {
+	if !slices.Equal(ti.Shape, shape) {
 		return nil, fmt.Errorf("%s: tensor %s has shape %v, the config implies %v", ti.File, name, ti.Shape, shape)
 	}
 	t, err := w.be.Weight(name, ti.DType, ti.Shape, ti.Data)
@@ -109,16 +110,4 @@ func (w *weightLoader) get(name string, shape ...int) (ops.Tensor, error) {
 		w.progress(w.done, w.total)
 	}
 	return t, nil
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
