@@ -45,3 +45,7 @@ clean:
 # Regenerate the gRPC Go code (bridge/pb) and the Python stubs (python_shim/atom_go/_proto).
 proto:
 	bash bridge/generate.sh
+
+# The GPU kernels library (hipkernels/build/libatomk.so): nvcc for NVIDIA, `make -C hipkernels/src hip` for AMD.
+kernels:
+	$(MAKE) -C hipkernels/src

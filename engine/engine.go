@@ -174,11 +174,22 @@ func (e *Engine) loop() {
 			}
 		}
 		if e.sched.HasWork() {
-			if err := e.step(); err != nil {
+			if err := e.safeStep(); err != nil {
 				e.failAll(err)
 			}
 		}
 	}
+}
+
+// safeStep runs a step, turning a panic (a device fault reported by the gpu backend, a bug)
+// into an error so that the requests of the batch fail and the engine goes on.
+func (e *Engine) safeStep() (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("engine step failed: %v", p)
+		}
+	}()
+	return e.step()
 }
 
 // failAll ends every request with err: a forward pass failed and their state is unknown.

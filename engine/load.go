@@ -14,6 +14,7 @@ import (
 	"github.com/atom-go/atom/models"
 	"github.com/atom-go/atom/ops"
 	"github.com/atom-go/atom/ops/cpu"
+	"github.com/atom-go/atom/ops/gpu"
 )
 
 // New loads the checkpoint named by cfg.Model, sizes the KV cache and starts the engine loop.
@@ -50,7 +51,7 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	be, err := newBackend(cfg)
+	be, err := newBackend(cfg, ck.Config)
 	if err != nil {
 		ck.Close()
 		return nil, err
@@ -83,10 +84,9 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 		}
 		maxLen = cfg.MaxModelLen
 	}
-	numBlocks := cfg.NumKVBlocks
-	if numBlocks == 0 {
-		perBlock := int64(2 * mc.NumLayers * cfg.BlockSize * mc.NumKVHeads * mc.HeadDim * 4)
-		numBlocks = int(cfg.KVCacheMemory / perBlock)
+	numBlocks, err := kvBlocks(cfg, mc, be)
+	if err != nil {
+		return nil, err
 	}
 	if numBlocks*cfg.BlockSize < maxLen {
 		if cfg.MaxModelLen > 0 {
@@ -132,13 +132,54 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	return e, nil
 }
 
-func newBackend(cfg Config) (ops.Backend, error) {
-	switch cfg.Device {
-	case "cpu":
+func newBackend(cfg Config, mc *models.Config) (ops.Backend, error) {
+	if cfg.Device == "cpu" {
 		return cpu.New(cfg.Threads), nil
-	default:
-		return nil, fmt.Errorf("--device %s: this build has no gpu backend yet", cfg.Device)
 	}
+	dt := mc.DType
+	if cfg.DType != "auto" && cfg.DType != "" {
+		d, err := ops.ParseDType(cfg.DType)
+		if err != nil {
+			return nil, fmt.Errorf("--dtype: %w", err)
+		}
+		dt = d
+	}
+	be, err := gpu.New(0, gpu.Options{DType: dt})
+	if err != nil {
+		return nil, err
+	}
+	// build runs on the loop's locked thread: make the device current on it.
+	if err := be.BindThread(); err != nil {
+		be.Close()
+		return nil, err
+	}
+	return be, nil
+}
+
+// kvBlocks sizes the KV cache: --num-kv-blocks if given; on the gpu, what
+// --gpu-memory-utilization of the device leaves after the weights and workspaces already
+// allocated (the model's buffers are sized for the largest step, so that is the peak); on the
+// cpu, --kv-cache-memory bytes of float32.
+func kvBlocks(cfg Config, mc *models.Config, be ops.Backend) (int, error) {
+	if cfg.NumKVBlocks > 0 {
+		return cfg.NumKVBlocks, nil
+	}
+	elems := int64(2 * mc.NumLayers * cfg.BlockSize * mc.NumKVHeads * mc.HeadDim)
+	g, ok := be.(*gpu.Backend)
+	if !ok {
+		return int(cfg.KVCacheMemory / (elems * 4)), nil
+	}
+	free, total, err := g.Lib().MemInfo()
+	if err != nil {
+		return 0, fmt.Errorf("size the KV cache: %w", err)
+	}
+	used := int64(total - free)
+	budget := int64(float64(total)*cfg.GPUMemoryUtilization) - used
+	n := budget / (elems * int64(g.DType().Size()))
+	if n <= 0 {
+		return 0, fmt.Errorf("no device memory left for the KV cache: %d of %d bytes used and --gpu-memory-utilization %.2f", used, total, cfg.GPUMemoryUtilization)
+	}
+	return int(n), nil
 }
 
 // loadTokenizer loads tokenizer.json from --tokenizer or the model directory, or, for a

@@ -1,0 +1,115 @@
+package hipkernels
+
+import "unsafe"
+
+// fns holds one Go function per atomk_* symbol, with the C signature spelt in Go types:
+// int -> int32, size_t -> uint64, int64_t -> int64, float -> float32, pointers -> uintptr
+// (device or C memory) or unsafe.Pointer (Go memory written by the call).
+type fns struct {
+	abiVersion func(version, warp *int32) int32
+
+	deviceCount func(count *int32) int32
+	setDevice   func(dev int32) int32
+	deviceInfo  func(dev int32, name unsafe.Pointer, nameLen int32, sms, cc *int32, total *uint64) int32
+	memInfo     func(free, total *uint64) int32
+	malloc      func(p *uintptr, bytes uint64) int32
+	free        func(p uintptr) int32
+	hostAlloc   func(p *uintptr, bytes uint64) int32
+	hostFree    func(p uintptr) int32
+	memcpyH2D   func(dst, src uintptr, bytes uint64, s uintptr) int32
+	memcpyD2H   func(dst, src uintptr, bytes uint64, s uintptr) int32
+	memcpyD2D   func(dst, src uintptr, bytes uint64, s uintptr) int32
+	memset      func(dst uintptr, value int32, bytes uint64, s uintptr) int32
+	streamNew   func(s *uintptr) int32
+	streamDel   func(s uintptr) int32
+	streamSync  func(s uintptr) int32
+	streamWait  func(s, e uintptr) int32
+	deviceSync  func() int32
+	eventNew    func(e *uintptr) int32
+	eventDel    func(e uintptr) int32
+	eventRecord func(e, s uintptr) int32
+	eventSync   func(e uintptr) int32
+	eventMs     func(ms *float32, start, end uintptr) int32
+	graphBegin  func(s uintptr) int32
+	graphEnd    func(s uintptr, exec *uintptr) int32
+	graphLaunch func(exec, s uintptr) int32
+	graphDel    func(exec uintptr) int32
+
+	blasNew func(h *uintptr) int32
+	blasDel func(h uintptr) int32
+	gemm    func(h, s uintptr, dt int32, out, x, w uintptr, m, n, k int32) int32
+
+	ncclID        func(id unsafe.Pointer) int32
+	ncclInit      func(comm *uintptr, nranks int32, id unsafe.Pointer, rank int32) int32
+	ncclAllReduce func(comm uintptr, dt int32, send, recv uintptr, count uint64, s uintptr) int32
+	ncclDel       func(comm uintptr) int32
+
+	fill        func(dt int32, dst uintptr, n uint64, value float32, s uintptr) int32
+	gatherRows  func(dt int32, out, src, rows uintptr, n, cols, srcRows int32, s uintptr) int32
+	rmsNorm     func(dt int32, out, x, residual, w uintptr, rows, cols int32, eps float32, s uintptr) int32
+	headRMSNorm func(dt int32, x, w uintptr, rows, heads, headDim int32, eps float32, s uintptr) int32
+	siluMul     func(dt int32, out, gate, up uintptr, rows, cols int32, s uintptr) int32
+	addBias     func(dt int32, out, bias uintptr, rows, cols int32, s uintptr) int32
+	ropeWriteKV func(dt int32, q, k, v, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
+		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
+	attnWorkspace  func(tokens, numHeads, numKVHeads, headDim, maxCtx int32, bytes *uint64) int32
+	pagedAttention func(dt int32, out, q, kCache, vCache, tokenSeq, positions, blockTables uintptr,
+		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx int32,
+		workspace uintptr, workspaceSize uint64, s uintptr) int32
+	argmaxRows func(dt int32, out, x uintptr, rows, cols int32, s uintptr) int32
+}
+
+type binding struct {
+	fptr any
+	name string
+}
+
+// table lists every symbol the bindings need; load fails if the library lacks one.
+func (f *fns) table() []binding {
+	return []binding{
+		{&f.abiVersion, "atomk_abi_version"},
+		{&f.deviceCount, "atomk_device_count"},
+		{&f.setDevice, "atomk_set_device"},
+		{&f.deviceInfo, "atomk_device_info"},
+		{&f.memInfo, "atomk_mem_info"},
+		{&f.malloc, "atomk_malloc"},
+		{&f.free, "atomk_free"},
+		{&f.hostAlloc, "atomk_host_alloc"},
+		{&f.hostFree, "atomk_host_free"},
+		{&f.memcpyH2D, "atomk_memcpy_h2d"},
+		{&f.memcpyD2H, "atomk_memcpy_d2h"},
+		{&f.memcpyD2D, "atomk_memcpy_d2d"},
+		{&f.memset, "atomk_memset"},
+		{&f.streamNew, "atomk_stream_create"},
+		{&f.streamDel, "atomk_stream_destroy"},
+		{&f.streamSync, "atomk_stream_sync"},
+		{&f.streamWait, "atomk_stream_wait_event"},
+		{&f.deviceSync, "atomk_device_sync"},
+		{&f.eventNew, "atomk_event_create"},
+		{&f.eventDel, "atomk_event_destroy"},
+		{&f.eventRecord, "atomk_event_record"},
+		{&f.eventSync, "atomk_event_sync"},
+		{&f.eventMs, "atomk_event_elapsed"},
+		{&f.graphBegin, "atomk_graph_capture_begin"},
+		{&f.graphEnd, "atomk_graph_capture_end"},
+		{&f.graphLaunch, "atomk_graph_launch"},
+		{&f.graphDel, "atomk_graph_destroy"},
+		{&f.blasNew, "atomk_blas_create"},
+		{&f.blasDel, "atomk_blas_destroy"},
+		{&f.gemm, "atomk_gemm"},
+		{&f.ncclID, "atomk_nccl_unique_id"},
+		{&f.ncclInit, "atomk_nccl_init"},
+		{&f.ncclAllReduce, "atomk_nccl_all_reduce_sum"},
+		{&f.ncclDel, "atomk_nccl_destroy"},
+		{&f.fill, "atomk_fill"},
+		{&f.gatherRows, "atomk_gather_rows"},
+		{&f.rmsNorm, "atomk_rms_norm"},
+		{&f.headRMSNorm, "atomk_head_rms_norm"},
+		{&f.siluMul, "atomk_silu_mul"},
+		{&f.addBias, "atomk_add_bias"},
+		{&f.ropeWriteKV, "atomk_rope_write_kv"},
+		{&f.attnWorkspace, "atomk_paged_attention_workspace"},
+		{&f.pagedAttention, "atomk_paged_attention"},
+		{&f.argmaxRows, "atomk_argmax_rows"},
+	}
+}

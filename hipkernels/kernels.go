@@ -1,0 +1,152 @@
+package hipkernels
+
+import "unsafe"
+
+// BlasCreate makes a BLAS handle (with a 32 MiB workspace) for the current device.
+func (l *Lib) BlasCreate() (Blas, error) {
+	var h uintptr
+	err := l.call("atomk_blas_create", func() int32 { return l.f.blasNew(&h) })
+	return Blas(h), err
+}
+
+// BlasDestroy releases a BLAS handle.
+func (l *Lib) BlasDestroy(h Blas) error {
+	return l.call("atomk_blas_destroy", func() int32 { return l.f.blasDel(uintptr(h)) })
+}
+
+// Gemm queues out[m,n] = x[m,k] · w[n,k]ᵀ, every operand of dtype dt, float accumulation.
+func (l *Lib) Gemm(h Blas, s Stream, dt DType, out, x, w Ptr, m, n, k int) error {
+	return l.call("atomk_gemm", func() int32 {
+		return l.f.gemm(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(x), uintptr(w), int32(m), int32(n), int32(k))
+	})
+}
+
+// NcclUniqueID makes the id that every rank of a new communicator passes to NcclInit.
+func (l *Lib) NcclUniqueID() ([128]byte, error) {
+	var id [128]byte
+	err := l.call("atomk_nccl_unique_id", func() int32 { return l.f.ncclID(unsafe.Pointer(&id[0])) })
+	return id, err
+}
+
+// NcclInit joins communicator id as rank of nranks, on the current device.
+func (l *Lib) NcclInit(nranks int, id [128]byte, rank int) (Comm, error) {
+	var c uintptr
+	err := l.call("atomk_nccl_init", func() int32 { return l.f.ncclInit(&c, int32(nranks), unsafe.Pointer(&id[0]), int32(rank)) })
+	return Comm(c), err
+}
+
+// NcclAllReduceSum queues recv = Σ_ranks send over count elements of dt (send may equal recv).
+func (l *Lib) NcclAllReduceSum(c Comm, dt DType, send, recv Ptr, count int, s Stream) error {
+	return l.call("atomk_nccl_all_reduce_sum", func() int32 {
+		return l.f.ncclAllReduce(uintptr(c), int32(dt), uintptr(send), uintptr(recv), uint64(count), uintptr(s))
+	})
+}
+
+// NcclDestroy releases a communicator.
+func (l *Lib) NcclDestroy(c Comm) error {
+	return l.call("atomk_nccl_destroy", func() int32 { return l.f.ncclDel(uintptr(c)) })
+}
+
+// Fill queues dst[0:n] = value.
+func (l *Lib) Fill(dt DType, dst Ptr, n int, value float32, s Stream) error {
+	return l.call("atomk_fill", func() int32 { return l.f.fill(int32(dt), uintptr(dst), uint64(n), value, uintptr(s)) })
+}
+
+// GatherRows queues out[i,:] = src[rows[i],:] for i < n; rows is an int32 device array and src
+// has srcRows rows of cols elements.
+func (l *Lib) GatherRows(dt DType, out, src, rows Ptr, n, cols, srcRows int, s Stream) error {
+	return l.call("atomk_gather_rows", func() int32 {
+		return l.f.gatherRows(int32(dt), uintptr(out), uintptr(src), uintptr(rows), int32(n), int32(cols), int32(srcRows), uintptr(s))
+	})
+}
+
+// RMSNorm queues out = norm(x)·w per row, or with residual != 0: residual += x, out = norm(residual)·w.
+func (l *Lib) RMSNorm(dt DType, out, x, residual, w Ptr, rows, cols int, eps float32, s Stream) error {
+	return l.call("atomk_rms_norm", func() int32 {
+		return l.f.rmsNorm(int32(dt), uintptr(out), uintptr(x), uintptr(residual), uintptr(w), int32(rows), int32(cols), eps, uintptr(s))
+	})
+}
+
+// HeadRMSNorm queues the in-place norm of each headDim-wide head of x [rows, heads*headDim].
+func (l *Lib) HeadRMSNorm(dt DType, x, w Ptr, rows, heads, headDim int, eps float32, s Stream) error {
+	return l.call("atomk_head_rms_norm", func() int32 {
+		return l.f.headRMSNorm(int32(dt), uintptr(x), uintptr(w), int32(rows), int32(heads), int32(headDim), eps, uintptr(s))
+	})
+}
+
+// SiluMul queues out = silu(gate)·up over [rows, cols].
+func (l *Lib) SiluMul(dt DType, out, gate, up Ptr, rows, cols int, s Stream) error {
+	return l.call("atomk_silu_mul", func() int32 {
+		return l.f.siluMul(int32(dt), uintptr(out), uintptr(gate), uintptr(up), int32(rows), int32(cols), uintptr(s))
+	})
+}
+
+// AddBias queues out[r,:] += bias over [rows, cols].
+func (l *Lib) AddBias(dt DType, out, bias Ptr, rows, cols int, s Stream) error {
+	return l.call("atomk_add_bias", func() int32 {
+		return l.f.addBias(int32(dt), uintptr(out), uintptr(bias), int32(rows), int32(cols), uintptr(s))
+	})
+}
+
+// RopeArgs are the operands of RopeWriteKV (see atomk_rope_write_kv in src/atomk.h).
+type RopeArgs struct {
+	Q, K, V, KCache, VCache Ptr
+	Positions, Slots        Ptr // int32 [Tokens]
+	InvFreq                 Ptr // float32 [RotaryDim/2]
+	AttnFactor              float32
+	Tokens, QHeads, KVHeads int
+	HeadDim, RotaryDim      int
+	NumSlots                int64 // cache rows: blocks * block size
+}
+
+// RopeWriteKV queues the neox RoPE of q and k in place and the store of k and v into the caches.
+func (l *Lib) RopeWriteKV(dt DType, a *RopeArgs, s Stream) error {
+	return l.call("atomk_rope_write_kv", func() int32 {
+		return l.f.ropeWriteKV(int32(dt), uintptr(a.Q), uintptr(a.K), uintptr(a.V), uintptr(a.KCache), uintptr(a.VCache),
+			uintptr(a.Positions), uintptr(a.Slots), uintptr(a.InvFreq), a.AttnFactor, int32(a.Tokens), int32(a.QHeads),
+			int32(a.KVHeads), int32(a.HeadDim), int32(a.RotaryDim), a.NumSlots, uintptr(s))
+	})
+}
+
+// AttentionArgs are the operands of PagedAttention (see atomk_paged_attention in src/atomk.h).
+type AttentionArgs struct {
+	Out, Q, KCache, VCache Ptr
+	TokenSeq, Positions    Ptr // int32 [Tokens]
+	BlockTables            Ptr // int32 [seqs * BlockTableStride]
+	BlockTableStride       int
+	Tokens                 int
+	NumHeads, NumKVHeads   int
+	HeadDim, BlockSize     int
+	Scale                  float32
+	MaxCtx                 int // the largest positions[t]+1 of the batch
+	Workspace              Ptr // float scratch of WorkspaceBytes, at least PagedAttentionWorkspace's size
+	WorkspaceBytes         int
+}
+
+// PagedAttentionWorkspace returns the scratch bytes PagedAttention needs for this shape (0 when
+// the batch fills the GPU without splitting the context).
+func (l *Lib) PagedAttentionWorkspace(tokens, numHeads, numKVHeads, headDim, maxCtx int) (int, error) {
+	var n uint64
+	err := l.call("atomk_paged_attention_workspace", func() int32 {
+		return l.f.attnWorkspace(int32(tokens), int32(numHeads), int32(numKVHeads), int32(headDim), int32(maxCtx), &n)
+	})
+	return int(n), err
+}
+
+// PagedAttention queues causal attention of every query token over its sequence's cached context.
+func (l *Lib) PagedAttention(dt DType, a *AttentionArgs, s Stream) error {
+	return l.call("atomk_paged_attention", func() int32 {
+		return l.f.pagedAttention(int32(dt), uintptr(a.Out), uintptr(a.Q), uintptr(a.KCache), uintptr(a.VCache),
+			uintptr(a.TokenSeq), uintptr(a.Positions), uintptr(a.BlockTables), int32(a.BlockTableStride), int32(a.Tokens),
+			int32(a.NumHeads), int32(a.NumKVHeads), int32(a.HeadDim), int32(a.BlockSize), a.Scale, int32(a.MaxCtx),
+			uintptr(a.Workspace), uint64(a.WorkspaceBytes), uintptr(s))
+	})
+}
+
+// ArgmaxRows queues out[r] = argmax of row r of x [rows, cols] (int32 device output; first index
+// on ties, NaN never wins).
+func (l *Lib) ArgmaxRows(dt DType, out, x Ptr, rows, cols int, s Stream) error {
+	return l.call("atomk_argmax_rows", func() int32 {
+		return l.f.argmaxRows(int32(dt), uintptr(out), uintptr(x), int32(rows), int32(cols), uintptr(s))
+	})
+}

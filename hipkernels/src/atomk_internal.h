@@ -1,0 +1,53 @@
+// atomk_internal.h: helpers shared by the library's sources (not part of the ABI): error
+// reporting, the runtime-call check, the launch check and the dtype dispatch.
+#ifndef ATOMK_INTERNAL_H
+#define ATOMK_INTERNAL_H
+
+#include "atomk_port.h"
+#include "atomk.h"
+
+// Records a formatted message for atomk_last_error and returns status.
+int atomk_fail(int status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Returns ATOMK_ERR_RUNTIME from the enclosing function when a runtime call fails.
+#define ATOMK_RT(call)                                                                        \
+    do {                                                                                      \
+        gpuError_t atomk_e_ = (call);                                                         \
+        if (atomk_e_ != gpuSuccess)                                                           \
+            return atomk_fail(ATOMK_ERR_RUNTIME, "%s: %s", #call, gpuGetErrorString(atomk_e_)); \
+    } while (0)
+
+// After a kernel launch: reports a launch failure (bad configuration, no kernel image...).
+#define ATOMK_LAUNCHED(name)                                                                   \
+    do {                                                                                       \
+        gpuError_t atomk_e_ = gpuGetLastError();                                               \
+        if (atomk_e_ != gpuSuccess)                                                            \
+            return atomk_fail(ATOMK_ERR_RUNTIME, "launch %s: %s", name, gpuGetErrorString(atomk_e_)); \
+    } while (0)
+
+// Runs body with T bound to the storage type of dtype, or returns ATOMK_ERR_UNSUPPORTED.
+#define ATOMK_DISPATCH(dtype, fn_name, ...)                                                 \
+    switch (dtype) {                                                                        \
+        case ATOMK_F32: { typedef float T; __VA_ARGS__; } break;                            \
+        case ATOMK_F16: { typedef atomk_f16 T; __VA_ARGS__; } break;                        \
+        case ATOMK_BF16: { typedef atomk_bf16 T; __VA_ARGS__; } break;                      \
+        default: return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: dtype %d", fn_name, (int)(dtype)); \
+    }
+
+#define ATOMK_STREAM(s) static_cast<gpuStream_t>(s)
+
+// Threads for a per-row kernel: the row width rounded up to whole warps, at most 1024.
+static inline int atomk_row_threads(int cols) {
+    int t = ((cols + ATOMK_WARP_SIZE - 1) / ATOMK_WARP_SIZE) * ATOMK_WARP_SIZE;
+    return t > 1024 ? 1024 : (t < ATOMK_WARP_SIZE ? ATOMK_WARP_SIZE : t);
+}
+
+// Blocks for a grid-stride loop over n elements with threads per block, capped so that the
+// grid stays within limits; the loop covers the rest.
+static inline unsigned atomk_grid(size_t n, int threads) {
+    size_t b = (n + threads - 1) / threads;
+    if (b > 65535u * 8u) b = 65535u * 8u;
+    return b == 0 ? 1u : (unsigned)b;
+}
+
+#endif  // ATOMK_INTERNAL_H

@@ -1,0 +1,204 @@
+// blas.cu: the GEMM of every Linear layer through the vendor's Lt library (cuBLASLt on CUDA,
+// hipBLASLt on HIP): out[m,n] = x[m,k] · w[n,k]ᵀ with 16-bit or float operands and float
+// accumulation. A handle caches one plan (descriptors plus the heuristic's best algorithm) per
+// dtype and shape, so the heuristic runs once per shape.
+#include <stdint.h>
+
+#include <unordered_map>
+
+#include "atomk_internal.h"
+
+#if defined(ATOMK_HIP)
+#include <hipblaslt/hipblaslt.h>
+#define LtHandle hipblasLtHandle_t
+#define LtCreate hipblasLtCreate
+#define LtDestroy hipblasLtDestroy
+#define LtStatus hipblasStatus_t
+#define LT_OK HIPBLAS_STATUS_SUCCESS
+#define LtMatmulDesc hipblasLtMatmulDesc_t
+#define LtMatmulDescCreate hipblasLtMatmulDescCreate
+#define LtMatmulDescDestroy hipblasLtMatmulDescDestroy
+#define LtMatmulDescSetAttribute hipblasLtMatmulDescSetAttribute
+#define LT_DESC_TRANSA HIPBLASLT_MATMUL_DESC_TRANSA
+#define LT_DESC_TRANSB HIPBLASLT_MATMUL_DESC_TRANSB
+#define LtLayout hipblasLtMatrixLayout_t
+#define LtLayoutCreate hipblasLtMatrixLayoutCreate
+#define LtLayoutDestroy hipblasLtMatrixLayoutDestroy
+#define LtPref hipblasLtMatmulPreference_t
+#define LtPrefCreate hipblasLtMatmulPreferenceCreate
+#define LtPrefDestroy hipblasLtMatmulPreferenceDestroy
+#define LtPrefSetAttribute hipblasLtMatmulPreferenceSetAttribute
+#define LT_PREF_WORKSPACE HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+#define LtHeuristic hipblasLtMatmulHeuristicResult_t
+#define LtAlgoGetHeuristic hipblasLtMatmulAlgoGetHeuristic
+#define LtAlgo hipblasLtMatmulAlgo_t
+#define LtMatmul hipblasLtMatmul
+#define LtOp hipblasOperation_t
+#define LT_OP_N HIPBLAS_OP_N
+#define LT_OP_T HIPBLAS_OP_T
+#define LtDataType hipDataType
+#define LT_R_32F HIP_R_32F
+#define LT_R_16F HIP_R_16F
+#define LT_R_16BF HIP_R_16BF
+#define LT_COMPUTE_32F HIPBLAS_COMPUTE_32F
+#else
+#include <cublasLt.h>
+#define LtHandle cublasLtHandle_t
+#define LtCreate cublasLtCreate
+#define LtDestroy cublasLtDestroy
+#define LtStatus cublasStatus_t
+#define LT_OK CUBLAS_STATUS_SUCCESS
+#define LtMatmulDesc cublasLtMatmulDesc_t
+#define LtMatmulDescCreate cublasLtMatmulDescCreate
+#define LtMatmulDescDestroy cublasLtMatmulDescDestroy
+#define LtMatmulDescSetAttribute cublasLtMatmulDescSetAttribute
+#define LT_DESC_TRANSA CUBLASLT_MATMUL_DESC_TRANSA
+#define LT_DESC_TRANSB CUBLASLT_MATMUL_DESC_TRANSB
+#define LtLayout cublasLtMatrixLayout_t
+#define LtLayoutCreate cublasLtMatrixLayoutCreate
+#define LtLayoutDestroy cublasLtMatrixLayoutDestroy
+#define LtPref cublasLtMatmulPreference_t
+#define LtPrefCreate cublasLtMatmulPreferenceCreate
+#define LtPrefDestroy cublasLtMatmulPreferenceDestroy
+#define LtPrefSetAttribute cublasLtMatmulPreferenceSetAttribute
+#define LT_PREF_WORKSPACE CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+#define LtHeuristic cublasLtMatmulHeuristicResult_t
+#define LtAlgoGetHeuristic cublasLtMatmulAlgoGetHeuristic
+#define LtAlgo cublasLtMatmulAlgo_t
+#define LtMatmul cublasLtMatmul
+#define LtOp cublasOperation_t
+#define LT_OP_N CUBLAS_OP_N
+#define LT_OP_T CUBLAS_OP_T
+#define LtDataType cudaDataType_t
+#define LT_R_32F CUDA_R_32F
+#define LT_R_16F CUDA_R_16F
+#define LT_R_16BF CUDA_R_16BF
+#define LT_COMPUTE_32F CUBLAS_COMPUTE_32F
+#endif
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;
+
+struct Plan {
+    LtMatmulDesc desc = nullptr;
+    LtLayout a = nullptr, b = nullptr, c = nullptr;
+    LtAlgo algo;
+};
+
+struct Blas {
+    LtHandle lt = nullptr;
+    void* workspace = nullptr;
+    std::unordered_map<uint64_t, Plan> plans;
+};
+
+// Shapes are below 2^20 in every dimension (checked by atomk_gemm), so one word keys a plan.
+uint64_t plan_key(int dtype, int m, int n, int k) {
+    return ((uint64_t)dtype << 60) | ((uint64_t)m << 40) | ((uint64_t)n << 20) | (uint64_t)k;
+}
+
+void destroy_plan(Plan& p) {
+    if (p.a) LtLayoutDestroy(p.a);
+    if (p.b) LtLayoutDestroy(p.b);
+    if (p.c) LtLayoutDestroy(p.c);
+    if (p.desc) LtMatmulDescDestroy(p.desc);
+}
+
+#define LT(call)                                                                          \
+    do {                                                                                  \
+        LtStatus atomk_s_ = (call);                                                       \
+        if (atomk_s_ != LT_OK) {                                                          \
+            destroy_plan(p);                                                              \
+            return atomk_fail(ATOMK_ERR_BLAS, "%s: status %d (m=%d n=%d k=%d dtype=%d)", #call, \
+                              (int)atomk_s_, m, n, k, dtype);                             \
+        }                                                                                 \
+    } while (0)
+
+// Builds the plan of out[m,n] = x[m,k]·w[n,k]ᵀ. In the library's column-major terms the
+// row-major out is an n×m matrix: out = op(A)·B with A = w seen as k×n (transposed to n×k) and
+// B = x seen as k×m.
+int make_plan(Blas* h, int dtype, int m, int n, int k, Plan* out) {
+    Plan p;
+    LtDataType t = dtype == ATOMK_F32 ? LT_R_32F : dtype == ATOMK_F16 ? LT_R_16F : LT_R_16BF;
+    LtOp ta = LT_OP_T, tb = LT_OP_N;
+    LT(LtMatmulDescCreate(&p.desc, LT_COMPUTE_32F, LT_R_32F));
+    LT(LtMatmulDescSetAttribute(p.desc, LT_DESC_TRANSA, &ta, sizeof ta));
+    LT(LtMatmulDescSetAttribute(p.desc, LT_DESC_TRANSB, &tb, sizeof tb));
+    LT(LtLayoutCreate(&p.a, t, k, n, k));
+    LT(LtLayoutCreate(&p.b, t, k, m, k));
+    LT(LtLayoutCreate(&p.c, t, n, m, n));
+    LtPref pref = nullptr;
+    LT(LtPrefCreate(&pref));
+    size_t ws = kWorkspaceBytes;
+    LtStatus s = LtPrefSetAttribute(pref, LT_PREF_WORKSPACE, &ws, sizeof ws);
+    LtHeuristic result;
+    int found = 0;
+    if (s == LT_OK) s = LtAlgoGetHeuristic(h->lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    LtPrefDestroy(pref);
+    if (s != LT_OK || found == 0) {
+        destroy_plan(p);
+        return atomk_fail(ATOMK_ERR_BLAS, "matmul heuristic found no algorithm (status %d) for m=%d n=%d k=%d dtype=%d",
+                          (int)s, m, n, k, dtype);
+    }
+    p.algo = result.algo;
+    *out = p;
+    return ATOMK_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+int atomk_blas_create(void** handle) {
+    if (!handle) return atomk_fail(ATOMK_ERR_INVALID, "atomk_blas_create: null output");
+    Blas* h = new Blas();
+    LtStatus s = LtCreate(&h->lt);
+    if (s != LT_OK) {
+        delete h;
+        return atomk_fail(ATOMK_ERR_BLAS, "blasLt create: status %d", (int)s);
+    }
+    gpuError_t e = gpuMalloc(&h->workspace, kWorkspaceBytes);
+    if (e != gpuSuccess) {
+        LtDestroy(h->lt);
+        delete h;
+        return atomk_fail(ATOMK_ERR_RUNTIME, "blas workspace of %zu bytes: %s", kWorkspaceBytes, gpuGetErrorString(e));
+    }
+    *handle = h;
+    return ATOMK_OK;
+}
+
+int atomk_blas_destroy(void* handle) {
+    Blas* h = static_cast<Blas*>(handle);
+    if (!h) return ATOMK_OK;
+    for (auto& kv : h->plans) destroy_plan(kv.second);
+    gpuFree(h->workspace);
+    LtDestroy(h->lt);
+    delete h;
+    return ATOMK_OK;
+}
+
+int atomk_gemm(void* handle, void* stream, int dtype, void* out, const void* x, const void* w, int m, int n, int k) {
+    Blas* h = static_cast<Blas*>(handle);
+    if (!h) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm: null handle");
+    if (dtype != ATOMK_F32 && dtype != ATOMK_F16 && dtype != ATOMK_BF16)
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm: dtype %d", dtype);
+    if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
+    uint64_t key = plan_key(dtype, m, n, k);
+    auto it = h->plans.find(key);
+    if (it == h->plans.end()) {
+        Plan p;
+        int st = make_plan(h, dtype, m, n, k, &p);
+        if (st != ATOMK_OK) return st;
+        it = h->plans.emplace(key, p).first;
+    }
+    Plan& p = it->second;
+    const float alpha = 1.f, beta = 0.f;
+    LtStatus s = LtMatmul(h->lt, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
+                          h->workspace, kWorkspaceBytes, ATOMK_STREAM(stream));
+    if (s != LT_OK)
+        return atomk_fail(ATOMK_ERR_BLAS, "matmul m=%d n=%d k=%d dtype=%d: status %d", m, n, k, dtype, (int)s);
+    return ATOMK_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,68 @@
+// embedding.cu: row gathers (the embedding lookup, the selection of rows for the logits) and a
+// fill used to initialise and poison buffers.
+#include <stdint.h>
+
+#include "atomk_internal.h"
+
+// out[i,:] = src[rows[i],:]. One block per output row; the row is moved in units of U (16, 4 or
+// 2 bytes, the widest that the row width and the pointers allow). A row index outside
+// [0, src_rows) is skipped: the host validates indices before they reach the device.
+template <typename U>
+__global__ void gather_rows_kernel(U* out, const U* src, const int32_t* rows, int units, int src_rows) {
+    const int i = blockIdx.x;
+    const int r = rows[i];
+    if (r < 0 || r >= src_rows) return;
+    const U* s = src + (size_t)r * units;
+    U* d = out + (size_t)i * units;
+    for (int c = threadIdx.x; c < units; c += blockDim.x) d[c] = s[c];
+}
+
+// dst[0:n] = value, grid-stride.
+template <typename T>
+__global__ void fill_kernel(T* dst, size_t n, float value) {
+    const T v = atomk_from_float<T>(value);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = v;
+}
+
+template <typename U>
+static int launch_gather(void* out, const void* src, const int32_t* rows, int n, size_t row_bytes, int src_rows,
+                         gpuStream_t s) {
+    const int units = (int)(row_bytes / sizeof(U));
+    gather_rows_kernel<U><<<n, atomk_row_threads(units), 0, s>>>(static_cast<U*>(out), static_cast<const U*>(src),
+                                                                  rows, units, src_rows);
+    ATOMK_LAUNCHED("gather_rows");
+    return ATOMK_OK;
+}
+
+extern "C" {
+
+int atomk_gather_rows(int dtype, void* out, const void* src, const int32_t* rows, int n, int cols, int src_rows,
+                      void* stream) {
+    if (n < 0 || cols <= 0 || src_rows < 0) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gather_rows: n=%d cols=%d", n, cols);
+    if (n == 0) return ATOMK_OK;
+    size_t esize;
+    switch (dtype) {
+        case ATOMK_F32: esize = 4; break;
+        case ATOMK_F16:
+        case ATOMK_BF16: esize = 2; break;
+        default: return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gather_rows: dtype %d", dtype);
+    }
+    const size_t row_bytes = (size_t)cols * esize;
+    const uintptr_t align = (uintptr_t)out | (uintptr_t)src;
+    gpuStream_t s = ATOMK_STREAM(stream);
+    if (row_bytes % 16 == 0 && align % 16 == 0) return launch_gather<uint4>(out, src, rows, n, row_bytes, src_rows, s);
+    if (row_bytes % 4 == 0 && align % 4 == 0) return launch_gather<uint32_t>(out, src, rows, n, row_bytes, src_rows, s);
+    return launch_gather<uint16_t>(out, src, rows, n, row_bytes, src_rows, s);
+}
+
+int atomk_fill(int dtype, void* dst, size_t n, float value, void* stream) {
+    if (n == 0) return ATOMK_OK;
+    const int threads = 256;
+    ATOMK_DISPATCH(dtype, "atomk_fill",
+                   fill_kernel<T><<<atomk_grid(n, threads), threads, 0, ATOMK_STREAM(stream)>>>(static_cast<T*>(dst), n, value));
+    ATOMK_LAUNCHED("fill");
+    return ATOMK_OK;
+}
+
+}  // extern "C"

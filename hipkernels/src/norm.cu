@@ -1,0 +1,80 @@
+// norm.cu: RMSNorm with the fused residual add of every pre-norm decoder layer, and the
+// per-head RMSNorm that Qwen3 applies to q and k.
+#include "atomk_internal.h"
+
+// One block per row. With a residual: residual = residual + x (stored in T), then the row is
+// normalised from the stored residual; without: from x. out = row * rsqrt(mean(row²) + eps) * w.
+// Each thread re-reads in the second pass only the elements it wrote or read in the first.
+template <typename T>
+__global__ void rms_norm_kernel(T* out, const T* x, T* residual, const T* w, int cols, float eps) {
+    __shared__ float scratch[1024 / ATOMK_WARP_SIZE];
+    const size_t base = (size_t)blockIdx.x * cols;
+    const T* xr = x + base;
+    float ss = 0.f;
+    if (residual) {
+        T* rr = residual + base;
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+            const T sum = atomk_from_float<T>(atomk_to_float(rr[c]) + atomk_to_float(xr[c]));
+            rr[c] = sum;
+            const float v = atomk_to_float(sum);
+            ss += v * v;
+        }
+    } else {
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+            const float v = atomk_to_float(xr[c]);
+            ss += v * v;
+        }
+    }
+    const float inv = rsqrtf(atomk_block_sum(ss, scratch) / (float)cols + eps);
+    const T* src = residual ? residual + base : xr;
+    T* o = out + base;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        o[c] = atomk_from_float<T>(atomk_to_float(src[c]) * inv * atomk_to_float(w[c]));
+}
+
+// One warp per head of x [rows, heads*head_dim], normalised in place with w [head_dim].
+template <typename T>
+__global__ void head_rms_norm_kernel(T* x, const T* w, size_t total_heads, int head_dim, float eps) {
+    const size_t h = (size_t)blockIdx.x * (blockDim.x / ATOMK_WARP_SIZE) + threadIdx.x / ATOMK_WARP_SIZE;
+    if (h >= total_heads) return;  // the whole warp leaves together
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE;
+    T* p = x + h * head_dim;
+    float ss = 0.f;
+    for (int d = lane; d < head_dim; d += ATOMK_WARP_SIZE) {
+        const float v = atomk_to_float(p[d]);
+        ss += v * v;
+    }
+    const float inv = rsqrtf(atomk_warp_sum(ss) / (float)head_dim + eps);
+    for (int d = lane; d < head_dim; d += ATOMK_WARP_SIZE)
+        p[d] = atomk_from_float<T>(atomk_to_float(p[d]) * inv * atomk_to_float(w[d]));
+}
+
+extern "C" {
+
+int atomk_rms_norm(int dtype, void* out, const void* x, void* residual, const void* w, int rows, int cols, float eps,
+                   void* stream) {
+    if (rows < 0 || cols <= 0) return atomk_fail(ATOMK_ERR_INVALID, "atomk_rms_norm: rows=%d cols=%d", rows, cols);
+    if (rows == 0) return ATOMK_OK;
+    ATOMK_DISPATCH(dtype, "atomk_rms_norm",
+                   rms_norm_kernel<T><<<rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream)>>>(
+                       static_cast<T*>(out), static_cast<const T*>(x), static_cast<T*>(residual),
+                       static_cast<const T*>(w), cols, eps));
+    ATOMK_LAUNCHED("rms_norm");
+    return ATOMK_OK;
+}
+
+int atomk_head_rms_norm(int dtype, void* x, const void* w, int rows, int heads, int head_dim, float eps, void* stream) {
+    if (rows < 0 || heads <= 0 || head_dim <= 0)
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_head_rms_norm: rows=%d heads=%d head_dim=%d", rows, heads, head_dim);
+    if (rows == 0) return ATOMK_OK;
+    const size_t total = (size_t)rows * heads;
+    const int threads = 256, per_block = threads / ATOMK_WARP_SIZE;
+    const unsigned blocks = (unsigned)((total + per_block - 1) / per_block);
+    ATOMK_DISPATCH(dtype, "atomk_head_rms_norm",
+                   head_rms_norm_kernel<T><<<blocks, threads, 0, ATOMK_STREAM(stream)>>>(
+                       static_cast<T*>(x), static_cast<const T*>(w), total, head_dim, eps));
+    ATOMK_LAUNCHED("head_rms_norm");
+    return ATOMK_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,88 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/atom-go/atom/hipkernels"
+	"github.com/atom-go/atom/ops"
+)
+
+// KVCache is the paged cache on the device: per layer, K and V of
+// [numBlocks, blockSize, kvHeads, headDim] in the compute dtype.
+type KVCache struct {
+	numBlocks, blockSize, kvHeads, headDim int
+	k, v                                   []hipkernels.Ptr
+}
+
+// Geometry returns numBlocks, blockSize, kvHeads, headDim.
+func (c *KVCache) Geometry() (int, int, int, int) {
+	return c.numBlocks, c.blockSize, c.kvHeads, c.headDim
+}
+
+// NewKVCache allocates the cache, zeroed.
+func (b *Backend) NewKVCache(layers, numBlocks, blockSize, kvHeads, headDim int) (ops.KVCache, error) {
+	if layers <= 0 || numBlocks <= 0 || blockSize <= 0 || kvHeads <= 0 || headDim <= 0 {
+		return nil, fmt.Errorf("kv cache: invalid geometry layers=%d blocks=%d block_size=%d kv_heads=%d head_dim=%d",
+			layers, numBlocks, blockSize, kvHeads, headDim)
+	}
+	c := &KVCache{numBlocks: numBlocks, blockSize: blockSize, kvHeads: kvHeads, headDim: headDim}
+	bytes := numBlocks * blockSize * kvHeads * headDim * b.dt.Size()
+	for l := 0; l < layers; l++ {
+		for _, dst := range []*[]hipkernels.Ptr{&c.k, &c.v} {
+			p, err := b.alloc(bytes)
+			if err != nil {
+				return nil, fmt.Errorf("kv cache layer %d of %d (%d bytes each for K and V): %w", l, layers, bytes, err)
+			}
+			if err := b.lib.Memset(p, 0, bytes, b.stream); err != nil {
+				return nil, fmt.Errorf("kv cache: %w", err)
+			}
+			*dst = append(*dst, p)
+		}
+	}
+	return c, nil
+}
+
+// RopeWriteKV rotates q and k in place (neox layout) and stores k and v at their slots.
+func (b *Backend) RopeWriteKV(q, k, v ops.Tensor, rope *ops.RoPE, cache ops.KVCache, layer int, meta *ops.AttnMetadata) {
+	qt, kt, vt, c := q.(*Tensor), k.(*Tensor), v.(*Tensor), cache.(*KVCache)
+	nt, hd := meta.NumTokens(), rope.HeadDim
+	kvw := c.kvHeads * c.headDim
+	if hd != c.headDim || qt.cols()%hd != 0 || kt.cols() != kvw || vt.cols() != kvw ||
+		qt.rows() < nt || kt.rows() < nt || vt.rows() < nt || layer < 0 || layer >= len(c.k) ||
+		len(rope.InvFreq) != rope.RotaryDim/2 {
+		shapeErr("RopeWriteKV", "q %v, k %v, v %v, head dim %d, cache %d kv heads of %d, layer %d of %d",
+			qt.shape, kt.shape, vt.shape, hd, c.kvHeads, c.headDim, layer, len(c.k))
+	}
+	if nt == 0 {
+		return
+	}
+	dm := b.prepare(meta, c)
+	a := &hipkernels.RopeArgs{Q: qt.ptr, K: kt.ptr, V: vt.ptr, KCache: c.k[layer], VCache: c.v[layer],
+		Positions: dm.positions, Slots: dm.slots, InvFreq: b.ropeFreq(rope), AttnFactor: rope.AttnFactor,
+		Tokens: nt, QHeads: qt.cols() / hd, KVHeads: c.kvHeads, HeadDim: hd, RotaryDim: rope.RotaryDim,
+		NumSlots: int64(c.numBlocks) * int64(c.blockSize)}
+	b.must("RopeWriteKV", b.lib.RopeWriteKV(b.kdt, a, b.stream))
+}
+
+// Attention computes causal attention of q over each sequence's cached context.
+func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, meta *ops.AttnMetadata, a ops.AttnShape) {
+	o, qt, c := out.(*Tensor), q.(*Tensor), cache.(*KVCache)
+	nt, w := meta.NumTokens(), a.NumHeads*a.HeadDim
+	if a.NumKVHeads != c.kvHeads || a.HeadDim != c.headDim || a.NumKVHeads <= 0 || a.NumHeads%a.NumKVHeads != 0 ||
+		qt.cols() != w || o.cols() != w || qt.rows() < nt || o.rows() < nt || layer < 0 || layer >= len(c.k) {
+		shapeErr("Attention", "out %v, q %v, shape %+v, cache %d kv heads of %d, layer %d of %d",
+			o.shape, qt.shape, a, c.kvHeads, c.headDim, layer, len(c.k))
+	}
+	if nt == 0 {
+		return
+	}
+	dm := b.prepare(meta, c)
+	ws, err := b.lib.PagedAttentionWorkspace(nt, a.NumHeads, a.NumKVHeads, a.HeadDim, dm.maxCtx)
+	b.must("Attention", err)
+	b.must("Attention", b.ensure(&b.attnWork, ws))
+	args := &hipkernels.AttentionArgs{Out: o.ptr, Q: qt.ptr, KCache: c.k[layer], VCache: c.v[layer],
+		TokenSeq: dm.tokenSeq, Positions: dm.positions, BlockTables: dm.tables, BlockTableStride: dm.stride,
+		Tokens: nt, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, BlockSize: c.blockSize,
+		Scale: a.Scale, MaxCtx: dm.maxCtx, Workspace: b.attnWork.ptr, WorkspaceBytes: b.attnWork.size}
+	b.must("Attention", b.lib.PagedAttention(b.kdt, args, b.stream))
+}

@@ -1,0 +1,128 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/atom-go/atom/ops"
+)
+
+// Host-side conversions between float32 and the 16-bit storage types, all little-endian and
+// rounding to nearest even, as the device does.
+
+// BF16FromFloat32 rounds f to bfloat16.
+func BF16FromFloat32(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 { // NaN: keep it a (quiet) NaN
+		return uint16(b>>16) | 0x40
+	}
+	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+}
+
+// BF16ToFloat32 widens a bfloat16.
+func BF16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// F16FromFloat32 rounds f to IEEE binary16 (overflow to infinity, subnormals kept).
+func F16FromFloat32(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	e := int32(b>>23) & 0xff
+	man := b & 0x7fffff
+	switch {
+	case e == 0xff && man != 0:
+		return sign | 0x7e00
+	case e == 0xff:
+		return sign | 0x7c00
+	}
+	exp := e - 127 + 15
+	if exp >= 0x1f {
+		return sign | 0x7c00
+	}
+	if exp <= 0 { // subnormal half (or zero)
+		if exp < -10 {
+			return sign
+		}
+		man |= 0x800000
+		shift := uint32(14 - exp)
+		h := man >> shift
+		rem, half := man&(1<<shift-1), uint32(1)<<(shift-1)
+		if rem > half || (rem == half && h&1 == 1) {
+			h++
+		}
+		return sign | uint16(h)
+	}
+	h := uint32(exp)<<10 | man>>13
+	if rem := man & 0x1fff; rem > 0x1000 || (rem == 0x1000 && h&1 == 1) {
+		h++ // a carry into the exponent is still the right rounding (up to infinity)
+	}
+	return sign | uint16(h)
+}
+
+// F16ToFloat32 widens an IEEE binary16.
+func F16ToFloat32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := int32(h>>10) & 0x1f
+	man := uint32(h & 0x3ff)
+	switch {
+	case exp == 0 && man == 0:
+		return math.Float32frombits(sign)
+	case exp == 0:
+		for man&0x400 == 0 {
+			man <<= 1
+			exp--
+		}
+		exp++
+		man &= 0x3ff
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0x7f800000 | man<<13)
+	}
+	return math.Float32frombits(sign | uint32(exp+127-15)<<23 | man<<13)
+}
+
+// elemToFloat32 decodes element i of raw little-endian data of type dt.
+func elemToFloat32(raw []byte, dt ops.DType, i int) float32 {
+	switch dt {
+	case ops.BF16:
+		return BF16ToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
+	case ops.F16:
+		return F16ToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
+	}
+	return math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+}
+
+// putFloat32 encodes f as element i of dst of type dt.
+func putFloat32(dst []byte, dt ops.DType, i int, f float32) {
+	switch dt {
+	case ops.BF16:
+		binary.LittleEndian.PutUint16(dst[2*i:], BF16FromFloat32(f))
+	case ops.F16:
+		binary.LittleEndian.PutUint16(dst[2*i:], F16FromFloat32(f))
+	default:
+		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(f))
+	}
+}
+
+// convertElems writes n elements of src (type from) into dst (type to).
+func convertElems(dst []byte, to ops.DType, src []byte, from ops.DType, n int) {
+	if to == from {
+		copy(dst[:n*to.Size()], src[:n*from.Size()])
+		return
+	}
+	for i := 0; i < n; i++ {
+		putFloat32(dst, to, i, elemToFloat32(src, from, i))
+	}
+}
+
+// toFloat32 decodes len(dst) elements of src (type dt).
+func toFloat32(dst []float32, src []byte, dt ops.DType) {
+	for i := range dst {
+		dst[i] = elemToFloat32(src, dt, i)
+	}
+}
+
+// fromFloat32 encodes src as elements of type dt into dst.
+func fromFloat32(dst []byte, dt ops.DType, src []float32) {
+	for i, f := range src {
+		putFloat32(dst, dt, i, f)
+	}
+}

@@ -1,0 +1,174 @@
+//go:build gpu
+
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/atom-go/atom/hipkernels"
+	"github.com/atom-go/atom/ops"
+)
+
+func TestRMSNorm(t *testing.T) {
+	for _, dt := range testDTypes {
+		b, c := newGPU(t, dt), newCPU(t)
+		for _, sh := range [][2]int{{1, 64}, {7, 1000}, {33, 4096}, {130, 2050}} {
+			rows, cols := sh[0], sh[1]
+			w := weight(t, b, c, randVals(dt, cols, 1), cols)
+			x := activation(b, randVals(dt, rows*cols, 1), rows, cols)
+			out := output(b, c, rows, cols)
+			b.RMSNorm(out.g, x.g, nil, w.g, 1e-6)
+			c.RMSNorm(out.c, x.c, nil, w.c, 1e-6)
+			compare(t, fmt.Sprintf("RMSNorm %dx%d", rows, cols), dt, read(b, out.g), out.c.Float32())
+
+			res := activation(b, randVals(dt, rows*cols, 2), rows, cols)
+			out = output(b, c, rows, cols)
+			b.RMSNorm(out.g, x.g, res.g, w.g, 1e-5)
+			c.RMSNorm(out.c, x.c, res.c, w.c, 1e-5)
+			compare(t, fmt.Sprintf("RMSNorm+residual out %dx%d", rows, cols), dt, read(b, out.g), out.c.Float32())
+			compare(t, fmt.Sprintf("RMSNorm+residual sum %dx%d", rows, cols), dt, read(b, res.g), res.c.Float32())
+		}
+	}
+}
+
+func TestHeadRMSNorm(t *testing.T) {
+	for _, dt := range testDTypes {
+		b, c := newGPU(t, dt), newCPU(t)
+		for _, sh := range [][3]int{{3, 8, 128}, {40, 4, 16}, {17, 2, 96}, {5, 3, 256}} {
+			rows, heads, hd := sh[0], sh[1], sh[2]
+			w := weight(t, b, c, randVals(dt, hd, 1), hd)
+			x := activation(b, randVals(dt, rows*heads*hd, 3), rows, heads*hd)
+			b.HeadRMSNorm(x.g, w.g, hd, 1e-6)
+			c.HeadRMSNorm(x.c, w.c, hd, 1e-6)
+			compare(t, fmt.Sprintf("HeadRMSNorm %dx%dx%d", rows, heads, hd), dt, read(b, x.g), x.c.Float32())
+		}
+	}
+}
+
+func TestLinear(t *testing.T) {
+	for _, dt := range testDTypes {
+		b, c := newGPU(t, dt), newCPU(t)
+		for i, sh := range [][3]int{{1, 64, 384}, {7, 1000, 33}, {33, 4096, 1024}, {300, 512, 2050}, {5, 96, 130}, {64, 64, 64}} {
+			m, k, n := sh[0], sh[1], sh[2]
+			w := weight(t, b, c, randVals(dt, n*k, 1/math.Sqrt(float64(k))), n, k)
+			x := activation(b, randVals(dt, m*k, 1), m, k)
+			out := output(b, c, m, n)
+			var bias pair
+			name := fmt.Sprintf("Linear m=%d k=%d n=%d", m, k, n)
+			if i%2 == 1 {
+				bias = weight(t, b, c, randVals(dt, n, 1), n)
+				b.Linear(out.g, x.g, w.g, bias.g)
+				c.Linear(out.c, x.c, w.c, bias.c)
+				name += " +bias"
+			} else {
+				b.Linear(out.g, x.g, w.g, nil)
+				c.Linear(out.c, x.c, w.c, nil)
+			}
+			compare(t, name, dt, read(b, out.g), out.c.Float32())
+		}
+	}
+}
+
+func TestSiluMul(t *testing.T) {
+	for _, dt := range testDTypes {
+		b, c := newGPU(t, dt), newCPU(t)
+		for _, sh := range [][2]int{{1, 7}, {3, 100}, {65, 14336}} {
+			rows, cols := sh[0], sh[1]
+			g := activation(b, randVals(dt, rows*cols, 2), rows, cols)
+			u := activation(b, randVals(dt, rows*cols, 1), rows, cols)
+			out := output(b, c, rows, cols)
+			b.SiluMul(out.g, g.g, u.g)
+			c.SiluMul(out.c, g.c, u.c)
+			compare(t, fmt.Sprintf("SiluMul %dx%d", rows, cols), dt, read(b, out.g), out.c.Float32())
+		}
+	}
+}
+
+func TestEmbeddingAndGatherRows(t *testing.T) {
+	for _, dt := range testDTypes {
+		b, c := newGPU(t, dt), newCPU(t)
+		for _, cols := range []int{128, 130, 129, 64, 1} {
+			vocab := 1000
+			table := weight(t, b, c, randVals(dt, vocab*cols, 1), vocab, cols)
+			ids := make([]int32, 77)
+			for i := range ids {
+				ids[i] = int32(rng.IntN(vocab))
+			}
+			ids[0], ids[1] = 0, int32(vocab-1)
+			out := output(b, c, len(ids), cols)
+			b.Embedding(out.g, table.g, ids)
+			c.Embedding(out.c, table.c, ids)
+			compare(t, fmt.Sprintf("Embedding cols=%d", cols), dt, read(b, out.g), out.c.Float32())
+
+			rows := []int32{76, 0, 5, 5, 40}
+			sel := output(b, c, len(rows), cols)
+			b.GatherRows(sel.g, out.g, rows)
+			c.GatherRows(sel.c, out.c, rows)
+			compare(t, fmt.Sprintf("GatherRows cols=%d", cols), dt, read(b, sel.g), sel.c.Float32())
+		}
+		require.Panics(t, func() { b.Embedding(b.Buffer(1, 8), b.Buffer(4, 8), []int32{4}) }, "id past the vocabulary")
+	}
+}
+
+func TestWeightConversion(t *testing.T) {
+	b := newGPU(t, ops.BF16)
+	vals := make([]float32, 1000)
+	for i := range vals {
+		vals[i] = float32(rng.NormFloat64() * 3)
+	}
+	raw32 := make([]byte, 4*len(vals))
+	raw16 := make([]byte, 2*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint32(raw32[4*i:], math.Float32bits(v))
+		binary.LittleEndian.PutUint16(raw16[2*i:], F16FromFloat32(v))
+	}
+	for _, src := range []struct {
+		dt  ops.DType
+		raw []byte
+	}{{ops.F32, raw32}, {ops.F16, raw16}} {
+		w, err := b.Weight("conv", src.dt, []int{10, 100}, src.raw)
+		require.NoError(t, err)
+		got := read(b, w.(*Tensor))
+		for i, v := range vals {
+			want := roundTo(ops.BF16, elemToFloat32(src.raw, src.dt, i))
+			require.Equalf(t, want, got[i], "element %d of %v weight %v", i, src.dt, v)
+		}
+		record("%-44s %-8v exact", "Weight upload converted from "+src.dt.String(), ops.BF16)
+	}
+	_, err := b.Weight("short", ops.BF16, []int{10, 10}, raw16[:10])
+	require.Error(t, err)
+}
+
+func TestArgmaxRows(t *testing.T) {
+	b := newGPU(t, ops.BF16)
+	rows, cols := 9, 151936
+	vals := randVals(ops.BF16, rows*cols, 1)
+	vals[3*cols+7] = 100 // ties: the first index wins
+	vals[3*cols+9] = 100
+	vals[5*cols+cols-1] = 50
+	x := activation(b, vals, rows, cols)
+	ids, err := b.alloc(4 * rows)
+	require.NoError(t, err)
+	require.NoError(t, b.lib.ArgmaxRows(b.kdt, ids, x.g.ptr, rows, cols, b.stream))
+	host, err := b.lib.HostAlloc(4 * rows)
+	require.NoError(t, err)
+	defer b.lib.HostFree(host)
+	require.NoError(t, b.lib.MemcpyD2H(host, ids, 4*rows, b.stream))
+	require.NoError(t, b.Synchronize())
+	raw := hipkernels.HostBytes(host, 4*rows)
+	for r := 0; r < rows; r++ {
+		best := 0
+		for i := 1; i < cols; i++ {
+			if vals[r*cols+i] > vals[r*cols+best] {
+				best = i
+			}
+		}
+		require.Equal(t, int32(best), int32(binary.LittleEndian.Uint32(raw[4*r:])), "row %d", r)
+	}
+	record("%-44s %-8v exact", fmt.Sprintf("ArgmaxRows %dx%d", rows, cols), ops.BF16)
+}

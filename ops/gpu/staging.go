@@ -1,0 +1,226 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/atom-go/atom/hipkernels"
+	"github.com/atom-go/atom/ops"
+)
+
+// pinnedSlot is page-locked host memory plus the event recorded after the last copy that reads
+// it; the slot may be rewritten once that event has completed.
+type pinnedSlot struct {
+	ptr  hipkernels.Ptr
+	size int
+	ev   hipkernels.Event
+	used bool
+}
+
+// devBuf is a growable device buffer for per-step data.
+type devBuf struct {
+	ptr  hipkernels.Ptr
+	size int
+}
+
+// growPinned makes s hold at least n bytes (its old contents are dropped).
+func (b *Backend) growPinned(s *pinnedSlot, n int) error {
+	if s.size >= n {
+		return nil
+	}
+	if err := b.lib.HostFree(s.ptr); err != nil {
+		return err
+	}
+	s.ptr, s.size = 0, 0
+	size := max(n, 64<<10)
+	p, err := b.lib.HostAlloc(size)
+	if err != nil {
+		return err
+	}
+	s.ptr, s.size = p, size
+	return nil
+}
+
+// ensure makes d hold at least n bytes; growing waits for queued work that may read the old one.
+func (b *Backend) ensure(d *devBuf, n int) error {
+	if d.size >= n {
+		return nil
+	}
+	size := max(n, 2*d.size, 4<<10)
+	if err := b.release(d.ptr); err != nil {
+		return err
+	}
+	d.ptr, d.size = 0, 0
+	p, err := b.alloc(size)
+	if err != nil {
+		return err
+	}
+	d.ptr, d.size = p, size
+	return nil
+}
+
+// stage queues a copy of n bytes to device dst: fill writes them into the next pinned slot of
+// the ring (after the slot's previous copy has finished), then the copy is queued on the stream.
+func (b *Backend) stage(dst hipkernels.Ptr, n int, fill func([]byte)) error {
+	if n == 0 {
+		return nil
+	}
+	s := &b.ring[b.next]
+	b.next = (b.next + 1) % len(b.ring)
+	if s.used {
+		if err := b.lib.EventSync(s.ev); err != nil {
+			return err
+		}
+		s.used = false
+	}
+	if err := b.growPinned(s, n); err != nil {
+		return err
+	}
+	fill(hipkernels.HostBytes(s.ptr, n))
+	if err := b.lib.MemcpyH2D(dst, s.ptr, n, b.stream); err != nil {
+		return err
+	}
+	if err := b.lib.EventRecord(s.ev, b.stream); err != nil {
+		return err
+	}
+	s.used = true
+	return nil
+}
+
+// upload copies n elements of raw (type from) to dst in the compute dtype, one staging chunk at
+// a time, so the pinned copies of one chunk overlap the conversion of the next.
+func (b *Backend) upload(dst hipkernels.Ptr, raw []byte, from ops.DType, n int) error {
+	per := b.chunk / max(from.Size(), b.dt.Size())
+	for lo := 0; lo < n; lo += per {
+		cnt := min(per, n-lo)
+		src := raw[lo*from.Size() : (lo+cnt)*from.Size()]
+		off := hipkernels.Ptr(lo * b.dt.Size())
+		if err := b.stage(dst+off, cnt*b.dt.Size(), func(buf []byte) { convertElems(buf, b.dt, src, from, cnt) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uploadInt32 queues host int32 values into a growable device buffer and returns its address.
+func (b *Backend) uploadInt32(d *devBuf, v []int32) hipkernels.Ptr {
+	b.must("upload", b.ensure(d, 4*len(v)))
+	b.must("upload", b.stage(d.ptr, 4*len(v), func(buf []byte) {
+		for i, x := range v {
+			binary.LittleEndian.PutUint32(buf[4*i:], uint32(x))
+		}
+	}))
+	return d.ptr
+}
+
+// ropeFreq returns the device copy (float32) of rope's inverse frequencies, uploaded on first use.
+func (b *Backend) ropeFreq(rope *ops.RoPE) hipkernels.Ptr {
+	if p, ok := b.ropes[rope]; ok {
+		return p
+	}
+	p, err := b.alloc(4 * len(rope.InvFreq))
+	b.must("RopeWriteKV", err)
+	b.must("RopeWriteKV", b.stage(p, 4*len(rope.InvFreq), func(buf []byte) {
+		for i, f := range rope.InvFreq {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(f)))
+		}
+	}))
+	b.ropes[rope] = p
+	return p
+}
+
+// devMeta is the device copy of one batch's attention metadata.
+type devMeta struct {
+	positions, slots, tokenSeq, tables hipkernels.Ptr
+	tokens, stride, maxCtx             int
+}
+
+// metaCache remembers the last uploaded metadata (host copy and device copy), so the layers of
+// one forward pass, which all pass the same metadata, upload it once.
+type metaCache struct {
+	valid                                  bool
+	cache                                  *KVCache
+	positions, slots, qstart, lens, tables []int32
+	stride                                 int
+	dev                                    devMeta
+	buf                                    devBuf
+	packed                                 []int32
+}
+
+func (c *metaCache) matches(m *ops.AttnMetadata, kv *KVCache) bool {
+	return c.valid && c.cache == kv && c.stride == m.BlockTableStride && slices.Equal(c.positions, m.Positions) &&
+		slices.Equal(c.slots, m.SlotMapping) && slices.Equal(c.qstart, m.QueryStart) &&
+		slices.Equal(c.lens, m.SeqLens) && slices.Equal(c.tables, m.BlockTables)
+}
+
+// prepare returns the device copy of m, uploading it when it differs from the last one. Before
+// an upload it checks every index a kernel will follow, and panics on one out of bounds.
+func (b *Backend) prepare(m *ops.AttnMetadata, kv *KVCache) *devMeta {
+	c := &b.meta
+	if c.matches(m, kv) {
+		return &c.dev
+	}
+	tokenSeq, err := checkMeta(m, kv)
+	if err != nil {
+		panic(fmt.Errorf("gpu attention metadata: %w", err))
+	}
+	nt, stride := len(m.Positions), m.BlockTableStride
+	tables := m.BlockTables[:m.NumSeqs()*stride]
+	c.packed = append(append(append(append(c.packed[:0], m.Positions...), m.SlotMapping...), tokenSeq...), tables...)
+	base := b.uploadInt32(&c.buf, c.packed)
+	c.dev = devMeta{positions: base, slots: base + hipkernels.Ptr(4*nt), tokenSeq: base + hipkernels.Ptr(8*nt),
+		tables: base + hipkernels.Ptr(12*nt), tokens: nt, stride: stride}
+	for _, p := range m.Positions {
+		c.dev.maxCtx = max(c.dev.maxCtx, int(p)+1)
+	}
+	c.valid, c.cache, c.stride = true, kv, stride
+	c.positions = append(c.positions[:0], m.Positions...)
+	c.slots = append(c.slots[:0], m.SlotMapping...)
+	c.qstart = append(c.qstart[:0], m.QueryStart...)
+	c.lens = append(c.lens[:0], m.SeqLens...)
+	c.tables = append(c.tables[:0], m.BlockTables...)
+	return &c.dev
+}
+
+// checkMeta validates the varlen batch against the cache geometry and returns each token's
+// sequence index.
+func checkMeta(m *ops.AttnMetadata, kv *KVCache) ([]int32, error) {
+	nt, ns, stride := len(m.Positions), len(m.SeqLens), m.BlockTableStride
+	if len(m.SlotMapping) != nt {
+		return nil, fmt.Errorf("%d slots for %d tokens", len(m.SlotMapping), nt)
+	}
+	if len(m.QueryStart) != ns+1 || m.QueryStart[0] != 0 || int(m.QueryStart[ns]) != nt {
+		return nil, fmt.Errorf("query starts %v do not partition %d tokens into %d sequences", m.QueryStart, nt, ns)
+	}
+	if stride <= 0 || len(m.BlockTables) < ns*stride {
+		return nil, fmt.Errorf("block tables of %d entries for %d sequences of stride %d", len(m.BlockTables), ns, stride)
+	}
+	slots := int64(kv.numBlocks) * int64(kv.blockSize)
+	tokenSeq := make([]int32, nt)
+	for s := 0; s < ns; s++ {
+		lo, hi, n := int(m.QueryStart[s]), int(m.QueryStart[s+1]), int(m.SeqLens[s])
+		if hi < lo {
+			return nil, fmt.Errorf("sequence %d: query start %d after end %d", s, lo, hi)
+		}
+		if n < 0 || n > stride*kv.blockSize {
+			return nil, fmt.Errorf("sequence %d: length %d beyond its %d blocks of %d", s, n, stride, kv.blockSize)
+		}
+		for t := lo; t < hi; t++ {
+			tokenSeq[t] = int32(s)
+			if p := m.Positions[t]; p < 0 || int(p) >= n {
+				return nil, fmt.Errorf("token %d: position %d outside sequence %d of length %d", t, p, s, n)
+			}
+			if sl := int64(m.SlotMapping[t]); sl < 0 || sl >= slots {
+				return nil, fmt.Errorf("token %d: slot %d outside the cache's %d", t, sl, slots)
+			}
+		}
+		for j := 0; j < (n+kv.blockSize-1)/kv.blockSize; j++ {
+			if blk := m.BlockTables[s*stride+j]; blk < 0 || int(blk) >= kv.numBlocks {
+				return nil, fmt.Errorf("sequence %d: block %d outside the cache's %d", s, blk, kv.numBlocks)
+			}
+		}
+	}
+	return tokenSeq, nil
+}
