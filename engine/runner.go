@@ -39,7 +39,7 @@ type Runner struct {
 // cache of numBlocks blocks.
 func NewRunner(m models.Model, be ops.Backend, limits models.Options, numBlocks, blockSize int) (*Runner, error) {
 	c := m.Config()
-	cache, err := be.NewKVCache(c.NumLayers, numBlocks, blockSize, c.NumKVHeads, c.HeadDim)
+	cache, err := m.NewKVCache(numBlocks, blockSize)
 	if err != nil {
 		return nil, err
 	}

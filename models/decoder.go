@@ -106,6 +106,11 @@ func (d *decoder) loadWeights(ck *Checkpoint, progress func(done, total int64)) 
 
 func (d *decoder) Config() *Config { return d.cfg }
 
+func (d *decoder) NewKVCache(numBlocks, blockSize int) (ops.KVCache, error) {
+	c := d.cfg
+	return d.be.NewKVCache(c.NumLayers, numBlocks, blockSize, c.NumKVHeads, c.HeadDim)
+}
+
 func (d *decoder) SetLayerHook(fn func(int, []float32, int)) { d.hook = fn }
 
 // Forward runs every layer. The residual stream lives in res; x carries each sublayer's output,

@@ -24,6 +24,9 @@ type Model interface {
 	// and returns the final-normed hidden states [len(ids), hidden]. The result is valid until
 	// the next call.
 	Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) ops.Tensor
+	// NewKVCache allocates the paged cache this model's Forward writes: numBlocks blocks of
+	// blockSize tokens for every layer (split across ranks under tensor parallelism).
+	NewKVCache(numBlocks, blockSize int) (ops.KVCache, error)
 	// Logits projects the selected rows of hidden to [len(rows), vocab].
 	Logits(hidden ops.Tensor, rows []int32) ops.Tensor
 	// SetLayerHook, when fn is non-nil, calls fn with each layer's output hidden states
