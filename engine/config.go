@@ -83,8 +83,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-model-len, --num-kv-blocks and --kv-cache-memory must not be negative")
 	case c.GPUMemoryUtilization <= 0 || c.GPUMemoryUtilization > 1:
 		return fmt.Errorf("--gpu-memory-utilization must be in (0, 1], got %v", c.GPUMemoryUtilization)
-	case c.TensorParallelSize != 1:
-		return fmt.Errorf("--tensor-parallel-size %d: only 1 is supported so far", c.TensorParallelSize)
+	case c.TensorParallelSize < 1 || c.TensorParallelSize > 64:
+		return fmt.Errorf("--tensor-parallel-size must be in [1, 64], got %d", c.TensorParallelSize)
 	}
 	return nil
 }

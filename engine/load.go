@@ -12,9 +12,6 @@ import (
 	"github.com/atom-go/atom/engine/sched"
 	"github.com/atom-go/atom/engine/tokenizer"
 	"github.com/atom-go/atom/models"
-	"github.com/atom-go/atom/ops"
-	"github.com/atom-go/atom/ops/cpu"
-	"github.com/atom-go/atom/ops/gpu"
 )
 
 // New loads the checkpoint named by cfg.Model, sizes the KV cache and starts the engine loop.
@@ -51,17 +48,20 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	be, err := newBackend(cfg, ck.Config)
+	dev, err := openDevices(cfg, ck.Config)
 	if err != nil {
 		ck.Close()
 		return nil, err
 	}
+	be := dev.backends[0]
 	// The cpu backend reads weights in place from the mapping, so the checkpoint stays open
-	// until the engine is closed, after the backend; a failed start releases both.
+	// until the engine is closed, after the model and the backends; a failed start releases all.
+	var model models.Model
 	release := func() {
-		if c, ok := be.(interface{ Close() }); ok {
+		if c, ok := model.(interface{ Close() }); ok {
 			c.Close()
 		}
+		dev.close()
 		ck.Close()
 	}
 	ok := false
@@ -73,7 +73,7 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	mc := ck.Config
 	limits := models.Options{MaxTokens: cfg.MaxNumBatchedTokens, MaxSeqs: cfg.MaxNumSeqs}
 	bar := newProgressBar("loading weights", log)
-	model, err := models.Load(ck, be, models.Options{MaxTokens: limits.MaxTokens, MaxSeqs: limits.MaxSeqs, Progress: bar.update})
+	model, err = models.LoadParallel(ck, dev.backends, dev.group, models.Options{MaxTokens: limits.MaxTokens, MaxSeqs: limits.MaxSeqs, Progress: bar.update})
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 		}
 		maxLen = cfg.MaxModelLen
 	}
-	numBlocks, err := kvBlocks(cfg, mc, be)
+	numBlocks, err := dev.kvBlocks(cfg, mc)
 	if err != nil {
 		return nil, err
 	}
@@ -130,56 +130,6 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 		"kv_blocks", numBlocks, "block_size", cfg.BlockSize, "max_model_len", maxLen)
 	e.release, ok = release, true
 	return e, nil
-}
-
-func newBackend(cfg Config, mc *models.Config) (ops.Backend, error) {
-	if cfg.Device == "cpu" {
-		return cpu.New(cfg.Threads), nil
-	}
-	dt := mc.DType
-	if cfg.DType != "auto" && cfg.DType != "" {
-		d, err := ops.ParseDType(cfg.DType)
-		if err != nil {
-			return nil, fmt.Errorf("--dtype: %w", err)
-		}
-		dt = d
-	}
-	be, err := gpu.New(0, gpu.Options{DType: dt})
-	if err != nil {
-		return nil, err
-	}
-	// build runs on the loop's locked thread: make the device current on it.
-	if err := be.BindThread(); err != nil {
-		be.Close()
-		return nil, err
-	}
-	return be, nil
-}
-
-// kvBlocks sizes the KV cache: --num-kv-blocks if given; on the gpu, what
-// --gpu-memory-utilization of the device leaves after the weights and workspaces already
-// allocated (the model's buffers are sized for the largest step, so that is the peak); on the
-// cpu, --kv-cache-memory bytes of float32.
-func kvBlocks(cfg Config, mc *models.Config, be ops.Backend) (int, error) {
-	if cfg.NumKVBlocks > 0 {
-		return cfg.NumKVBlocks, nil
-	}
-	elems := int64(2 * mc.NumLayers * cfg.BlockSize * mc.NumKVHeads * mc.HeadDim)
-	g, ok := be.(*gpu.Backend)
-	if !ok {
-		return int(cfg.KVCacheMemory / (elems * 4)), nil
-	}
-	free, total, err := g.Lib().MemInfo()
-	if err != nil {
-		return 0, fmt.Errorf("size the KV cache: %w", err)
-	}
-	used := int64(total - free)
-	budget := int64(float64(total)*cfg.GPUMemoryUtilization) - used
-	n := budget / (elems * int64(g.DType().Size()))
-	if n <= 0 {
-		return 0, fmt.Errorf("no device memory left for the KV cache: %d of %d bytes used and --gpu-memory-utilization %.2f", used, total, cfg.GPUMemoryUtilization)
-	}
-	return int(n), nil
 }
 
 // loadTokenizer loads tokenizer.json from --tokenizer or the model directory, or, for a

@@ -24,16 +24,21 @@ type layerWeights struct {
 // decoder is a pre-norm transformer with GQA attention and a SiLU-gated MLP: Llama, Mistral,
 // Qwen2 and Qwen3 differ only in decoderOptions.
 type decoder struct {
-	cfg    *Config
-	be     ops.Backend
-	opt    decoderOptions
-	rope   *ops.RoPE
-	attn   ops.AttnShape
-	embed  ops.Tensor
-	norm   ops.Tensor
-	lmHead ops.Tensor
-	layers []layerWeights
-	hook   func(int, []float32, int)
+	cfg   *Config
+	be    ops.Backend
+	shard shard
+	// This rank's slice of the attention heads, KV heads, MLP columns and vocabulary.
+	heads, kvHeads, inter int
+	kvFirst               int // first KV head of this rank
+	vocabLo, vocabHi      int
+	opt                   decoderOptions
+	rope                  *ops.RoPE
+	attn                  ops.AttnShape
+	embed                 ops.Tensor
+	norm                  ops.Tensor
+	lmHead                ops.Tensor
+	layers                []layerWeights
+	hook                  func(int, []float32, int)
 
 	// Workspaces sized for Options.MaxTokens rows.
 	x, res, q, k, v, ao, gate, up, act, hidden ops.Tensor
@@ -42,64 +47,108 @@ type decoder struct {
 }
 
 func loadDecoder(ck *Checkpoint, be ops.Backend, opt Options, dopt decoderOptions) (Model, error) {
+	return newDecoder(ck, be, opt, dopt, shard{size: 1})
+}
+
+// newDecoder builds rank sh.rank's part of the model on be.
+func newDecoder(ck *Checkpoint, be ops.Backend, opt Options, dopt decoderOptions, sh shard) (*decoder, error) {
 	c := ck.Config
 	rope, err := ops.NewRoPE(c.HeadDim, c.RotaryDim(), c.RoPETheta, c.RoPEScaling, c.MaxPositions)
 	if err != nil {
 		return nil, err
 	}
-	d := &decoder{cfg: c, be: be, opt: dopt, rope: rope, attn: ops.AttnShape{
-		NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}}
+	d := &decoder{cfg: c, be: be, opt: dopt, rope: rope, shard: sh}
+	for _, part := range []struct {
+		dst  *int
+		n    int
+		what string
+	}{{&d.heads, c.NumHeads, "num_attention_heads"}, {&d.inter, c.Intermediate, "intermediate_size"}} {
+		lo, hi, err := sh.split(part.n, part.what)
+		if err != nil {
+			return nil, err
+		}
+		*part.dst = hi - lo
+	}
+	// With fewer KV heads than ranks, each KV head is replicated on the ranks whose query heads
+	// use it (as vLLM does); otherwise the KV heads are split like the query heads.
+	if c.NumKVHeads >= sh.size {
+		lo, hi, err := sh.split(c.NumKVHeads, "num_key_value_heads")
+		if err != nil {
+			return nil, err
+		}
+		d.kvFirst, d.kvHeads = lo, hi-lo
+	} else {
+		if sh.size%c.NumKVHeads != 0 {
+			return nil, fmt.Errorf("--tensor-parallel-size %d is not a multiple of num_key_value_heads %d", sh.size, c.NumKVHeads)
+		}
+		d.kvFirst, d.kvHeads = sh.rank/(sh.size/c.NumKVHeads), 1
+	}
+	d.vocabLo, d.vocabHi = sh.splitUneven(c.VocabSize)
+	d.attn = ops.AttnShape{NumHeads: d.heads, NumKVHeads: d.kvHeads, HeadDim: c.HeadDim,
+		Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
 	if err := d.loadWeights(ck, opt.Progress); err != nil {
 		return nil, err
 	}
 	n, h := opt.MaxTokens, c.HiddenSize
 	d.x, d.res, d.hidden = be.Buffer(n, h), be.Buffer(n, h), be.Buffer(n, h)
-	d.q, d.ao = be.Buffer(n, c.NumHeads*c.HeadDim), be.Buffer(n, c.NumHeads*c.HeadDim)
-	d.k, d.v = be.Buffer(n, c.NumKVHeads*c.HeadDim), be.Buffer(n, c.NumKVHeads*c.HeadDim)
-	d.gate, d.up, d.act = be.Buffer(n, c.Intermediate), be.Buffer(n, c.Intermediate), be.Buffer(n, c.Intermediate)
-	d.sel, d.logits = be.Buffer(opt.MaxSeqs, h), be.Buffer(opt.MaxSeqs, c.VocabSize)
+	d.q, d.ao = be.Buffer(n, d.heads*c.HeadDim), be.Buffer(n, d.heads*c.HeadDim)
+	d.k, d.v = be.Buffer(n, d.kvHeads*c.HeadDim), be.Buffer(n, d.kvHeads*c.HeadDim)
+	d.gate, d.up, d.act = be.Buffer(n, d.inter), be.Buffer(n, d.inter), be.Buffer(n, d.inter)
+	d.sel, d.logits = be.Buffer(opt.MaxSeqs, h), be.Buffer(opt.MaxSeqs, d.vocabHi-d.vocabLo)
 	return d, nil
 }
 
 func (d *decoder) loadWeights(ck *Checkpoint, progress func(done, total int64)) error {
 	c := d.cfg
 	w := newWeightLoader(ck, d.be, progress)
-	h, qd, kvd, inter := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.Intermediate
+	h, qd, kvd, inter, hd := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.Intermediate, c.HeadDim
+	r := d.shard.rank
+	// Column-parallel slices (output rows) and row-parallel slices (input columns) of this rank.
+	qlo, qhi := r*d.heads*hd, (r+1)*d.heads*hd
+	kvlo, kvhi := d.kvFirst*hd, (d.kvFirst+d.kvHeads)*hd
+	ilo, ihi := r*d.inter, (r+1)*d.inter
 	var err error
 	get := func(dst *ops.Tensor, name string, shape ...int) {
 		if err == nil {
 			*dst, err = w.get(name, shape...)
 		}
 	}
+	part := func(dst *ops.Tensor, name string, dim, lo, hi int, shape ...int) {
+		if err == nil {
+			*dst, err = w.getShard(name, dim, lo, hi, shape...)
+		}
+	}
 	get(&d.embed, "model.embed_tokens.weight", c.VocabSize, h)
 	get(&d.norm, "model.norm.weight", h)
-	if c.TieEmbeddings && !ck.Has("lm_head.weight") {
-		d.lmHead = d.embed
-	} else {
-		get(&d.lmHead, "lm_head.weight", c.VocabSize, h)
+	head := "lm_head.weight"
+	if c.TieEmbeddings && !ck.Has(head) {
+		head = "model.embed_tokens.weight"
 	}
+	part(&d.lmHead, head, 0, d.vocabLo, d.vocabHi, c.VocabSize, h)
 	d.layers = make([]layerWeights, c.NumLayers)
 	for i := range d.layers {
 		l, p := &d.layers[i], fmt.Sprintf("model.layers.%d.", i)
 		get(&l.inNorm, p+"input_layernorm.weight", h)
 		get(&l.postNorm, p+"post_attention_layernorm.weight", h)
-		get(&l.q, p+"self_attn.q_proj.weight", qd, h)
-		get(&l.k, p+"self_attn.k_proj.weight", kvd, h)
-		get(&l.v, p+"self_attn.v_proj.weight", kvd, h)
-		get(&l.o, p+"self_attn.o_proj.weight", h, qd)
+		part(&l.q, p+"self_attn.q_proj.weight", 0, qlo, qhi, qd, h)
+		part(&l.k, p+"self_attn.k_proj.weight", 0, kvlo, kvhi, kvd, h)
+		part(&l.v, p+"self_attn.v_proj.weight", 0, kvlo, kvhi, kvd, h)
+		part(&l.o, p+"self_attn.o_proj.weight", 1, qlo, qhi, h, qd)
 		if d.opt.qkvBias || c.AttentionBias {
-			get(&l.qBias, p+"self_attn.q_proj.bias", qd)
-			get(&l.kBias, p+"self_attn.k_proj.bias", kvd)
-			get(&l.vBias, p+"self_attn.v_proj.bias", kvd)
+			part(&l.qBias, p+"self_attn.q_proj.bias", 0, qlo, qhi, qd)
+			part(&l.kBias, p+"self_attn.k_proj.bias", 0, kvlo, kvhi, kvd)
+			part(&l.vBias, p+"self_attn.v_proj.bias", 0, kvlo, kvhi, kvd)
 		}
 		if d.opt.qkNorm {
-			get(&l.qNorm, p+"self_attn.q_norm.weight", c.HeadDim)
-			get(&l.kNorm, p+"self_attn.k_norm.weight", c.HeadDim)
+			get(&l.qNorm, p+"self_attn.q_norm.weight", hd)
+			get(&l.kNorm, p+"self_attn.k_norm.weight", hd)
 		}
-		get(&l.gate, p+"mlp.gate_proj.weight", inter, h)
-		get(&l.up, p+"mlp.up_proj.weight", inter, h)
-		get(&l.down, p+"mlp.down_proj.weight", h, inter)
+		part(&l.gate, p+"mlp.gate_proj.weight", 0, ilo, ihi, inter, h)
+		part(&l.up, p+"mlp.up_proj.weight", 0, ilo, ihi, inter, h)
+		part(&l.down, p+"mlp.down_proj.weight", 1, ilo, ihi, h, inter)
+	}
+	if err == nil && progress != nil {
+		progress(w.total, w.total)
 	}
 	return err
 }
@@ -108,7 +157,7 @@ func (d *decoder) Config() *Config { return d.cfg }
 
 func (d *decoder) NewKVCache(numBlocks, blockSize int) (ops.KVCache, error) {
 	c := d.cfg
-	return d.be.NewKVCache(c.NumLayers, numBlocks, blockSize, c.NumKVHeads, c.HeadDim)
+	return d.be.NewKVCache(c.NumLayers, numBlocks, blockSize, d.kvHeads, c.HeadDim)
 }
 
 func (d *decoder) SetLayerHook(fn func(int, []float32, int)) { d.hook = fn }
@@ -138,15 +187,24 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 		be.RopeWriteKV(q, k, v, d.rope, cache, i, meta)
 		be.Attention(ao, q, cache, i, meta, d.attn)
 		be.Linear(x, ao, l.o, nil)
+		d.allReduce(x)
 		be.RMSNorm(hn, x, res, l.postNorm, eps)
 		be.Linear(gate, hn, l.gate, nil)
 		be.Linear(up, hn, l.up, nil)
 		be.SiluMul(act, gate, up)
 		be.Linear(x, act, l.down, nil)
+		d.allReduce(x)
 		d.dumpLayer(i+1, res, x)
 	}
 	be.RMSNorm(hn, x, res, d.norm, eps)
 	return hn
+}
+
+// allReduce sums a row-parallel layer's partial output across ranks.
+func (d *decoder) allReduce(x ops.Tensor) {
+	if d.shard.group != nil {
+		d.shard.group.AllReduce(d.shard.rank, x)
+	}
 }
 
 // dumpLayer hands a layer's output (res + x) to the hook; it costs nothing when no hook is set.

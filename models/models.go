@@ -53,6 +53,17 @@ var registry = map[string]family{}
 
 func register(arch string, f family) { registry[arch] = f }
 
+// decoderFamilies are the registered architectures built by decoder, with their options;
+// tensor-parallel loading builds one decoder per rank from them.
+var decoderFamilies = map[string]decoderOptions{}
+
+func registerDecoder(arch string, opt decoderOptions) {
+	decoderFamilies[arch] = opt
+	register(arch, family{load: func(ck *Checkpoint, be ops.Backend, o Options) (Model, error) {
+		return loadDecoder(ck, be, o, opt)
+	}})
+}
+
 // Architectures lists the supported "architectures" names.
 func Architectures() []string {
 	out := make([]string, 0, len(registry))
@@ -97,6 +108,15 @@ func newWeightLoader(ck *Checkpoint, be ops.Backend, progress func(done, total i
 }
 
 func (w *weightLoader) get(name string, shape ...int) (ops.Tensor, error) {
+	ti, err := w.tensorInfo(name, shape)
+	if err != nil {
+		return nil, err
+	}
+	return w.upload(ti, ti.Shape, ti.Data)
+}
+
+// tensorInfo finds a tensor and checks its shape against the config's.
+func (w *weightLoader) tensorInfo(name string, shape []int) (*TensorInfo, error) {
 	ti, err := w.ck.Tensor(name)
 	if err != nil {
 		return nil, err
@@ -104,12 +124,17 @@ func (w *weightLoader) get(name string, shape ...int) (ops.Tensor, error) {
 	if !slices.Equal(ti.Shape, shape) {
 		return nil, fmt.Errorf("%s: tensor %s has shape %v, the config implies %v", ti.File, name, ti.Shape, shape)
 	}
-	t, err := w.be.Weight(name, ti.DType, ti.Shape, ti.Data)
+	return ti, nil
+}
+
+// upload hands data (all of ti, or a shard of it) to the backend and reports progress.
+func (w *weightLoader) upload(ti *TensorInfo, shape []int, data []byte) (ops.Tensor, error) {
+	t, err := w.be.Weight(ti.Name, ti.DType, shape, data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ti.File, err)
 	}
 	if w.progress != nil {
-		w.done += int64(len(ti.Data))
+		w.done = min(w.done+int64(len(data)), w.total)
 		w.progress(w.done, w.total)
 	}
 	return t, nil

@@ -92,6 +92,17 @@ type Backend interface {
 	GatherRows(out, x Tensor, rows []int32)
 	// ReadRows copies the first len(dst)/cols rows of t to the host as float32, waiting for queued work.
 	ReadRows(t Tensor, dst []float32)
+	// WriteRows copies host float32 values into the first len(src) elements of t.
+	WriteRows(t Tensor, src []float32)
+}
+
+// Group is a tensor-parallel group of ranks, each with its own backend. AllReduce replaces t
+// on every rank by the element-wise sum of all ranks' t; every rank must call it, in the same
+// order, with tensors of the same shape. The cpu backend's group runs in-process; the gpu
+// backend's goes through NCCL/RCCL.
+type Group interface {
+	Size() int
+	AllReduce(rank int, t Tensor)
 }
 
 // KVCache is the paged key/value store of all layers, owned by a backend.

@@ -47,6 +47,9 @@ func (b *Backend) View(t ops.Tensor, rows int) ops.Tensor {
 // ReadRows copies float32 data to the host.
 func (b *Backend) ReadRows(t ops.Tensor, dst []float32) { copy(dst, t.(*Tensor).f32) }
 
+// WriteRows copies host data into an activation buffer.
+func (b *Backend) WriteRows(t ops.Tensor, src []float32) { copy(t.(*Tensor).f32, src) }
+
 // Embedding copies table rows, widening 16-bit tables.
 func (b *Backend) Embedding(out, table ops.Tensor, ids []int32) {
 	o, tb := out.(*Tensor), table.(*Tensor)

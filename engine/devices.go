@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/atom-go/atom/models"
+	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
+	"github.com/atom-go/atom/ops/gpu"
+)
+
+// devices are the backends of the engine's tensor-parallel ranks (one without parallelism)
+// and the group that joins them.
+type devices struct {
+	backends []ops.Backend
+	group    ops.Group // nil for one rank
+	closers  []func()
+}
+
+// openDevices makes one backend per rank: cpu backends sharing the cores, or gpu devices
+// 0..n-1 joined by NCCL. It runs on the loop's locked thread, which is left bound to device 0.
+func openDevices(cfg Config, mc *models.Config) (*devices, error) {
+	n := cfg.TensorParallelSize
+	d := &devices{}
+	if cfg.Device == "cpu" {
+		threads := cfg.Threads
+		if threads <= 0 {
+			threads = runtime.GOMAXPROCS(0)
+		}
+		for r := 0; r < n; r++ {
+			b := cpu.New(max(1, threads/n))
+			d.backends, d.closers = append(d.backends, b), append(d.closers, b.Close)
+		}
+		if n > 1 {
+			d.group = cpu.NewGroup(n)
+		}
+		return d, nil
+	}
+	dt := mc.DType
+	if cfg.DType != "auto" && cfg.DType != "" {
+		v, err := ops.ParseDType(cfg.DType)
+		if err != nil {
+			return nil, fmt.Errorf("--dtype: %w", err)
+		}
+		dt = v
+	}
+	var gbs []*gpu.Backend
+	for r := 0; r < n; r++ {
+		b, err := gpu.New(r, gpu.Options{DType: dt})
+		if err != nil {
+			d.close()
+			return nil, fmt.Errorf("tensor-parallel rank %d: %w", r, err)
+		}
+		gbs, d.backends, d.closers = append(gbs, b), append(d.backends, b), append(d.closers, b.Close)
+	}
+	if err := gbs[0].BindThread(); err != nil {
+		d.close()
+		return nil, err
+	}
+	if n > 1 {
+		g, err := gpu.NewGroup(gbs)
+		if err != nil {
+			d.close()
+			return nil, err
+		}
+		d.group = g
+		d.closers = append([]func(){g.Close}, d.closers...)
+	}
+	return d, nil
+}
+
+func (d *devices) close() {
+	for _, c := range d.closers {
+		c()
+	}
+	d.closers = nil
+}
+
+// kvBlocks sizes the KV cache: --num-kv-blocks if given; on the gpu, what
+// --gpu-memory-utilization of a device leaves after the weights and workspaces already
+// allocated (the model's buffers are sized for the largest step, so that is the peak); on the
+// cpu, --kv-cache-memory bytes of float32 over all ranks.
+func (d *devices) kvBlocks(cfg Config, mc *models.Config) (int, error) {
+	if cfg.NumKVBlocks > 0 {
+		return cfg.NumKVBlocks, nil
+	}
+	n := len(d.backends)
+	// Each rank holds its share of the KV heads, or one replicated head.
+	perRank := int64(2 * mc.NumLayers * cfg.BlockSize * max(1, mc.NumKVHeads/n) * mc.HeadDim)
+	g, ok := d.backends[0].(*gpu.Backend)
+	if !ok {
+		return int(cfg.KVCacheMemory / (perRank * int64(n) * 4)), nil
+	}
+	free, total, err := g.Lib().MemInfo()
+	if err != nil {
+		return 0, fmt.Errorf("size the KV cache: %w", err)
+	}
+	used := int64(total - free)
+	budget := int64(float64(total)*cfg.GPUMemoryUtilization) - used
+	blocks := budget / (perRank * int64(g.DType().Size()))
+	if blocks <= 0 {
+		return 0, fmt.Errorf("no device memory left for the KV cache: %d of %d bytes used and --gpu-memory-utilization %.2f", used, total, cfg.GPUMemoryUtilization)
+	}
+	return int(blocks), nil
+}
