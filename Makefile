@@ -15,7 +15,7 @@ build:
 	$(GO) build -o $(BIN) ./plugin/cmd/atom-plugin
 
 # Everything CI checks.
-test: fetch-testdata lint go-test fuzz
+test: fetch-testdata lint go-test fuzz python-test
 
 fetch-testdata:
 	bash testdata/tokenizer/fetch.sh
@@ -49,3 +49,43 @@ proto:
 # The GPU kernels library (hipkernels/build/libatomk.so): nvcc for NVIDIA, `make -C hipkernels/src hip` for AMD.
 kernels:
 	$(MAKE) -C hipkernels/src
+
+# ---------------------------------------------------------------------------------------------
+# Python shim (python_shim/, package atom-go): the atom-plugin binary built into the package,
+# a private virtual environment with the pinned vLLM (PY_VENV), and the shim's tests against it.
+# `make python-test` is what CI runs for the shim: it builds the binary into the package, builds
+# a wheel, installs it into the venv and runs ruff and pytest (vLLM end to end on the cpu backend).
+# The venv is made once per PY_VENV and vLLM version (about 10 minutes, 10 GB: vLLM's CUDA torch).
+# tests/sglang belong to the SGLang plugin and its own target.
+PY_VENV ?= .venv
+PYTHON ?= python3
+VLLM_VERSION ?= 0.33.0
+PY_SHIM_BIN := python_shim/atom_go/bin/atom-plugin
+PY_BIN = $(abspath $(PY_VENV))/bin
+
+.PHONY: python-plugin python-venv python-wheel python-lint python-test
+
+python-plugin:
+	$(GO) build -trimpath -o $(PY_SHIM_BIN) ./plugin/cmd/atom-plugin
+
+$(PY_VENV)/.atom-go-vllm-$(VLLM_VERSION):
+	$(PYTHON) -m venv $(PY_VENV)
+	$(PY_BIN)/pip install --quiet --upgrade pip
+	$(PY_BIN)/pip install --quiet "vllm==$(VLLM_VERSION)" "pytest>=8" "openai>=1.40" "ruff==0.17.6" "build>=1.2" "setuptools>=70.1"
+	touch $@
+
+python-venv: $(PY_VENV)/.atom-go-vllm-$(VLLM_VERSION)
+
+python-wheel: python-plugin python-venv
+	rm -rf python_shim/dist python_shim/build
+	$(PY_BIN)/python -m build --wheel --no-isolation --outdir python_shim/dist python_shim
+
+python-lint: python-venv
+	cd python_shim && $(PY_BIN)/ruff check . && $(PY_BIN)/ruff format --check .
+
+python-test: python-wheel python-lint
+	$(PY_BIN)/pip uninstall --quiet --yes atom-go
+	$(PY_BIN)/pip install --quiet python_shim/dist/atom_go-*.whl
+	$(PY_BIN)/pip check
+	cd / && ATOM_GO_EXPECT_PACKAGED_BINARY=1 $(PY_BIN)/pytest -c $(CURDIR)/python_shim/pyproject.toml \
+		--rootdir $(CURDIR)/python_shim --ignore=$(CURDIR)/python_shim/tests/sglang $(CURDIR)/python_shim/tests

@@ -1,0 +1,76 @@
+"""When atom-go takes over vLLM, and the two entry points vLLM calls.
+
+atom-go's platform and model stubs replace vLLM's own only when asked to, so that installing
+atom-go next to vLLM changes nothing by itself. It is asked when
+
+- ``VLLM_PLUGINS`` names ``atom_go`` (vLLM's switch for plugins), or
+- ``ATOM_GO_VLLM=1``, or
+- the command line selects ``--distributed-executor-backend atom_go.vllm.AtomGoExecutor``.
+
+Once active in a process, it sets ``ATOM_GO_VLLM=1`` so that vLLM's child processes (the engine
+core) decide the same way. This module imports nothing from vLLM: vLLM loads it early.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+PLUGIN_NAME = "atom_go"
+EXECUTOR_QUALNAME = "atom_go.vllm.AtomGoExecutor"
+PLATFORM_QUALNAME = "atom_go.vllm.platform.AtomGoPlatform"
+ENV_ACTIVE = "ATOM_GO_VLLM"
+
+# Architectures atom-go serves (models/registry.go), registered with vLLM as stubs.
+ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+)
+
+
+def _argv_selects_executor(argv: list[str]) -> bool:
+    for i, arg in enumerate(argv):
+        if arg == "--distributed-executor-backend" and i + 1 < len(argv) and argv[i + 1] == EXECUTOR_QUALNAME:
+            return True
+        if arg == f"--distributed-executor-backend={EXECUTOR_QUALNAME}":
+            return True
+    return False
+
+
+def is_active() -> bool:
+    """Whether atom-go should serve vLLM in this process (see the module's docstring)."""
+    env = os.environ.get(ENV_ACTIVE, "").strip().lower()
+    if env in ("1", "true", "yes", "on"):
+        return True
+    if env in ("0", "false", "no", "off"):
+        return False
+    plugins = os.environ.get("VLLM_PLUGINS")
+    if plugins is not None and PLUGIN_NAME in [p.strip() for p in plugins.split(",")]:
+        return True
+    return _argv_selects_executor(sys.argv)
+
+
+def register_platform() -> str | None:
+    """Entry point of ``vllm.platform_plugins``: atom-go's platform when active, else None."""
+    if not is_active():
+        return None
+    os.environ[ENV_ACTIVE] = "1"
+    return PLATFORM_QUALNAME
+
+
+def register_models() -> None:
+    """Entry point of ``vllm.general_plugins``: register the architectures atom-go serves.
+
+    vLLM validates a checkpoint's ``architectures`` against its model registry and inspects the
+    class it finds. atom-go's stub (never instantiated: the executor runs the Go engine) keeps
+    that inspection cheap and free of CUDA. Does nothing unless atom-go is active.
+    """
+    if not is_active():
+        return
+    os.environ[ENV_ACTIVE] = "1"
+    from vllm import ModelRegistry
+
+    for arch in ARCHITECTURES:
+        ModelRegistry.register_model(arch, "atom_go.vllm.models:AtomGoForCausalLM")

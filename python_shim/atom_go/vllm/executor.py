@@ -1,0 +1,315 @@
+"""AtomGoExecutor: vLLM 0.33.0's executor interface on top of atom-go's Go engine.
+
+There is no vLLM worker: the executor starts atom-plugin, loads the model, reports a KV-cache
+spec with atom-go's block size and a memory figure that makes vLLM allocate exactly the engine's
+block count, hands vLLM's block count to InitKVCache, and turns every SchedulerOutput into an
+ExecuteModel call. atom-go keeps each request's tokens (vLLM does not resend decode tokens) and
+frees them when vLLM lists the request in ``finished_req_ids``. A plugin that dies is reported
+through vLLM's failure callback, so vLLM fails its requests instead of waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+from vllm.logger import init_logger
+from vllm.v1.core.sched.output import GrammarOutput, SchedulerOutput
+from vllm.v1.executor.abstract import Executor, FailureCallback
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheSpec
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, ModelRunnerOutput
+
+from atom_go import wire
+from atom_go.client import EngineClient
+from atom_go.plugin import PluginDiedError, PluginProcess
+from atom_go.vllm import mapping
+from atom_go.vllm.platform import ENV_DEVICE
+
+logger = init_logger("vllm.atom_go")
+
+ENV_ENGINE_ARGS = "ATOM_GO_ENGINE_ARGS"
+ENV_AUTO_MTLS = "ATOM_GO_AUTO_MTLS"
+
+_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve_model_path(model: str, revision: str | None = None) -> str:
+    """A local checkpoint directory for ``model`` (a directory, or a Hugging Face id in the cache)."""
+    if os.path.isdir(model):
+        return os.path.abspath(model)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(model, revision=revision, local_files_only=True)
+    except Exception as exc:  # huggingface_hub raises several unrelated types here
+        raise FileNotFoundError(
+            f"atom-go loads checkpoints from a local directory: {model!r} is not one and is not in the "
+            f"Hugging Face cache ({exc}). Download it first and pass its directory to vllm serve."
+        ) from None
+
+
+class AtomGoExecutor(Executor):
+    """Runs vLLM's scheduled steps on atom-go (one atom-plugin subprocess)."""
+
+    uses_ray = False
+    supports_pp = False
+
+    def _init_executor(self) -> None:
+        self._lock = threading.Lock()
+        self._failure_callbacks: list[FailureCallback] = []
+        self._failure: BaseException | None = None
+        self._num_blocks_vllm: int | None = None
+        self._layout: str | None = None
+        mc, cc, sc = self.model_config, self.cache_config, self.scheduler_config
+        dtype = _DTYPES.get(mc.dtype)
+        if dtype is None:
+            raise ValueError(f"atom-go cannot run dtype {mc.dtype}; use --dtype bfloat16, float16 or float32")
+        model_path = resolve_model_path(mc.model, mc.revision)
+        device = os.environ.get(ENV_DEVICE, "cpu")
+        extra = shlex.split(os.environ.get(ENV_ENGINE_ARGS, ""))
+        if device != "cpu":
+            extra.insert(0, f"--gpu-memory-utilization={cc.gpu_memory_utilization}")
+        self.process = PluginProcess(auto_mtls=_truthy(ENV_AUTO_MTLS), logger=init_logger("vllm.atom_go.plugin"))
+        self.process.start()
+        try:
+            self.client = EngineClient(self.process)
+            self.info = self.client.load_model(
+                model_path,
+                device=device,
+                dtype=dtype,
+                block_size=cc.block_size or 0,
+                num_kv_blocks=cc.num_gpu_blocks_override or 0,
+                kv_cache_memory_bytes=(cc.kv_cache_memory_bytes or 0) if device == "cpu" else 0,
+                max_model_len=mc.max_model_len,
+                max_num_seqs=sc.max_num_seqs,
+                max_num_batched_tokens=sc.max_num_batched_tokens,
+                extra_args=extra,
+            )
+        except BaseException:
+            self.process.shutdown()
+            raise
+        if cc.block_size and self.info.block_size != cc.block_size:
+            self.process.shutdown()
+            raise RuntimeError(
+                f"atom-go loaded blocks of {self.info.block_size} tokens, vLLM asked for {cc.block_size}"
+            )
+        self.process.add_death_callback(self._on_plugin_death)
+        logger.info(
+            "atom-go %s (pid %d) loaded %s (%s, %s on %s): %d KV blocks of %d tokens",
+            self.info.engine_version,
+            self.process.pid,
+            model_path,
+            self.info.architecture,
+            self.info.dtype,
+            self.info.device,
+            self.info.num_kv_blocks,
+            self.info.block_size,
+        )
+
+    # ------------------------------------------------------------------ failures
+
+    def _on_plugin_death(self, err: PluginDiedError) -> None:
+        with self._lock:
+            self._failure = err
+            callbacks = list(self._failure_callbacks)
+        for cb in callbacks:
+            cb()
+
+    def register_failure_callback(self, callback: FailureCallback) -> None:
+        with self._lock:
+            failed = self._failure is not None
+            if not failed:
+                self._failure_callbacks.append(callback)
+        if failed:
+            callback()
+
+    def check_health(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        self.process.check_health()
+
+    # ------------------------------------------------------------------ KV cache
+
+    def _kv_dtype(self) -> torch.dtype:
+        # The cpu backend keeps the KV cache in float32, the gpu backend in the weights' dtype.
+        if self.info.device == "cpu":
+            return torch.float32
+        return self.model_config.dtype
+
+    def get_kv_cache_specs(self) -> list[dict[str, KVCacheSpec]]:
+        spec = FullAttentionSpec(
+            block_size=self.info.block_size,
+            num_kv_heads=self.info.num_kv_heads,
+            head_size=self.info.head_dim,
+            dtype=self._kv_dtype(),
+        )
+        return [{f"model.layers.{i}.self_attn.attn": spec for i in range(self.info.num_layers)}]
+
+    def get_supported_kv_cache_layouts(self) -> list[list[str]]:
+        from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts
+
+        return [[layout.name for layout in get_supported_kv_cache_layouts([])]]
+
+    def set_kv_cache_layout(self, layout_name: str, cp_kv_cache_interleave_size: int) -> None:
+        # atom-go lays its cache out itself; vLLM only allocates block ids.
+        self._layout = layout_name
+
+    def determine_available_memory(self) -> list[int]:
+        """Bytes that make vLLM's planner allocate exactly the engine's block count."""
+        per_block = sum(s.page_size_bytes for s in self.get_kv_cache_specs()[0].values())
+        return [self.info.num_kv_blocks * per_block]
+
+    def initialize_from_config(self, kv_cache_configs: list[KVCacheConfig]) -> None:
+        if len(kv_cache_configs) != 1:
+            raise RuntimeError(f"atom-go has one worker, vLLM planned {len(kv_cache_configs)}")
+        kcc = kv_cache_configs[0]
+        if len(kcc.kv_cache_groups) != 1:
+            raise RuntimeError(f"atom-go keeps one KV-cache group, vLLM planned {len(kcc.kv_cache_groups)}")
+        block_size = kcc.kv_cache_groups[0].kv_cache_spec.block_size
+        if kcc.num_blocks != self.info.num_kv_blocks:
+            logger.warning(
+                "vLLM planned %d KV blocks, atom-go loaded %d; atom-go uses vLLM's count",
+                kcc.num_blocks,
+                self.info.num_kv_blocks,
+            )
+        self.info = self.client.init_kv_cache(kcc.num_blocks, block_size)
+        self._num_blocks_vllm = kcc.num_blocks
+        logger.info(
+            "atom-go host mode: %d KV blocks of %d tokens (block 0 is vLLM's null block)", kcc.num_blocks, block_size
+        )
+
+    def compile_or_warm_up_model(self) -> None:
+        """atom-go warms itself up (CUDA graphs on the gpu backend) when it loads."""
+
+    # ------------------------------------------------------------------ steps
+
+    def _step(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        if self._failure is not None:
+            raise self._failure
+        if not scheduler_output.num_scheduled_tokens and not scheduler_output.finished_req_ids:
+            return EMPTY_MODEL_RUNNER_OUTPUT
+        payload = mapping.encode_scheduler_output(scheduler_output)
+        result = wire.decode_result(self.client.execute_model(payload))
+        if not scheduler_output.num_scheduled_tokens:
+            return EMPTY_MODEL_RUNNER_OUTPUT
+        return mapping.result_to_model_runner_output(result, scheduler_output)
+
+    def execute_model(  # type: ignore[override]
+        self, scheduler_output: SchedulerOutput, non_block: bool = False
+    ) -> ModelRunnerOutput | Future[ModelRunnerOutput]:
+        if not non_block:
+            return self._step(scheduler_output)
+        fut: Future[ModelRunnerOutput] = Future()
+        try:
+            fut.set_result(self._step(scheduler_output))
+        except Exception as exc:
+            fut.set_exception(exc)
+        return fut
+
+    def sample_tokens(  # type: ignore[override]
+        self, grammar_output: GrammarOutput | None, non_block: bool = False
+    ) -> ModelRunnerOutput | Future[ModelRunnerOutput]:
+        raise RuntimeError("atom-go samples inside execute_model; sample_tokens (structured outputs) is not supported")
+
+    def take_draft_token_ids(self) -> DraftTokenIds | None:
+        return None
+
+    # ------------------------------------------------------------------ the rest
+
+    @property
+    def max_concurrent_batches(self) -> int:
+        return 1
+
+    def describe(self) -> dict[str, Any]:
+        """atom-go's view (collective_rpc "atom_go_describe", e.g. from vLLM's dev endpoint)."""
+        info = self.client.describe()
+        return {
+            "pid": self.process.pid,
+            "engine_version": info.engine_version,
+            "architecture": info.architecture,
+            "device": info.device,
+            "host_mode": info.host_mode,
+            "num_kv_blocks": info.num_kv_blocks,
+            "block_size": info.block_size,
+            "running_requests": info.running_requests,
+            "vllm_num_blocks": self._num_blocks_vllm,
+        }
+
+    def _rpc_table(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "get_kv_cache_spec": lambda: self.get_kv_cache_specs()[0],
+            "get_supported_kv_cache_layouts": lambda: self.get_supported_kv_cache_layouts()[0],
+            "set_kv_cache_layout": self.set_kv_cache_layout,
+            "determine_available_memory": lambda: self.determine_available_memory()[0],
+            "initialize_from_config": lambda configs: self.initialize_from_config(
+                configs if isinstance(configs, list) else [configs]
+            ),
+            "compile_or_warm_up_model": self.compile_or_warm_up_model,
+            "get_supported_tasks": lambda: ("generate",),
+            "update_max_model_len": self._update_max_model_len,
+            "execute_model": self._step,
+            "take_draft_token_ids": self.take_draft_token_ids,
+            "check_health": self.check_health,
+            "reset_mm_cache": lambda: None,
+            "reset_encoder_cache": lambda: None,
+            "get_kv_connector_handshake_metadata": lambda: {},
+            "supports_draft_weight_updates": lambda: False,
+            "list_loras": set,
+            "atom_go_describe": self.describe,
+            "shutdown": self.shutdown,
+        }
+
+    def _update_max_model_len(self, max_model_len: int) -> None:
+        if max_model_len > self.info.max_model_len:
+            raise ValueError(f"max_model_len {max_model_len} exceeds atom-go's {self.info.max_model_len}")
+
+    def collective_rpc(  # type: ignore[override]
+        self,
+        method: str | Callable[..., Any],
+        timeout: float | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        non_block: bool = False,
+    ) -> list[Any] | Future[list[Any]]:
+        def run() -> list[Any]:
+            if not isinstance(method, str):
+                raise NotImplementedError(
+                    f"atom-go's executor has no vLLM worker to run {getattr(method, '__name__', method)!r} on"
+                )
+            fn = self._rpc_table().get(method)
+            if fn is None:
+                raise NotImplementedError(f"atom-go's executor does not support the worker method {method!r}")
+            return [fn(*args, **(kwargs or {}))]
+
+        if not non_block:
+            return run()
+        fut: Future[list[Any]] = Future()
+        try:
+            fut.set_result(run())
+        except Exception as exc:
+            fut.set_exception(exc)
+        return fut
+
+    def profile(self, is_start: bool = True, profile_prefix: str | None = None, **kwargs: Any) -> None:
+        raise NotImplementedError("profile atom-go with its own tools (examples/bench), not vLLM's profiler")
+
+    def sleep(self, level: int = 1) -> None:
+        raise NotImplementedError("atom-go does not support vLLM's sleep mode")
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        raise NotImplementedError("atom-go does not support vLLM's sleep mode")
+
+    def shutdown(self) -> None:
+        process = getattr(self, "process", None)
+        if process is not None:
+            rc = process.shutdown()
+            logger.info("atom-go stopped (exit status %s)", rc)

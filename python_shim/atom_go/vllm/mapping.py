@@ -1,0 +1,205 @@
+"""vLLM 0.33.0's SchedulerOutput <-> atom-go's ExecuteModel msgpack payload and result.
+
+Pure functions over vLLM's real dataclasses (vllm.v1.core.sched.output, vllm.v1.outputs): the
+executor calls them every step, the unit tests call them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from atom_go import wire
+
+if TYPE_CHECKING:
+    from vllm.pooling_params import PoolingParams
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
+    from vllm.v1.outputs import ModelRunnerOutput
+
+
+class UnsupportedRequestError(ValueError):
+    """A request uses something atom-go does not do; the message names it, ``parameter`` too."""
+
+    def __init__(self, message: str, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
+def _refuse(what: str, why: str = "atom-go does not support it") -> UnsupportedRequestError:
+    return UnsupportedRequestError(
+        f"{what}: {why}. Remove it from the request (atom-go refuses rather than ignores it).",
+        parameter=what.split(" ", 1)[0].split("=", 1)[0],
+    )
+
+
+def check_sampling_params(sp: SamplingParams) -> None:
+    """Raises UnsupportedRequestError naming the first parameter atom-go cannot honour."""
+    if sp.prompt_logprobs is not None:
+        raise _refuse("prompt_logprobs")
+    if getattr(sp, "prompt_logprob_token_ids", None) is not None:
+        raise _refuse("prompt_logprob_token_ids")
+    if getattr(sp, "logprob_token_ids", None) is not None:
+        raise _refuse("logprob_token_ids")
+    if sp.logprobs is not None and not 0 <= sp.logprobs <= wire.MAX_LOGPROBS:
+        raise _refuse(f"logprobs={sp.logprobs}", f"atom-go returns at most {wire.MAX_LOGPROBS} top logprobs per token")
+    if sp.structured_outputs is not None:
+        raise _refuse("structured outputs (guided decoding, response_format, structured_outputs)")
+    if sp.logit_bias:
+        raise _refuse("logit_bias")
+    if sp.allowed_token_ids is not None:
+        raise _refuse("allowed_token_ids")
+    if sp.bad_words:
+        raise _refuse("bad_words")
+    if sp.extra_args:
+        raise _refuse(f"extra_args ({', '.join(sorted(sp.extra_args))})", "atom-go has no custom logits processors")
+    if getattr(sp, "thinking_token_budget", None) is not None:
+        raise _refuse("thinking_token_budget")
+    if getattr(sp, "repetition_detection", None) is not None:
+        raise _refuse("repetition_detection")
+    if getattr(sp, "trace_decode_token_ids", None) is not None:
+        raise _refuse("trace_decode_token_ids")
+    if sp.top_k is not None and sp.top_k < -1:
+        raise _refuse(f"top_k={sp.top_k}", "top_k must be -1, 0 or positive")
+
+
+def check_pooling_params(pp: PoolingParams | None) -> None:
+    """atom-go generates; it does not pool."""
+    if pp is not None:
+        raise _refuse("pooling (embedding, classification, scoring)", "atom-go only generates text")
+
+
+def sampling_params_to_wire(sp: SamplingParams) -> dict[str, Any]:
+    """Maps vLLM's SamplingParams onto bridge.SamplingParams, refusing what atom-go lacks.
+
+    vLLM applies stop strings, stop tokens, max_tokens and detokenisation itself; atom-go
+    samples (temperature, top-p/k, min-p, penalties, seed) and masks every stop token before
+    min_tokens, so it gets vLLM's full stop-token set (EOS included).
+    """
+    check_sampling_params(sp)
+    stop_ids = sorted(set(sp.all_stop_token_ids) | set(sp.stop_token_ids or []))
+    return wire.sampling_params(
+        temperature=sp.temperature,
+        top_p=sp.top_p,
+        top_k=0 if sp.top_k in (None, -1) else sp.top_k,
+        min_p=sp.min_p,
+        seed=sp.seed,
+        repetition_penalty=sp.repetition_penalty,
+        presence_penalty=sp.presence_penalty,
+        frequency_penalty=sp.frequency_penalty,
+        max_tokens=sp.max_tokens or 0,
+        min_tokens=sp.min_tokens,
+        ignore_eos=sp.ignore_eos,
+        stop_token_ids=stop_ids,
+        logprobs=sp.logprobs,
+    )
+
+
+def _block_groups(groups: Iterable[Iterable[int]] | None, where: str) -> list[list[int]]:
+    if groups is None:
+        return []
+    out = [list(g) for g in groups]
+    if len(out) > 1:
+        raise UnsupportedRequestError(
+            f"{where}: {len(out)} KV-cache groups; atom-go keeps one (full attention in every layer)"
+        )
+    return out
+
+
+def new_request_to_wire(req: NewRequestData) -> dict[str, Any]:
+    """NewRequestData -> bridge.NewRequest."""
+    rid = req.req_id
+    if req.prompt_token_ids is None or req.prompt_embeds is not None:
+        raise _refuse(f"request {rid}: prompt embeddings", "atom-go takes token ids")
+    if req.mm_features:
+        raise _refuse(f"request {rid}: multimodal inputs", "atom-go serves text-only models")
+    if req.lora_request is not None:
+        raise _refuse(f"request {rid}: LoRA adapters")
+    check_pooling_params(req.pooling_params)
+    if req.sampling_params is None:
+        raise UnsupportedRequestError(f"request {rid} has no sampling parameters")
+    return {
+        "req_id": rid,
+        "prompt_token_ids": list(req.prompt_token_ids),
+        "sampling_params": sampling_params_to_wire(req.sampling_params),
+        "block_ids": _block_groups(req.block_ids, f"request {rid}"),
+        "num_computed_tokens": int(req.num_computed_tokens),
+    }
+
+
+def scheduler_output_to_payload(so: SchedulerOutput) -> dict[str, Any]:
+    """SchedulerOutput -> bridge.ExecuteModelPayload (a dict; wire.encode_payload encodes it)."""
+    if so.scheduled_spec_decode_tokens:
+        raise _refuse("speculative decoding")
+    if so.scheduled_encoder_inputs:
+        raise _refuse("encoder inputs", "atom-go serves decoder-only text models")
+    cached = so.scheduled_cached_reqs
+    if cached.new_token_ids and any(cached.new_token_ids):
+        raise _refuse("pipeline parallelism (new_token_ids)")
+    resumed = cached.resumed_req_ids
+    new_block_ids = [
+        _block_groups(b, f"request {rid}") for rid, b in zip(cached.req_ids, cached.new_block_ids, strict=True)
+    ]
+    return {
+        "scheduled_new_reqs": [new_request_to_wire(r) for r in so.scheduled_new_reqs],
+        "scheduled_cached_reqs": {
+            "req_ids": list(cached.req_ids),
+            "resumed_from_preemption": [rid in resumed for rid in cached.req_ids],
+            "new_block_ids": new_block_ids,
+            "num_computed_tokens": [int(n) for n in cached.num_computed_tokens],
+            "num_output_tokens": [int(n) for n in cached.num_output_tokens],
+        },
+        "num_scheduled_tokens": {rid: int(n) for rid, n in so.num_scheduled_tokens.items()},
+        "total_num_scheduled_tokens": int(so.total_num_scheduled_tokens),
+        "finished_req_ids": sorted(so.finished_req_ids),
+    }
+
+
+def encode_scheduler_output(so: SchedulerOutput) -> bytes:
+    """SchedulerOutput -> msgpack bytes for ExecuteModel."""
+    return wire.encode_payload(scheduler_output_to_payload(so))
+
+
+def result_to_model_runner_output(result: wire.ExecuteResult, so: SchedulerOutput) -> ModelRunnerOutput:
+    """bridge.ExecuteModelResult -> vLLM's ModelRunnerOutput for the step ``so`` scheduled.
+
+    Every scheduled request must be in the result (vLLM's scheduler looks each one up).
+    Logprobs become one LogprobsLists row per request; a request that asked for none, or
+    sampled nothing this step, gets a row that vLLM never reads.
+    """
+    from vllm.v1.outputs import LogprobsLists, ModelRunnerOutput
+
+    index = {rid: i for i, rid in enumerate(result.req_ids)}
+    if len(index) != len(result.req_ids):
+        raise wire.WireError("ExecuteModel result names a request twice")
+    missing = [rid for rid in so.num_scheduled_tokens if rid not in index]
+    if missing:
+        raise wire.WireError(f"ExecuteModel result lacks scheduled requests {missing[:5]}")
+    extra = [rid for rid in result.req_ids if rid not in so.num_scheduled_tokens]
+    if extra:
+        raise wire.WireError(f"ExecuteModel result names requests that were not scheduled: {extra[:5]}")
+    logprobs = None
+    if any(lp is not None for lp in result.logprobs):
+        width = max(len(lp.token_ids) for lp in result.logprobs if lp is not None)
+        n = len(result.req_ids)
+        ids = np.zeros((n, width), dtype=np.int32)
+        vals = np.full((n, width), -np.inf, dtype=np.float32)
+        ranks = np.zeros(n, dtype=np.int32)
+        for i, lp in enumerate(result.logprobs):
+            if lp is None:
+                continue
+            k = len(lp.token_ids)
+            ids[i, :k] = lp.token_ids
+            vals[i, :k] = lp.logprobs
+            ranks[i] = lp.rank
+        logprobs = LogprobsLists(logprob_token_ids=ids, logprobs=vals, sampled_token_ranks=ranks)
+    return ModelRunnerOutput(
+        req_ids=list(result.req_ids),
+        req_id_to_index=index,
+        sampled_token_ids=[list(t) for t in result.sampled_token_ids],
+        logprobs=logprobs,
+        prompt_logprobs_dict={},
+        pooler_output=None,
+    )

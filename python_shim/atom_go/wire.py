@@ -1,0 +1,158 @@
+"""The msgpack payloads of ExecuteModel (bridge/execute.go), independent of any framework.
+
+A payload is a dict with the keys of bridge.ExecuteModelPayload; the result decodes into
+ExecuteResult, checked for shape (parallel lists, wire version) before anything uses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgpack
+
+from atom_go.versions import WIRE_VERSION
+
+# Bounds of bridge/execute.go, checked here too so a bad batch is refused with a clear message
+# before it crosses the wire.
+MAX_BATCH_REQUESTS = 1 << 16
+MAX_REQUEST_ID_BYTES = 1024
+MAX_TOKEN_ID = (1 << 31) - 1
+MAX_STOP_TOKEN_IDS = 1 << 12
+MAX_LOGPROBS = 20  # engine.MaxLogprobs
+
+
+class WireError(ValueError):
+    """A payload that cannot be sent, or a result that does not decode as atom-go's."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenLogprobs:
+    """One sampled token's row of vLLM's LogprobsLists: sampled token first, then the top-N."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    rank: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecuteResult:
+    """bridge.ExecuteModelResult: lists parallel to req_ids."""
+
+    req_ids: list[str]
+    sampled_token_ids: list[list[int]]
+    logprobs: list[TokenLogprobs | None]
+
+
+def sampling_params(
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    min_p: float = 0.0,
+    seed: int | None = None,
+    repetition_penalty: float = 1.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    max_tokens: int = 0,
+    min_tokens: int = 0,
+    ignore_eos: bool = False,
+    stop_token_ids: Sequence[int] = (),
+    logprobs: int | None = None,
+) -> dict[str, Any]:
+    """bridge.SamplingParams as a msgpack map (n, stop strings and detokenisation are the host's)."""
+    for name, value in (
+        ("temperature", temperature),
+        ("top_p", top_p),
+        ("min_p", min_p),
+        ("repetition_penalty", repetition_penalty),
+        ("presence_penalty", presence_penalty),
+        ("frequency_penalty", frequency_penalty),
+    ):
+        if not math.isfinite(value):
+            raise WireError(f"sampling parameter {name} is {value}, not a finite number")
+    if len(stop_token_ids) > MAX_STOP_TOKEN_IDS:
+        raise WireError(f"{len(stop_token_ids)} stop token ids, at most {MAX_STOP_TOKEN_IDS}")
+    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
+        raise WireError(f"logprobs {logprobs}: atom-go returns 0..{MAX_LOGPROBS} top logprobs per token")
+    return {
+        "n": 1,
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "top_k": int(top_k),
+        "min_p": float(min_p),
+        "seed": None if seed is None else int(seed),
+        "repetition_penalty": float(repetition_penalty),
+        "presence_penalty": float(presence_penalty),
+        "frequency_penalty": float(frequency_penalty),
+        "max_tokens": int(max_tokens),
+        "min_tokens": int(min_tokens),
+        "ignore_eos": bool(ignore_eos),
+        "stop_token_ids": [int(t) for t in stop_token_ids],
+        "stop": [],
+        "logprobs": None if logprobs is None else int(logprobs),
+    }
+
+
+def encode_payload(payload: Mapping[str, Any]) -> bytes:
+    """Encodes an ExecuteModel payload, stamping the wire version."""
+    body = dict(payload)
+    body["wire_version"] = WIRE_VERSION
+    try:
+        return msgpack.packb(body, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise WireError(f"cannot encode the ExecuteModel payload: {exc}") from None
+
+
+def _list(obj: Any, what: str) -> list[Any]:
+    if not isinstance(obj, list):
+        raise WireError(f"ExecuteModel result: {what} is {type(obj).__name__}, want a list")
+    return obj
+
+
+def decode_result(data: bytes) -> ExecuteResult:
+    """Decodes and checks an ExecuteModel result."""
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except (msgpack.UnpackException, ValueError, TypeError) as exc:
+        raise WireError(f"ExecuteModel result is not msgpack: {exc}") from None
+    if not isinstance(obj, dict):
+        raise WireError(f"ExecuteModel result is a {type(obj).__name__}, want a map")
+    version = obj.get("wire_version")
+    if version != WIRE_VERSION:
+        raise WireError(f"ExecuteModel result has wire_version {version!r}, this host speaks {WIRE_VERSION}")
+    req_ids = _list(obj.get("req_ids") or [], "req_ids")
+    sampled = _list(obj.get("sampled_token_ids") or [], "sampled_token_ids")
+    raw_lps = _list(obj.get("logprobs") or [], "logprobs")
+    if len(sampled) != len(req_ids) or (raw_lps and len(raw_lps) != len(req_ids)):
+        raise WireError(
+            f"ExecuteModel result lists disagree: {len(req_ids)} req_ids, {len(sampled)} "
+            f"sampled_token_ids, {len(raw_lps)} logprobs"
+        )
+    if not all(isinstance(r, str) for r in req_ids):
+        raise WireError("ExecuteModel result: req_ids holds a non-string")
+    tokens: list[list[int]] = []
+    for i, raw_row in enumerate(sampled):
+        row = _list(raw_row if raw_row is not None else [], f"sampled_token_ids[{i}]")
+        if not all(isinstance(t, int) and 0 <= t <= MAX_TOKEN_ID for t in row):
+            raise WireError(f"ExecuteModel result: sampled_token_ids[{i}] holds a bad token id: {row!r}")
+        tokens.append(row)
+    lps: list[TokenLogprobs | None] = []
+    for i in range(len(req_ids)):
+        lp = raw_lps[i] if raw_lps else None
+        if lp is None:
+            lps.append(None)
+            continue
+        if not isinstance(lp, dict):
+            raise WireError(f"ExecuteModel result: logprobs[{i}] is not a map")
+        ids = _list(lp.get("token_ids") or [], f"logprobs[{i}].token_ids")
+        vals = _list(lp.get("logprobs") or [], f"logprobs[{i}].logprobs")
+        rank = lp.get("rank")
+        if not ids or len(ids) != len(vals) or not isinstance(rank, int):
+            raise WireError(f"ExecuteModel result: logprobs[{i}] is malformed: {lp!r}")
+        if not tokens[i] or ids[0] != tokens[i][0]:
+            raise WireError(f"ExecuteModel result: logprobs[{i}] does not start with the sampled token")
+        lps.append(TokenLogprobs(token_ids=[int(t) for t in ids], logprobs=[float(v) for v in vals], rank=rank))
+    return ExecuteResult(req_ids=list(req_ids), sampled_token_ids=tokens, logprobs=lps)
