@@ -103,6 +103,9 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := setupGraphs(cfg, runner, maxLen, log); err != nil {
+		return nil, err
+	}
 	sc, err := sched.New(sched.Config{NumBlocks: numBlocks, BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs,
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxModelLen: maxLen, EnablePrefixCaching: !cfg.NoPrefixCaching})
 	if err != nil {

@@ -33,6 +33,9 @@ type Runner struct {
 	meta       ops.AttnMetadata
 	sampleRows []int32
 	logits     []float32
+
+	graphs                 *decodeGraphs // nil: every step eager (see graphs.go)
+	graphSteps, eagerSteps int64
 }
 
 // NewRunner binds a model, whose workspaces were sized by limits, to a freshly allocated KV
@@ -50,7 +53,8 @@ func NewRunner(m models.Model, be ops.Backend, limits models.Options, numBlocks,
 func (r *Runner) Model() models.Model { return r.model }
 
 // Run executes one forward pass and returns the logits of every Sample item, in order, as
-// rows of width VocabSize in a buffer reused by the next call.
+// rows of width VocabSize in a buffer reused by the next call. A decode-only batch replays a
+// captured graph when there is one for its size (CaptureGraphs).
 func (r *Runner) Run(work []Work) ([]float32, error) {
 	if err := r.prepare(work); err != nil {
 		return nil, err
@@ -58,6 +62,10 @@ func (r *Runner) Run(work []Work) ([]float32, error) {
 	if len(r.ids) == 0 {
 		return nil, nil
 	}
+	if g := r.graphFor(work); g != nil {
+		return r.runGraph(g)
+	}
+	r.eagerSteps++
 	hidden := r.model.Forward(r.ids, &r.meta, r.cache)
 	if len(r.sampleRows) == 0 {
 		return nil, nil

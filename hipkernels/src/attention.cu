@@ -16,17 +16,21 @@ constexpr int kWarps = 4;              // warps per block; each walks its own co
 constexpr int kMaxGroup = 8;           // query heads per block, at most
 constexpr int kMinPartition = 256;     // context positions per split, at least
 constexpr int kBlocksPerSM = 4;        // split until the grid has this many blocks per SM
+constexpr int kMinSplitPositions = 64;  // a token's partitions hold at least this many positions
 
 // One block per (query token t, group of query heads, context partition). The group is
 // heads [y*hpb, y*hpb + hpb), all reading kv head y*hpb / (num_heads / num_kv_heads); G >= hpb
 // is the compile-time bound. Token t of sequence token_seq[t] at position pos attends to
-// context positions 0..pos; this block covers [split*partition, (split+1)*partition) of them.
+// context positions 0..pos; with S splits this block covers [split*P, (split+1)*P) of them,
+// P = ceil((pos+1)/S) (at least min(partition, kMinSplitPositions)): the token's own context
+// divided evenly, whatever bound on the context chose S.
 //
-// Warp w walks the block's positions w, w + kWarps, ... For each position it loads the K and V
-// rows once (lane owns head dims lane, lane + WARP, ...: DPL of them) and, per query head of the
-// group, keeps an online softmax: the running maximum m of the scores, the running sum l of
-// exp(score - m), and acc = Σ exp(score - m) · v, rescaled whenever m grows. A score is the
-// warp-wide sum of the lanes' partial dot products with the (pre-scaled) query.
+// Warp w walks the block's positions in runs of U consecutive ones, w*U, w*U + kWarps*U, ...
+// For each position it loads the K and V rows once (lane owns head dims lane, lane + WARP, ...:
+// DPL of them) and, per query head of the group, keeps an online softmax: the running maximum
+// m of the scores, the running sum l of exp(score - m), and acc = Σ exp(score - m) · v,
+// rescaled whenever m grows. A score is the warp-wide sum of the lanes' partial dot products
+// with the (pre-scaled) query.
 //
 // The warps are then merged through shared memory: M = max_w m_w, weight_w = exp(m_w - M),
 // acc = Σ_w acc_w · weight_w, l = Σ_w l_w · weight_w. With one partition the block writes
@@ -46,7 +50,10 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int kvh = h0 / (num_heads / num_kv_heads);
     const int ctx = positions[t] + 1;
-    const int begin = split * partition, end = min(ctx, begin + partition);
+    // Each token splits its own context evenly, so a split count chosen for a bound on the
+    // context (a graph captured for the longest sequence) still spreads a short one.
+    const int part = splits == 1 ? ctx : max((ctx + splits - 1) / splits, min(partition, kMinSplitPositions));
+    const int begin = split * part, end = min(ctx, begin + part);
     const int32_t* table = block_tables + (size_t)token_seq[t] * bt_stride;
     const size_t kv_row = (size_t)num_kv_heads * head_dim;
 
@@ -64,30 +71,58 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
         l[g] = 0.f;
     }
 
-    for (int p = begin + warp; p < end; p += kWarps) {
-        const size_t slot = (size_t)table[p / block_size] * block_size + p % block_size;
-        const T* kp = k_cache + slot * kv_row + (size_t)kvh * head_dim;
-        const T* vp = v_cache + slot * kv_row + (size_t)kvh * head_dim;
-        float kf[DPL], vf[DPL];
+    // U consecutive positions per warp and iteration: their K and V rows are all loaded before
+    // any reduction, so U independent loads are in flight, and the online softmax is updated
+    // once per U positions (one rescale).
+    constexpr int U = DPL >= 8 ? 2 : 4;
+    for (int p0 = begin + warp * U; p0 < end; p0 += kWarps * U) {
+        float kf[U][DPL], vf[U][DPL];
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) {
-            const int d = lane + i * ATOMK_WARP_SIZE;
-            kf[i] = d < head_dim ? atomk_to_float(kp[d]) : 0.f;
-            vf[i] = d < head_dim ? atomk_to_float(vp[d]) : 0.f;
+        for (int u = 0; u < U; ++u) {
+            const int p = p0 + u;  // uniform across the warp
+            const bool in = p < end;
+            const size_t slot = in ? (size_t)table[p / block_size] * block_size + p % block_size : 0;
+            const T* kp = k_cache + slot * kv_row + (size_t)kvh * head_dim;
+            const T* vp = v_cache + slot * kv_row + (size_t)kvh * head_dim;
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                const int d = lane + i * ATOMK_WARP_SIZE;
+                kf[u][i] = in && d < head_dim ? atomk_to_float(kp[d]) : 0.f;
+                vf[u][i] = in && d < head_dim ? atomk_to_float(vp[d]) : 0.f;
+            }
         }
 #pragma unroll
         for (int g = 0; g < G; ++g) {
             if (g >= hpb) break;  // uniform across the block
-            float s = 0.f;
+            float s[U];
 #pragma unroll
-            for (int i = 0; i < DPL; ++i) s += qv[g][i] * kf[i];
-            s = atomk_warp_sum(s);
-            const float m_new = fmaxf(m[g], s);
-            const float corr = expf(m[g] - m_new);  // 0 on the first position (m = -inf)
-            const float e = expf(s - m_new);
-            l[g] = l[g] * corr + e;
+            for (int u = 0; u < U; ++u) {
+                float a = 0.f;
 #pragma unroll
-            for (int i = 0; i < DPL; ++i) acc[g][i] = acc[g][i] * corr + e * vf[i];
+                for (int i = 0; i < DPL; ++i) a += qv[g][i] * kf[u][i];
+                s[u] = a;
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) s[u] = atomk_warp_sum(s[u]);
+            float m_new = m[g];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (p0 + u < end) m_new = fmaxf(m_new, s[u]);
+            const float corr = expf(m[g] - m_new);  // 0 on the first positions (m = -inf)
+            float e[U], esum = 0.f;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                e[u] = p0 + u < end ? expf(s[u] - m_new) : 0.f;
+                esum += e[u];
+            }
+            l[g] = l[g] * corr + esum;
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                float a = acc[g][i] * corr;
+#pragma unroll
+                for (int u = 0; u < U; ++u) a += e[u] * vf[u][i];
+                acc[g][i] = a;
+            }
             m[g] = m_new;
         }
     }

@@ -79,10 +79,17 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 	dm := b.prepare(meta, c)
 	ws, err := b.lib.PagedAttentionWorkspace(nt, a.NumHeads, a.NumKVHeads, a.HeadDim, dm.maxCtx)
 	b.must("Attention", err)
-	b.must("Attention", b.ensure(&b.attnWork, ws))
+	var work hipkernels.Ptr
+	var workBytes int
+	if b.bound != nil {
+		work, workBytes = b.boundWorkspace(ws), ws
+	} else {
+		b.must("Attention", b.ensure(&b.attnWork, ws))
+		work, workBytes = b.attnWork.ptr, b.attnWork.size
+	}
 	args := &hipkernels.AttentionArgs{Out: o.ptr, Q: qt.ptr, KCache: c.k[layer], VCache: c.v[layer],
 		TokenSeq: dm.tokenSeq, Positions: dm.positions, BlockTables: dm.tables, BlockTableStride: dm.stride,
 		Tokens: nt, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, BlockSize: c.blockSize,
-		Scale: a.Scale, MaxCtx: dm.maxCtx, Workspace: b.attnWork.ptr, WorkspaceBytes: b.attnWork.size}
+		Scale: a.Scale, MaxCtx: dm.maxCtx, Workspace: work, WorkspaceBytes: workBytes}
 	b.must("Attention", b.lib.PagedAttention(b.kdt, args, b.stream))
 }

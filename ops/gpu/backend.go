@@ -60,6 +60,10 @@ type Backend struct {
 	ropes    map[*ops.RoPE]hipkernels.Ptr
 	allocs   map[hipkernels.Ptr]int
 	closed   bool
+
+	bound     *bound             // step inputs the ops read instead of uploading (graphs)
+	capturing bool               // a graph capture is open on the stream
+	graphs    []hipkernels.Graph // every captured graph, destroyed by Close
 }
 
 var _ ops.Backend = (*Backend)(nil)
@@ -155,6 +159,10 @@ func (b *Backend) Close() {
 	if b.stream != 0 {
 		_ = b.lib.StreamSync(b.stream)
 	}
+	for _, g := range b.graphs {
+		_ = b.lib.GraphDestroy(g)
+	}
+	b.graphs = nil
 	for p := range b.allocs {
 		_ = b.lib.Free(p)
 	}
@@ -199,6 +207,9 @@ func (b *Backend) alloc(bytes int) (hipkernels.Ptr, error) {
 func (b *Backend) release(p hipkernels.Ptr) error {
 	if p == 0 {
 		return nil
+	}
+	if b.capturing {
+		return fmt.Errorf("free inside a graph capture")
 	}
 	if err := b.lib.StreamSync(b.stream); err != nil {
 		return err

@@ -3,6 +3,8 @@ package gpu
 import (
 	"encoding/binary"
 	"math"
+	"runtime"
+	"sync"
 
 	"github.com/atom-go/atom/ops"
 )
@@ -113,10 +115,44 @@ func convertElems(dst []byte, to ops.DType, src []byte, from ops.DType, n int) {
 	}
 }
 
-// toFloat32 decodes len(dst) elements of src (type dt).
+// toFloat32 decodes len(dst) elements of src (type dt); large reads (the logits of a big
+// batch) are split across goroutines.
 func toFloat32(dst []float32, src []byte, dt ops.DType) {
-	for i := range dst {
-		dst[i] = elemToFloat32(src, dt, i)
+	const piece = 1 << 20
+	workers := min(runtime.GOMAXPROCS(0), len(dst)/piece)
+	if workers < 2 {
+		toFloat32Serial(dst, src, dt)
+		return
+	}
+	var wg sync.WaitGroup
+	per := (len(dst) + workers - 1) / workers
+	for lo := 0; lo < len(dst); lo += per {
+		hi := min(lo+per, len(dst))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			toFloat32Serial(dst[lo:hi], src[lo*dt.Size():hi*dt.Size()], dt)
+		}()
+	}
+	wg.Wait()
+}
+
+func toFloat32Serial(dst []float32, src []byte, dt ops.DType) {
+	switch dt {
+	case ops.BF16:
+		src = src[:2*len(dst)]
+		for i := range dst {
+			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
+		}
+	case ops.F32:
+		src = src[:4*len(dst)]
+		for i := range dst {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+		}
+	default:
+		for i := range dst {
+			dst[i] = elemToFloat32(src, dt, i)
+		}
 	}
 }
 

@@ -26,6 +26,11 @@ func (b *Backend) Embedding(out, table ops.Tensor, ids []int32) {
 			shapeErr("Embedding", "id %d (position %d) outside the vocabulary [0, %d)", id, i, vocab)
 		}
 	}
+	if b.bound != nil {
+		b.boundRows("Embedding", len(ids))
+		b.must("Embedding", b.lib.GatherRows(b.kdt, o.ptr, tb.ptr, b.bound.in.region(regIDs), len(ids), tb.cols(), vocab, b.stream))
+		return
+	}
 	if len(ids) == 0 {
 		return
 	}
@@ -43,6 +48,11 @@ func (b *Backend) GatherRows(out, x ops.Tensor, rows []int32) {
 		if r < 0 || int(r) >= xt.rows() {
 			shapeErr("GatherRows", "row %d (index %d) outside [0, %d)", r, i, xt.rows())
 		}
+	}
+	if b.bound != nil {
+		b.boundRows("GatherRows", len(rows))
+		b.must("GatherRows", b.lib.GatherRows(b.kdt, o.ptr, xt.ptr, b.bound.in.region(regRows), len(rows), xt.cols(), xt.rows(), b.stream))
+		return
 	}
 	if len(rows) == 0 {
 		return

@@ -67,6 +67,9 @@ func (b *Backend) stage(dst hipkernels.Ptr, n int, fill func([]byte)) error {
 	if n == 0 {
 		return nil
 	}
+	if b.capturing {
+		return fmt.Errorf("host upload of %d bytes inside a graph capture (bind step inputs and warm up first)", n)
+	}
 	s := &b.ring[b.next]
 	b.next = (b.next + 1) % len(b.ring)
 	if s.used {
@@ -158,6 +161,9 @@ func (c *metaCache) matches(m *ops.AttnMetadata, kv *KVCache) bool {
 // prepare returns the device copy of m, uploading it when it differs from the last one. Before
 // an upload it checks every index a kernel will follow, and panics on one out of bounds.
 func (b *Backend) prepare(m *ops.AttnMetadata, kv *KVCache) *devMeta {
+	if b.bound != nil {
+		return b.boundMeta("attention metadata", m, kv)
+	}
 	c := &b.meta
 	if c.matches(m, kv) {
 		return &c.dev

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/atom-go/atom/engine"
+	"github.com/atom-go/atom/models"
+	"github.com/atom-go/atom/ops/gpu"
+)
+
+// measureForward times the model runner alone, without the engine's scheduler or sampler:
+// decode steps of each concurrency at the mean context of the throughput runs, replayed from
+// CUDA graphs and run eagerly, and one prefill of the prompt. A step is Runner.Run: upload of
+// the inputs, the forward pass, the logits copied to the host as float32. The KV blocks of the
+// decode batches are never written (zeros; the attention kernel has no data-dependent branch).
+func measureForward(o options, res *Result, x cost) error {
+	ck, err := models.OpenCheckpoint(o.model)
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	be, err := gpu.New(0, gpu.Options{DType: ck.Config.DType})
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	maxConc := 1
+	for _, c := range o.conc {
+		maxConc = max(maxConc, c)
+	}
+	limits := models.Options{MaxTokens: max(o.prompt, maxConc), MaxSeqs: maxConc}
+	t0 := time.Now()
+	m, err := models.Load(ck, be, limits)
+	if err != nil {
+		return err
+	}
+	if err := be.Synchronize(); err != nil {
+		return err
+	}
+	res.Forward.LoadSeconds = time.Since(t0).Seconds()
+	const bs = 16
+	ctx := o.prompt + o.output/2
+	perSeq := (ctx + bs) / bs
+	r, err := engine.NewRunner(m, be, limits, maxConc*perSeq+1, bs)
+	if err != nil {
+		return err
+	}
+	t0 = time.Now()
+	if err := r.CaptureGraphs(engine.DefaultConfig().CudagraphCaptureSizes, o.maxModelLen); err != nil {
+		return err
+	}
+	res.Forward.CaptureSeconds = time.Since(t0).Seconds()
+	rng := rand.New(rand.NewPCG(1, 2))
+	vocab := ck.Config.VocabSize
+	tokens := make([]int32, max(ctx+1, o.prompt))
+	for i := range tokens {
+		tokens[i] = int32(rng.IntN(vocab))
+	}
+	decode := func(c int) []engine.Work {
+		w := make([]engine.Work, c)
+		for s := range w {
+			tb := make([]int32, perSeq)
+			for j := range tb {
+				tb[j] = int32(s*perSeq + j)
+			}
+			w[s] = engine.Work{Tokens: tokens[:ctx+1], Start: ctx, NumTokens: 1, BlockTable: tb, Sample: true}
+		}
+		return w
+	}
+	timeRun := func(w []engine.Work, reps int) (float64, error) {
+		var ts []float64
+		for i := 0; i < reps+3; i++ {
+			t := time.Now()
+			if _, err := r.Run(w); err != nil {
+				return 0, err
+			}
+			if i >= 3 {
+				ts = append(ts, float64(time.Since(t).Microseconds())/1e3)
+			}
+		}
+		return median(ts), nil
+	}
+	for _, c := range o.conc {
+		g0, _ := r.StepCounts()
+		ms, err := timeRun(decode(c), 20)
+		if err != nil {
+			return fmt.Errorf("decode batch %d: %w", c, err)
+		}
+		if g1, _ := r.StepCounts(); g1 == g0 {
+			ms = -1 // no graph for this size: reported as eager only
+		}
+		f := x.decodeStep(res.Ceilings, c, ctx+1)
+		res.Forward.Decode = append(res.Forward.Decode, ForwardRow{Batch: c, Context: ctx + 1, GraphMs: ms,
+			FloorMs: f.Seconds * 1e3, Bound: f.Bound})
+	}
+	if err := r.CaptureGraphs(nil, 0); err != nil { // drop the graphs: eager from here on
+		return err
+	}
+	for i, c := range o.conc {
+		ms, err := timeRun(decode(c), 10)
+		if err != nil {
+			return fmt.Errorf("eager decode batch %d: %w", c, err)
+		}
+		res.Forward.Decode[i].EagerMs = ms
+	}
+	tb := make([]int32, (o.prompt+bs-1)/bs)
+	for j := range tb {
+		tb[j] = int32(j)
+	}
+	pw := []engine.Work{{Tokens: tokens[:o.prompt], NumTokens: o.prompt, BlockTable: tb, Sample: true}}
+	ms, err := timeRun(pw, 5)
+	if err != nil {
+		return fmt.Errorf("prefill: %w", err)
+	}
+	f := x.prefill(res.Ceilings, o.prompt)
+	res.Forward.Prefill = PrefillRow{Tokens: o.prompt, Ms: ms, FloorMs: f.Seconds * 1e3, TFLOPs: f.Flops / (ms / 1e3) / 1e12}
+	return nil
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/atom-go/atom/engine"
+)
+
+// measureEngine starts the engine (timing the start) and runs the workloads through Generate.
+func measureEngine(o options, res *Result, x cost) error {
+	maxConc := 1
+	for _, c := range o.conc {
+		maxConc = max(maxConc, c)
+	}
+	cfg := engine.DefaultConfig()
+	cfg.Model, cfg.Device, cfg.MaxModelLen, cfg.MaxNumSeqs = o.model, "gpu", o.maxModelLen, maxConc
+	cfg.GPUMemoryUtilization, cfg.EnforceEager = o.memUtil, o.eager
+	t0 := time.Now()
+	e, err := engine.New(cfg, quietLogger(o.verbose))
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	res.StartupSeconds = time.Since(t0).Seconds()
+	res.KVBlocks = e.NumKVBlocks()
+	res.Graphs = !o.eager
+	logf("engine ready in %.1f s (%d KV blocks)", res.StartupSeconds, res.KVBlocks)
+	rng := rand.New(rand.NewPCG(3, 4))
+	vocab := e.ModelConfig().VocabSize
+	prompt := func(n int) []int32 {
+		p := make([]int32, n)
+		for i := range p {
+			p[i] = int32(rng.IntN(vocab))
+		}
+		return p
+	}
+	if _, err := runBatch(e, [][]int32{prompt(32)}, 8); err != nil { // warm-up
+		return err
+	}
+	var ttfts []float64
+	for i := 0; i < o.ttftReps; i++ {
+		r, err := runBatch(e, [][]int32{prompt(o.prompt)}, 1)
+		if err != nil {
+			return err
+		}
+		ttfts = append(ttfts, r.ttft[0])
+	}
+	pf := x.prefill(res.Ceilings, o.prompt)
+	ms := median(ttfts) * 1e3
+	rate := pf.Flops / (ms / 1e3)
+	res.TTFT = TTFTRow{Tokens: o.prompt, Ms: ms, FloorMs: pf.Seconds * 1e3, TFLOPs: rate / 1e12,
+		PctGemm: 100 * rate / res.Ceilings.GemmFlopsPerS}
+	logf("TTFT %d tokens: %.1f ms", o.prompt, ms)
+	checkpoint(res)
+	for _, c := range o.conc {
+		ps := make([][]int32, c)
+		for i := range ps {
+			ps[i] = prompt(o.prompt)
+		}
+		r, err := runBatch(e, ps, o.output)
+		if err != nil {
+			return fmt.Errorf("concurrency %d: %w", c, err)
+		}
+		wl := x.workload(res.Ceilings, c, o.prompt, o.output)
+		tput := float64(c*o.output) / r.wall
+		floorTput := float64(c*o.output) / wl.Seconds
+		row := ThroughputRow{Concurrency: c, WallSeconds: r.wall, TokensPerS: tput, FloorTokensPerS: floorTput,
+			Pct: 100 * tput / floorTput, Bound: wl.Bound, MeanTTFTMs: mean(r.ttft) * 1e3, MeanTPOTMs: mean(r.tpot) * 1e3}
+		res.Throughput = append(res.Throughput, row)
+		logf("concurrency %d: %.0f tokens/s (%.1f s), TPOT %.2f ms", c, tput, r.wall, row.MeanTPOTMs)
+		if c == 1 {
+			step := x.decodeStep(res.Ceilings, 1, o.prompt+o.output/2)
+			tpot := r.tpot[0] * 1e3
+			res.Decode1 = DecodeRow{TPOTMs: tpot, TokensPerS: 1e3 / tpot, FloorTokensPerS: 1 / step.Seconds,
+				Pct: 100 * step.Seconds * 1e3 / tpot}
+		}
+		checkpoint(res)
+	}
+	st := e.Stats()
+	res.EngineSteps = st.Steps
+	return nil
+}
+
+// batchResult holds per-request times (seconds) of one batch of requests.
+type batchResult struct {
+	wall       float64   // first submission to last token
+	ttft, tpot []float64 // per request: first token; mean gap between later tokens
+}
+
+// runBatch submits every prompt at once (greedy, EOS ignored, out tokens each) and waits for all.
+func runBatch(e *engine.Engine, prompts [][]int32, out int) (*batchResult, error) {
+	p := engine.DefaultSamplingParams()
+	p.Temperature, p.MaxTokens, p.IgnoreEOS = 0, out, true
+	res := &batchResult{ttft: make([]float64, len(prompts)), tpot: make([]float64, len(prompts))}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	streams := make([]*engine.Stream, len(prompts))
+	for i, pr := range prompts {
+		st, err := e.Generate(engine.Request{ID: fmt.Sprintf("b%d-%d", time.Now().UnixNano(), i), PromptIDs: pr, Params: p})
+		if err != nil {
+			return nil, err
+		}
+		streams[i] = st
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(prompts))
+	for i, st := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var first, last time.Time
+			n := 0
+			for n < out {
+				outs, err := st.Next(ctx)
+				if err != nil {
+					errs[i] = fmt.Errorf("request %d after %d tokens: %w", i, n, err)
+					return
+				}
+				now := time.Now()
+				for _, o := range outs {
+					if n == 0 && len(o.TokenIDs) > 0 {
+						first = now
+					}
+					n += len(o.TokenIDs)
+				}
+				last = now
+			}
+			res.ttft[i] = first.Sub(start).Seconds()
+			if n > 1 {
+				res.tpot[i] = last.Sub(first).Seconds() / float64(n-1)
+			}
+		}()
+	}
+	wg.Wait()
+	res.wall = time.Since(start).Seconds()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	var t float64
+	for _, x := range v {
+		t += x
+	}
+	return t / float64(len(v))
+}

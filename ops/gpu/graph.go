@@ -1,0 +1,239 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/atom-go/atom/hipkernels"
+	"github.com/atom-go/atom/ops"
+)
+
+// CUDA/HIP graphs for decode steps.
+//
+// A graph replays the kernels of one forward pass with the device addresses they had at
+// capture, so every per-step input must sit at a fixed address: StepInputs holds persistent
+// device buffers for token ids, positions, slot mapping, each token's sequence, the rows to
+// sample and the block tables (a fixed width per graph). A step then
+//
+//  1. queues the upload of its (padded) inputs into the StepInputs with LoadDecode, outside
+//     any capture, and
+//  2. launches the graph, whose kernels read those buffers.
+//
+// To capture, the caller binds the StepInputs (BindStepInputs): while bound, Embedding,
+// GatherRows, RopeWriteKV and Attention ignore the contents of their host arguments (only
+// their lengths are checked) and read the bound buffers instead of uploading. The caller
+// runs the forward pass once eagerly while bound (a warm-up that makes every lazily created
+// resource exist: BLAS plans, the RoPE table, the attention workspace) and then again inside
+// Capture.
+//
+// Padding rows (a batch of k sequences replayed by the graph of n > k) get token 0 at
+// position 0 with slot -1, which the KV-write kernel skips, and a block table of zeros: they
+// read block 0 (harmlessly) and write no cache entry, so they never touch a real sequence.
+
+// StepInputs are the persistent device buffers one set of graphs reads its inputs from. Every
+// graph captured with the same StepInputs reads the same addresses; only one step's inputs
+// are live at a time, which the single stream guarantees.
+type StepInputs struct {
+	maxTokens int // rows of each per-token region
+	stride    int // block-table entries per sequence
+	buf       devBuf
+	work      devBuf // attention workspace of the bound passes (never freed while graphs live)
+	host      []int32
+	loaded    int // rows of the last LoadDecode
+}
+
+// Regions of StepInputs.buf, each maxTokens int32 long except the tables (maxTokens*stride).
+const (
+	regIDs = iota
+	regPositions
+	regSlots
+	regTokenSeq
+	regRows
+	regTables
+)
+
+// NewStepInputs allocates buffers for decode batches of up to maxTokens sequences whose block
+// tables have stride entries (the longest sequence divided by the block size, rounded up).
+func (b *Backend) NewStepInputs(maxTokens, stride int) (*StepInputs, error) {
+	if maxTokens <= 0 || stride <= 0 {
+		return nil, fmt.Errorf("gpu step inputs: %d tokens, block-table stride %d", maxTokens, stride)
+	}
+	in := &StepInputs{maxTokens: maxTokens, stride: stride}
+	n := 4 * (regTables*maxTokens + maxTokens*stride)
+	p, err := b.alloc(n)
+	if err != nil {
+		return nil, fmt.Errorf("gpu step inputs of %d bytes: %w", n, err)
+	}
+	in.buf = devBuf{ptr: p, size: n}
+	return in, nil
+}
+
+// Stride is the block-table width of the inputs.
+func (in *StepInputs) Stride() int { return in.stride }
+
+// MaxTokens is the largest batch the inputs hold.
+func (in *StepInputs) MaxTokens() int { return in.maxTokens }
+
+func (in *StepInputs) region(r int) hipkernels.Ptr {
+	return in.buf.ptr + hipkernels.Ptr(4*r*in.maxTokens)
+}
+
+// LoadDecode checks a decode batch (one query token per sequence: ids[s] is sequence s's
+// token, meta its attention metadata) against the cache and queues its upload into in, padded
+// to n rows. The rows to sample are 0..n-1. An error leaves nothing queued.
+func (b *Backend) LoadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) error {
+	kv, ok := cache.(*KVCache)
+	if !ok {
+		return fmt.Errorf("gpu LoadDecode: cache of type %T", cache)
+	}
+	k := len(ids)
+	if n <= 0 || n > in.maxTokens || k > n {
+		return fmt.Errorf("gpu LoadDecode: %d sequences padded to %d, inputs hold %d", k, n, in.maxTokens)
+	}
+	if meta.NumTokens() != k || meta.NumSeqs() != k {
+		return fmt.Errorf("gpu LoadDecode: %d ids for metadata of %d tokens in %d sequences", k, meta.NumTokens(), meta.NumSeqs())
+	}
+	if k > 0 {
+		if len(meta.QueryStart) != k+1 {
+			return fmt.Errorf("gpu LoadDecode: %d query starts for %d sequences", len(meta.QueryStart), k)
+		}
+		for s, q := range meta.QueryStart {
+			if int(q) != s {
+				return fmt.Errorf("gpu LoadDecode: query starts %v are not one token per sequence", meta.QueryStart)
+			}
+		}
+		if _, err := checkMeta(meta, kv); err != nil {
+			return fmt.Errorf("gpu LoadDecode: %w", err)
+		}
+	}
+	for s := 0; s < k; s++ {
+		if need := (int(meta.SeqLens[s]) + kv.blockSize - 1) / kv.blockSize; need > in.stride {
+			return fmt.Errorf("gpu LoadDecode: sequence %d of %d tokens needs %d blocks, the graphs' tables hold %d",
+				s, meta.SeqLens[s], need, in.stride)
+		}
+	}
+	m := in.maxTokens
+	size := regTables*m + n*in.stride
+	if cap(in.host) < size {
+		in.host = make([]int32, regTables*m+m*in.stride)
+	}
+	h := in.host[:size]
+	clear(h[regTables*m:])
+	for s := 0; s < n; s++ {
+		h[regIDs*m+s], h[regPositions*m+s], h[regSlots*m+s] = 0, 0, -1
+		h[regTokenSeq*m+s], h[regRows*m+s] = int32(s), int32(s)
+		if s < k {
+			h[regIDs*m+s], h[regPositions*m+s], h[regSlots*m+s] = ids[s], meta.Positions[s], meta.SlotMapping[s]
+			w := min(meta.BlockTableStride, in.stride)
+			copy(h[regTables*m+s*in.stride:regTables*m+s*in.stride+w], meta.BlockTables[s*meta.BlockTableStride:])
+		}
+	}
+	in.loaded = n
+	return b.stage(in.buf.ptr, 4*size, func(buf []byte) {
+		for i, x := range h {
+			binary.LittleEndian.PutUint32(buf[4*i:], uint32(x))
+		}
+	})
+}
+
+// bound is the StepInputs the ops read while a decode pass is warmed up or captured.
+type bound struct {
+	in    *StepInputs
+	n     int
+	cache *KVCache
+	dev   devMeta
+}
+
+// BindStepInputs makes the next ops read batches of n tokens from in (see the package
+// comment on graphs) until UnbindStepInputs. The attention bound on the context is the
+// tables' width times the block size.
+func (b *Backend) BindStepInputs(in *StepInputs, n int, cache ops.KVCache) error {
+	kv, ok := cache.(*KVCache)
+	if !ok {
+		return fmt.Errorf("gpu BindStepInputs: cache of type %T", cache)
+	}
+	if n <= 0 || n > in.maxTokens {
+		return fmt.Errorf("gpu BindStepInputs: %d rows, inputs hold %d", n, in.maxTokens)
+	}
+	b.bound = &bound{in: in, n: n, cache: kv, dev: devMeta{positions: in.region(regPositions), slots: in.region(regSlots),
+		tokenSeq: in.region(regTokenSeq), tables: in.region(regTables), tokens: n, stride: in.stride,
+		maxCtx: in.stride * kv.blockSize}}
+	return nil
+}
+
+// UnbindStepInputs returns the ops to uploading their host arguments.
+func (b *Backend) UnbindStepInputs() { b.bound = nil }
+
+// boundRows checks that an op of a bound pass carries the bound number of rows.
+func (b *Backend) boundRows(op string, n int) {
+	if n != b.bound.n {
+		shapeErr(op, "%d rows in a pass bound to %d", n, b.bound.n)
+	}
+}
+
+// boundMeta is prepare for a bound pass.
+func (b *Backend) boundMeta(op string, m *ops.AttnMetadata, kv *KVCache) *devMeta {
+	b.boundRows(op, m.NumTokens())
+	if kv != b.bound.cache {
+		shapeErr(op, "a cache other than the bound one")
+	}
+	return &b.bound.dev
+}
+
+// boundWorkspace returns at least n bytes of attention workspace for a bound pass. A larger
+// one is a new allocation: the old one stays, since graphs captured earlier use its address.
+func (b *Backend) boundWorkspace(n int) hipkernels.Ptr {
+	w := &b.bound.in.work
+	if w.size < n {
+		if b.capturing {
+			shapeErr("Attention", "workspace of %d bytes needed inside a capture (warm up first)", n)
+		}
+		p, err := b.alloc(n)
+		b.must("Attention", err)
+		*w = devBuf{ptr: p, size: n}
+	}
+	return w.ptr
+}
+
+// Graph is captured device work, replayed with Launch on the backend's stream.
+type Graph struct {
+	b *Backend
+	g hipkernels.Graph
+}
+
+// Capture records the device work that fn queues on the stream into a graph, without running
+// it. fn must not upload host data or wait for the device (bind StepInputs first and warm the
+// pass up outside the capture); a panic in fn ends the capture and is returned as an error.
+func (b *Backend) Capture(fn func()) (g *Graph, err error) {
+	if b.capturing {
+		return nil, fmt.Errorf("gpu Capture: already capturing")
+	}
+	if err := b.lib.GraphCaptureBegin(b.stream); err != nil {
+		return nil, fmt.Errorf("gpu Capture: %w", err)
+	}
+	b.capturing = true
+	defer func() {
+		b.capturing = false
+		if p := recover(); p != nil {
+			if h, e := b.lib.GraphCaptureEnd(b.stream); e == nil {
+				_ = b.lib.GraphDestroy(h)
+			}
+			g, err = nil, fmt.Errorf("gpu Capture: %v", p)
+		}
+	}()
+	fn()
+	h, err := b.lib.GraphCaptureEnd(b.stream)
+	if err != nil {
+		return nil, fmt.Errorf("gpu Capture: %w", err)
+	}
+	b.graphs = append(b.graphs, h)
+	return &Graph{b: b, g: h}, nil
+}
+
+// Launch queues a replay of the graph on the backend's stream.
+func (g *Graph) Launch() error {
+	if err := g.b.lib.GraphLaunch(g.g, g.b.stream); err != nil {
+		return fmt.Errorf("gpu graph launch: %w", err)
+	}
+	return nil
+}
