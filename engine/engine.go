@@ -35,7 +35,8 @@ type Engine struct {
 	hostMode bool // a host session owns the KV cache: Generate is refused
 	reqs     map[string]*request
 	bySeq    map[*sched.Sequence]*choice
-	sampler  sampler
+	sampler  sampler      // host-scheduled sessions
+	pool     *samplerPool // engine-scheduled steps
 	rng      *rand.Rand
 	work     []Work
 

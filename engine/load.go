@@ -122,7 +122,7 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, model: mc, tok: tok, runner: runner, sched: sc, maxModelLen: maxLen,
 		eos: mc.StopTokenIDs(), log: log, cmds: make(chan func()), stop: make(chan struct{}),
-		stopped: make(chan struct{}), reqs: map[string]*request{}, bySeq: map[*sched.Sequence]*choice{},
+		stopped: make(chan struct{}), reqs: map[string]*request{}, pool: newSamplerPool(), bySeq: map[*sched.Sequence]*choice{},
 		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15))}
 	if tok != nil {
 		if id, ok := tok.EOSTokenID(); ok && !contains(e.eos, id) {

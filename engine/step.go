@@ -85,23 +85,26 @@ func (e *Engine) step() error {
 		return err
 	}
 	e.sched.Commit(batch)
-	vocab, row := e.model.VocabSize, 0
-	var generated int64
+	// Sample every row first (in parallel), then hand the tokens out in batch order.
+	var sampled []*sched.Sequence
 	for _, it := range batch.Items {
 		if !it.Sample {
 			continue
 		}
 		c := e.bySeq[it.Seq]
-		lrow := logits[row*vocab : (row+1)*vocab]
-		row++
 		p := &c.req.params
-		s := e.sampler.sample(lrow, &sampleInput{params: p, prompt: it.Seq.TokenIDs[:it.Seq.NumPromptTokens],
+		e.pool.add(sampleInput{params: p, prompt: it.Seq.TokenIDs[:it.Seq.NumPromptTokens],
 			output: it.Seq.OutputTokenIDs(), rng: c.rng, stopIDs: c.req.stopIDs, wantTopN: p.Logprobs})
-		e.sched.AppendToken(it.Seq, s.Token)
-		generated++
+		sampled = append(sampled, it.Seq)
+	}
+	samples := e.pool.run(logits, e.model.VocabSize)
+	for i, seq := range sampled {
+		c, s := e.bySeq[seq], samples[i]
+		e.sched.AppendToken(seq, s.Token)
 		reason, stop := e.finishReason(c, s.Token)
 		e.emit(c, s, reason, stop)
 	}
+	generated := int64(len(sampled))
 	e.updateStats(prompt, generated, time.Since(start))
 	return nil
 }
