@@ -225,23 +225,11 @@ func buildDecoder(raw json.RawMessage) (decoder, error) {
 		}
 		return bpeSuffixDec{cfg.Suffix}, nil
 	case "Sequence":
-		var cfg struct {
-			Decoders []json.RawMessage `json:"decoders"`
-		}
-		if err := json.Unmarshal(raw, &cfg); err != nil {
+		seq, err := buildSequence(raw, "decoders", buildDecoder)
+		if err != nil {
 			return nil, wrap(err)
 		}
-		seq := make(sequenceDec, 0, len(cfg.Decoders))
-		for _, sub := range cfg.Decoders {
-			d, err := buildDecoder(sub)
-			if err != nil {
-				return nil, wrap(err)
-			}
-			if d != nil {
-				seq = append(seq, d)
-			}
-		}
-		return seq, nil
+		return sequenceDec(seq), nil
 	}
 	return nil, fmt.Errorf("unsupported decoder type %q", typ)
 }

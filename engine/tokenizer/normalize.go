@@ -141,23 +141,11 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 		}
 		return replaceNorm{pat, cfg.Content}, nil
 	case "Sequence":
-		var cfg struct {
-			Normalizers []json.RawMessage `json:"normalizers"`
-		}
-		if err := json.Unmarshal(raw, &cfg); err != nil {
+		seq, err := buildSequence(raw, "normalizers", buildNormalizer)
+		if err != nil {
 			return nil, wrap(err)
 		}
-		seq := make(sequenceNorm, 0, len(cfg.Normalizers))
-		for _, sub := range cfg.Normalizers {
-			n, err := buildNormalizer(sub)
-			if err != nil {
-				return nil, wrap(err)
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
-		}
-		return seq, nil
+		return sequenceNorm(seq), nil
 	}
 	return nil, fmt.Errorf("unsupported normalizer type %q", typ)
 }

@@ -75,23 +75,11 @@ func buildPostProcessor(raw json.RawMessage) (postProcessor, error) {
 	case "ByteLevel":
 		return noopPost{}, nil
 	case "Sequence":
-		var cfg struct {
-			Processors []json.RawMessage `json:"processors"`
-		}
-		if err := json.Unmarshal(raw, &cfg); err != nil {
+		seq, err := buildSequence(raw, "processors", buildPostProcessor)
+		if err != nil {
 			return nil, wrap(err)
 		}
-		seq := make(sequencePost, 0, len(cfg.Processors))
-		for _, sub := range cfg.Processors {
-			p, err := buildPostProcessor(sub)
-			if err != nil {
-				return nil, wrap(err)
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
-		}
-		return seq, nil
+		return sequencePost(seq), nil
 	case "TemplateProcessing":
 		var cfg struct {
 			Single        []templatePieceJSON `json:"single"`

@@ -259,23 +259,11 @@ func buildPreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 	wrap := func(err error) error { return fmt.Errorf("pre_tokenizer %s: %w", typ, err) }
 	switch typ {
 	case "Sequence":
-		var cfg struct {
-			PreTokenizers []json.RawMessage `json:"pretokenizers"`
-		}
-		if err := json.Unmarshal(raw, &cfg); err != nil {
+		seq, err := buildSequence(raw, "pretokenizers", buildPreTokenizer)
+		if err != nil {
 			return nil, wrap(err)
 		}
-		seq := make(sequencePre, 0, len(cfg.PreTokenizers))
-		for _, sub := range cfg.PreTokenizers {
-			p, err := buildPreTokenizer(sub)
-			if err != nil {
-				return nil, wrap(err)
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
-		}
-		return seq, nil
+		return sequencePre(seq), nil
 	case "Split":
 		var cfg struct {
 			Pattern  patternJSON `json:"pattern"`

@@ -1,0 +1,31 @@
+package tokenizer
+
+import "encoding/json"
+
+// buildSequence decodes the "Sequence" form shared by normalizers, pre-tokenizers,
+// post-processors and decoders: the list under key, each entry built by build; entries that
+// build to nothing (a null component) are dropped.
+func buildSequence[T comparable](raw json.RawMessage, key string, build func(json.RawMessage) (T, error)) ([]T, error) {
+	var cfg map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, err
+	}
+	var subs []json.RawMessage
+	if list, ok := cfg[key]; ok {
+		if err := json.Unmarshal(list, &subs); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]T, 0, len(subs))
+	var none T
+	for _, sub := range subs {
+		x, err := build(sub)
+		if err != nil {
+			return nil, err
+		}
+		if x != none {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
