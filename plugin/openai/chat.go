@@ -161,15 +161,7 @@ func (s *Server) chatStream(w http.ResponseWriter, req *chatRequest, c *call, ba
 		}
 		return st.send(with(base, "choices", []any{ch}))
 	})
-	if err != nil {
-		st.sendError(toAPIError(err))
-		return
-	}
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		_ = st.send(with(with(base, "choices", []any{}), "usage", usage{promptLen, c.tokens, promptLen + c.tokens}))
-	}
-	st.done()
-	s.metrics.observeLatency(c)
+	s.endStream(st, err, &req.commonRequest, c, base, promptLen)
 }
 
 // chatPrompt renders the messages with the model's chat template and tokenizes them.

@@ -105,15 +105,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			started[ch.Index] = true
 			return st.send(with(base, "choices", []completionChoice{ch}))
 		})
-		if err != nil {
-			st.sendError(toAPIError(err))
-			return
-		}
-		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-			_ = st.send(with(with(base, "choices", []any{}), "usage", usage{promptTokens, c.tokens, promptTokens + c.tokens}))
-		}
-		st.done()
-		s.metrics.observeLatency(c)
+		s.endStream(st, err, &req.commonRequest, c, base, promptTokens)
 		return
 	}
 	choices := make([]completionChoice, len(prompts)*p.N)

@@ -47,3 +47,17 @@ func (s *sse) sendError(e *apiError) {
 	_ = s.send(map[string]any{"error": map[string]any{"message": e.Message, "type": e.Type, "code": e.Status}})
 	s.done()
 }
+
+// endStream ends a streamed response: the error if the call failed, else the usage chunk when
+// stream_options.include_usage asked for it, then [DONE].
+func (s *Server) endStream(st *sse, err error, req *commonRequest, c *call, base map[string]any, promptTokens int) {
+	if err != nil {
+		st.sendError(toAPIError(err))
+		return
+	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		_ = st.send(with(with(base, "choices", []any{}), "usage", usage{promptTokens, c.tokens, promptTokens + c.tokens}))
+	}
+	st.done()
+	s.metrics.observeLatency(c)
+}
