@@ -1,0 +1,126 @@
+"""The hooks atom-go attaches to SGLang through its HookRegistry (``sglang.srt.plugins``).
+
+- ``sglang.srt.managers.tp_worker.TpModelWorker`` is REPLACEd by AtomGoTpModelWorker (a subclass)
+  in every process that loads plugins: SGLang's scheduler process is the one that builds it.
+- ``GrammarManager.process_req_with_grammar`` (the last step of admitting a generate request)
+  gets a BEFORE hook that aborts requests needing what atom-go does not do (constrained
+  decoding, logit_bias, custom logit processors, prompt logprobs, embeddings, images) the way
+  SGLang aborts a bad request: the client gets HTTP 400 with the reason.
+- ``Scheduler.on_idle`` gets an AFTER hook that frees atom-go's state of requests that finished
+  in the scheduler's last step (steps free them too, but an idle scheduler runs none).
+- ``sglang.srt.server_args.ServerArgs.resolve_once`` gets a BEFORE hook that puts SGLang's own
+  side on the CPU (``--device cpu``; atom-go runs the model where ``ATOM_GO_DEVICE`` says, and a
+  ``--device cuda`` given to SGLang selects ``ATOM_GO_DEVICE=gpu``) and turns the overlap
+  scheduler off (atom-go's step is one blocking call, so overlap only delays finish detection).
+
+When the installed SGLang does not have the shape the worker was written for, nothing is
+replaced: a BEFORE hook on ``Scheduler.__init__`` and one on ``ServerArgs.resolve_once`` raise
+the shape error instead, so the server refuses to start with a message naming the SGLang version
+(SGLang's plugin loader only logs what a plugin's entry point raises).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from atom_go.sglang import ENV_DEVICE
+from atom_go.sglang.compat import SGLangShapeError, check_sglang
+
+log = logging.getLogger("atom_go.sglang")
+
+TP_WORKER_TARGET = "sglang.srt.managers.tp_worker.TpModelWorker"
+SERVER_ARGS_RESOLVE_TARGET = "sglang.srt.server_args.ServerArgs.resolve_once"
+SCHEDULER_INIT_TARGET = "sglang.srt.managers.scheduler.Scheduler.__init__"
+IDLE_TARGET = "sglang.srt.managers.scheduler.Scheduler.on_idle"
+ADMISSION_TARGET = "sglang.srt.constrained.grammar_manager.GrammarManager.process_req_with_grammar"
+
+
+_installed = False
+
+
+def _prepare_server_args(server_args: Any, *args: Any, **kwargs: Any) -> None:
+    """BEFORE hook of ServerArgs.resolve_once: SGLang's side of atom-go runs on the CPU."""
+    if getattr(server_args, "_resolution_finished", False) or getattr(server_args, "_input_frozen", False):
+        return None
+    device = getattr(server_args, "device", None)
+    if device not in (None, "cpu"):
+        if device.split(":", 1)[0] in ("cuda", "hip", "rocm") and not os.environ.get(ENV_DEVICE):
+            os.environ[ENV_DEVICE] = "gpu"
+        log.info(
+            "atom-go serves SGLang: SGLang's scheduler runs on the CPU (--device %s becomes cpu); "
+            "atom-go runs the model on %s",
+            device,
+            os.environ.get(ENV_DEVICE, "cpu"),
+        )
+    server_args.device = "cpu"
+    server_args.disable_overlap_schedule = True
+    return None
+
+
+def _refuse_unsupported(grammar_manager: Any, req: Any, *args: Any, **kwargs: Any) -> None:
+    """BEFORE hook of GrammarManager.process_req_with_grammar, the last step of SGLang's admission
+    of a generate request: abort what atom-go cannot serve, the way SGLang aborts a bad request
+    (it is queued, prefilled as one token and answered with the error, HTTP 400)."""
+    from atom_go.sglang.worker import unsupported_reason
+
+    if req.to_finish is not None:
+        return None
+    why = unsupported_reason(req)
+    if why is None:
+        return None
+    sp = req.sampling_params
+    for name in ("json_schema", "regex", "ebnf", "structural_tag", "logit_bias"):
+        if getattr(sp, name, None) is not None:
+            setattr(sp, name, None)
+    req.custom_logit_processor = None
+    req.set_finish_with_abort(f"atom-go does not support {why}")
+    return None
+
+
+def _release_on_idle(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+    """AFTER hook of Scheduler.on_idle: free atom-go's state of requests that finished last."""
+    from atom_go.sglang.worker import AtomGoTpModelWorker
+
+    worker = getattr(scheduler, "tp_worker", None)
+    if isinstance(worker, AtomGoTpModelWorker):
+        worker.release_finished()
+
+
+def _refuser(error: SGLangShapeError) -> Callable[..., None]:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise SGLangShapeError(str(error))
+
+    return refuse
+
+
+def install(overrides: dict[str, Any] | None = None) -> str:
+    """Checks SGLang and registers atom-go's hooks; returns the SGLang version.
+
+    Raises SGLangShapeError (after registering the refusing hooks) when SGLang changed shape.
+    ``overrides`` is passed to :func:`atom_go.sglang.compat.check_sglang`.
+    """
+    global _installed
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    try:
+        version = check_sglang(overrides=overrides)
+    except SGLangShapeError as exc:
+        log.error("%s", exc)
+        refuse = _refuser(exc)
+        for target in (SCHEDULER_INIT_TARGET, SERVER_ARGS_RESOLVE_TARGET):
+            HookRegistry.register(target, refuse, HookType.BEFORE)
+        raise
+    if _installed:
+        return version
+    from atom_go.sglang.worker import AtomGoTpModelWorker
+
+    HookRegistry.register(TP_WORKER_TARGET, AtomGoTpModelWorker, HookType.REPLACE)
+    HookRegistry.register(SERVER_ARGS_RESOLVE_TARGET, _prepare_server_args, HookType.BEFORE)
+    HookRegistry.register(ADMISSION_TARGET, _refuse_unsupported, HookType.BEFORE)
+    HookRegistry.register(IDLE_TARGET, _release_on_idle, HookType.AFTER)
+    _installed = True
+    log.info("atom-go's SGLang plugin attached to sglang %s", version)
+    return version
