@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/atom-go/atom/ops"
 )
 
 // ggmlType is a ggml tensor element type as stored in a GGUF tensor info.
@@ -77,26 +79,7 @@ func itoa(v int) string {
 		}
 	}
 }
-
-// f16 decodes an IEEE half-precision number, subnormals, infinities and NaNs included.
-func f16(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h) & 0x3ff
-	switch exp {
-	case 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	case 0:
-		f := float32(man) * (1.0 / (1 << 24)) // exact: man < 2^10
-		if sign != 0 {
-			return -f
-		}
-		return f
-	}
-	return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-}
-
-func f16at(b []byte) float32 { return f16(binary.LittleEndian.Uint16(b)) }
+func f16at(b []byte) float32 { return ops.F16ToFloat32(binary.LittleEndian.Uint16(b)) }
 
 // The kernels below follow ggml's dequantize_row_* (and the gguf Python package) exactly,
 // float32 rounding included: d*q+m is written float32(d*q)+m so no fused multiply-add can

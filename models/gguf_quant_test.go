@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/atom-go/atom/ops"
 )
 
 const ggufTestdata = "../testdata/gguf"
@@ -66,16 +68,16 @@ func TestF16Decoding(t *testing.T) {
 		{0x8001, -5.960464477539063e-08}, {0x7c00, float32(math.Inf(1))}, {0xfc00, float32(math.Inf(-1))},
 	}
 	for _, tc := range cases {
-		require.Equal(t, tc.want, f16(tc.bits), "0x%04x", tc.bits)
+		require.Equal(t, tc.want, ops.F16ToFloat32(tc.bits), "0x%04x", tc.bits)
 	}
-	require.Equal(t, uint32(0x80000000), math.Float32bits(f16(0x8000)), "negative zero")
-	require.True(t, math.IsNaN(float64(f16(0x7e00))))
+	require.Equal(t, uint32(0x80000000), math.Float32bits(ops.F16ToFloat32(0x8000)), "negative zero")
+	require.True(t, math.IsNaN(float64(ops.F16ToFloat32(0x7e00))))
 	// Every finite half round-trips through float32 -> float16 rounding exactly.
 	for h := 0; h < 0x10000; h++ {
 		if h&0x7c00 == 0x7c00 {
 			continue
 		}
-		f := f16(uint16(h))
+		f := ops.F16ToFloat32(uint16(h))
 		require.Equal(t, uint16(h), toF16(f), "0x%04x -> %v", h, f)
 	}
 }

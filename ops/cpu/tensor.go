@@ -77,31 +77,10 @@ func FromFloat32(data []float32, shape ...int) *Tensor {
 
 var f16Table = func() (t [1 << 16]float32) {
 	for i := range t {
-		t[i] = HalfToFloat(uint16(i))
+		t[i] = ops.F16ToFloat32(uint16(i))
 	}
 	return
 }()
-
-// HalfToFloat converts an IEEE 754 binary16 value.
-func HalfToFloat(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := int32(h>>10) & 0x1f
-	man := uint32(h & 0x3ff)
-	switch {
-	case exp == 0 && man == 0:
-		return math.Float32frombits(sign)
-	case exp == 0: // subnormal
-		for man&0x400 == 0 {
-			man <<= 1
-			exp--
-		}
-		exp++
-		man &= 0x3ff
-	case exp == 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	}
-	return math.Float32frombits(sign | uint32(exp+127-15)<<23 | man<<13)
-}
 
 // newWeight views raw checkpoint bytes in place when aligned, else copies them.
 func newWeight(dt ops.DType, shape []int, raw []byte) (*Tensor, error) {

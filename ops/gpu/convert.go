@@ -21,9 +21,6 @@ func BF16FromFloat32(f float32) uint16 {
 	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
 }
 
-// BF16ToFloat32 widens a bfloat16.
-func BF16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
-
 // F16FromFloat32 rounds f to IEEE binary16 (overflow to infinity, subnormals kept).
 func F16FromFloat32(f float32) uint16 {
 	b := math.Float32bits(f)
@@ -60,34 +57,13 @@ func F16FromFloat32(f float32) uint16 {
 	return sign | uint16(h)
 }
 
-// F16ToFloat32 widens an IEEE binary16.
-func F16ToFloat32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := int32(h>>10) & 0x1f
-	man := uint32(h & 0x3ff)
-	switch {
-	case exp == 0 && man == 0:
-		return math.Float32frombits(sign)
-	case exp == 0:
-		for man&0x400 == 0 {
-			man <<= 1
-			exp--
-		}
-		exp++
-		man &= 0x3ff
-	case exp == 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	}
-	return math.Float32frombits(sign | uint32(exp+127-15)<<23 | man<<13)
-}
-
 // elemToFloat32 decodes element i of raw little-endian data of type dt.
 func elemToFloat32(raw []byte, dt ops.DType, i int) float32 {
 	switch dt {
 	case ops.BF16:
-		return BF16ToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
+		return ops.BF16ToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
 	case ops.F16:
-		return F16ToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
+		return ops.F16ToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
 	}
 	return math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 }

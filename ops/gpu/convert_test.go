@@ -9,7 +9,7 @@ import (
 
 func TestF16RoundTripsEveryValue(t *testing.T) {
 	for h := 0; h < 1<<16; h++ {
-		f := F16ToFloat32(uint16(h))
+		f := ops.F16ToFloat32(uint16(h))
 		if math.IsNaN(float64(f)) {
 			if g := F16FromFloat32(f); g&0x7c00 != 0x7c00 || g&0x3ff == 0 {
 				t.Fatalf("NaN %#04x came back as %#04x", h, g)
@@ -49,7 +49,7 @@ func TestRoundingToNearestEven(t *testing.T) {
 		}
 	}
 	nan := math.Float32frombits(0x7f800001)
-	if !math.IsNaN(float64(BF16ToFloat32(BF16FromFloat32(nan)))) {
+	if !math.IsNaN(float64(ops.BF16ToFloat32(BF16FromFloat32(nan)))) {
 		t.Error("a NaN with a low payload became a number in bf16")
 	}
 }
@@ -69,9 +69,9 @@ func TestConvertElems(t *testing.T) {
 				for _, dt := range []ops.DType{from, to} {
 					switch dt {
 					case ops.F16:
-						want = F16ToFloat32(F16FromFloat32(want))
+						want = ops.F16ToFloat32(F16FromFloat32(want))
 					case ops.BF16:
-						want = BF16ToFloat32(BF16FromFloat32(want))
+						want = ops.BF16ToFloat32(BF16FromFloat32(want))
 					}
 				}
 				if got[i] != want {

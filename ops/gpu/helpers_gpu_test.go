@@ -121,9 +121,9 @@ func newCPU(t *testing.T) *cpu.Backend {
 func roundTo(dt ops.DType, x float32) float32 {
 	switch dt {
 	case ops.BF16:
-		return BF16ToFloat32(BF16FromFloat32(x))
+		return ops.BF16ToFloat32(BF16FromFloat32(x))
 	case ops.F16:
-		return F16ToFloat32(F16FromFloat32(x))
+		return ops.F16ToFloat32(F16FromFloat32(x))
 	}
 	return x
 }
