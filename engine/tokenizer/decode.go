@@ -183,18 +183,11 @@ func buildDecoder(raw json.RawMessage) (decoder, error) {
 	case "Fuse":
 		return fuseDec{}, nil
 	case "Replace":
-		var cfg struct {
-			Pattern patternJSON `json:"pattern"`
-			Content string      `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &cfg); err != nil {
-			return nil, wrap(err)
-		}
-		pat, err := cfg.Pattern.compile()
+		pat, content, err := buildReplace(raw)
 		if err != nil {
 			return nil, wrap(err)
 		}
-		return replaceDec{pat, cfg.Content}, nil
+		return replaceDec{pat, content}, nil
 	case "Strip":
 		var cfg struct {
 			Content string `json:"content"`

@@ -128,18 +128,11 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 		}
 		return prependNorm{cfg.Prepend}, nil
 	case "Replace":
-		var cfg struct {
-			Pattern patternJSON `json:"pattern"`
-			Content string      `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &cfg); err != nil {
-			return nil, wrap(err)
-		}
-		pat, err := cfg.Pattern.compile()
+		pat, content, err := buildReplace(raw)
 		if err != nil {
 			return nil, wrap(err)
 		}
-		return replaceNorm{pat, cfg.Content}, nil
+		return replaceNorm{pat, content}, nil
 	case "Sequence":
 		seq, err := buildSequence(raw, "normalizers", buildNormalizer)
 		if err != nil {

@@ -29,3 +29,17 @@ func buildSequence[T comparable](raw json.RawMessage, key string, build func(jso
 	}
 	return out, nil
 }
+
+// buildReplace decodes the "Replace" form shared by normalizers and decoders: a pattern (a
+// literal String or a Regex) and its replacement.
+func buildReplace(raw json.RawMessage) (*pattern, string, error) {
+	var cfg struct {
+		Pattern patternJSON `json:"pattern"`
+		Content string      `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, "", err
+	}
+	pat, err := cfg.Pattern.compile()
+	return pat, cfg.Content, err
+}
