@@ -108,6 +108,7 @@ func (s *Server) info() *pb.ModelInfo {
 	info.EosTokenIds = mc.StopTokenIDs()
 	info.MaxNumSeqs, info.MaxNumBatchedTokens = int32(cfg.MaxNumSeqs), int32(cfg.MaxNumBatchedTokens)
 	info.RunningRequests = int32(running)
+	info.TensorParallelSize = int32(cfg.TensorParallelSize)
 	if h != nil {
 		info.HostMode = true
 		info.BlockSize, info.NumKvBlocks = int32(h.BlockSize()), int32(h.NumBlocks())

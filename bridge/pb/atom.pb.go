@@ -107,8 +107,10 @@ type ModelInfo struct {
 	HostMode bool `protobuf:"varint,24,opt,name=host_mode,json=hostMode,proto3" json:"host_mode,omitempty"`
 	// running_requests: Generate streams in flight, or host-scheduled requests with state.
 	RunningRequests int32 `protobuf:"varint,25,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// tensor_parallel_size: ranks (GPUs, or cpu ranks) the model is split across.
+	TensorParallelSize int32 `protobuf:"varint,26,opt,name=tensor_parallel_size,json=tensorParallelSize,proto3" json:"tensor_parallel_size,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ModelInfo) Reset() {
@@ -312,6 +314,13 @@ func (x *ModelInfo) GetHostMode() bool {
 func (x *ModelInfo) GetRunningRequests() int32 {
 	if x != nil {
 		return x.RunningRequests
+	}
+	return 0
+}
+
+func (x *ModelInfo) GetTensorParallelSize() int32 {
+	if x != nil {
+		return x.TensorParallelSize
 	}
 	return 0
 }
@@ -1316,7 +1325,7 @@ const file_atom_proto_rawDesc = "" +
 	"\n" +
 	"atom.proto\x12\x10atomgo.bridge.v1\"4\n" +
 	"\x0fDescribeRequest\x12!\n" +
-	"\fwire_version\x18\x01 \x01(\rR\vwireVersion\"\xdc\x06\n" +
+	"\fwire_version\x18\x01 \x01(\rR\vwireVersion\"\x8e\a\n" +
 	"\tModelInfo\x12!\n" +
 	"\fwire_version\x18\x01 \x01(\rR\vwireVersion\x12)\n" +
 	"\x10protocol_version\x18\x02 \x01(\rR\x0fprotocolVersion\x12%\n" +
@@ -1350,7 +1359,8 @@ const file_atom_proto_rawDesc = "" +
 	"\x16max_num_batched_tokens\x18\x16 \x01(\x05R\x13maxNumBatchedTokens\x12$\n" +
 	"\x0ekv_block_bytes\x18\x17 \x01(\x03R\fkvBlockBytes\x12\x1b\n" +
 	"\thost_mode\x18\x18 \x01(\bR\bhostMode\x12)\n" +
-	"\x10running_requests\x18\x19 \x01(\x05R\x0frunningRequests\"\x83\x04\n" +
+	"\x10running_requests\x18\x19 \x01(\x05R\x0frunningRequests\x120\n" +
+	"\x14tensor_parallel_size\x18\x1a \x01(\x05R\x12tensorParallelSize\"\x83\x04\n" +
 	"\x10LoadModelRequest\x12!\n" +
 	"\fwire_version\x18\x01 \x01(\rR\vwireVersion\x12\x1d\n" +
 	"\n" +

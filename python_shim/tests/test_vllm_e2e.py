@@ -125,6 +125,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(30)
 
 
+def _wait_healthy(srv: Server) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        if srv.proc.poll() is not None:
+            pytest.fail(f"vllm serve exited with {srv.proc.returncode} during start-up:\n{srv.log_text()[-6000:]}")
+        try:
+            if httpx.get(srv.url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"vllm serve not healthy after {START_TIMEOUT} s:\n{srv.log_text()[-6000:]}")
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def server(plugin_binary: str, model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
@@ -132,18 +147,7 @@ def server(plugin_binary: str, model_dir: str, tmp_path_factory: pytest.TempPath
     proc, url = _start({"ATOM_GO_PLUGIN": plugin_binary, "VLLM_PLUGINS": "atom_go"}, model_dir, log)
     srv = Server(proc, url, log, 0.0)
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve exited with {proc.returncode} during start-up:\n{srv.log_text()[-6000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve not healthy after {START_TIMEOUT} s:\n{srv.log_text()[-6000:]}")
-            time.sleep(0.5)
+        _wait_healthy(srv)
         srv.startup_s = time.monotonic() - t0
         print(f"\nvllm serve on atom-go started in {srv.startup_s:.1f} s")
         yield srv
@@ -197,6 +201,7 @@ PROMPTS = ["The quick brown fox", "Hello world", "1 2 3 4 5", "once upon a time 
 def test_kv_cache_geometry(server: Server) -> None:
     d = server.describe()
     assert d["host_mode"] is True
+    assert d["tensor_parallel_size"] == 1
     assert d["block_size"] == 16
     assert d["vllm_num_blocks"] == d["num_kv_blocks"] > 0  # vLLM allocates exactly the engine's blocks
     assert "atom-go host mode" in server.log_text()
@@ -417,3 +422,26 @@ def test_missing_binary_fails_at_start_up(model_dir: str, tmp_path: pathlib.Path
     text = log.read_text(errors="replace")
     assert "does not name an executable file" in text, text[-4000:]
     assert "Point ATOM_GO_PLUGIN at the atom-plugin binary" in text
+
+
+def test_tensor_parallel_size_is_passed_through(
+    plugin_binary: str, model_dir: str, reference: Any, tmp_path: pathlib.Path
+) -> None:
+    """vLLM's --tensor-parallel-size reaches atom-go, which splits the model over its own ranks
+    (cpu ranks here) and still gives the single-rank greedy tokens."""
+    log = tmp_path / "serve-tp2.log"
+    proc, url = _start(
+        {"ATOM_GO_PLUGIN": plugin_binary, "VLLM_PLUGINS": "atom_go"}, model_dir, log, "--tensor-parallel-size", "2"
+    )
+    srv = Server(proc, url, log, 0.0)
+    try:
+        _wait_healthy(srv)
+        assert srv.describe()["tensor_parallel_size"] == 2
+        for prompt in PROMPTS[:2]:
+            ref = reference(prompt)
+            r = srv.client().completions.create(
+                model=MODEL_NAME, prompt=prompt, max_tokens=12, temperature=0, extra_body={"return_token_ids": True}
+            )
+            assert r.choices[0].model_extra["token_ids"] == ref["token_ids"]
+    finally:
+        _stop(proc)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\natom.proto\x12\x10\x61tomgo.bridge.v1\"\'\n\x0f\x44\x65scribeRequest\x12\x14\n\x0cwire_version\x18\x01 \x01(\r\"\xa6\x04\n\tModelInfo\x12\x14\n\x0cwire_version\x18\x01 \x01(\r\x12\x18\n\x10protocol_version\x18\x02 \x01(\r\x12\x16\n\x0e\x65ngine_version\x18\x03 \x01(\t\x12\x0e\n\x06loaded\x18\x04 \x01(\x08\x12\x12\n\nmodel_path\x18\x05 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x06 \x01(\t\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x12\n\nvocab_size\x18\t \x01(\x05\x12\x15\n\rmax_model_len\x18\n \x01(\x05\x12\x12\n\nblock_size\x18\x0b \x01(\x05\x12\x15\n\rnum_kv_blocks\x18\x0c \x01(\x05\x12\x12\n\nnum_layers\x18\r \x01(\x05\x12\x11\n\tnum_heads\x18\x0e \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x0f \x01(\x05\x12\x10\n\x08head_dim\x18\x10 \x01(\x05\x12\x13\n\x0bhidden_size\x18\x11 \x01(\x05\x12\x15\n\rcapture_sizes\x18\x12 \x03(\x05\x12\x15\n\rhas_tokenizer\x18\x13 \x01(\x08\x12\x15\n\reos_token_ids\x18\x14 \x03(\x05\x12\x14\n\x0cmax_num_seqs\x18\x15 \x01(\x05\x12\x1e\n\x16max_num_batched_tokens\x18\x16 \x01(\x05\x12\x16\n\x0ekv_block_bytes\x18\x17 \x01(\x03\x12\x11\n\thost_mode\x18\x18 \x01(\x08\x12\x18\n\x10running_requests\x18\x19 \x01(\x05\"\xd7\x02\n\x10LoadModelRequest\x12\x14\n\x0cwire_version\x18\x01 \x01(\r\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x1d\n\x15kv_cache_memory_bytes\x18\x05 \x01(\x03\x12\x15\n\rnum_kv_blocks\x18\x06 \x01(\x05\x12\x12\n\nblock_size\x18\x07 \x01(\x05\x12\x15\n\rmax_model_len\x18\x08 \x01(\x05\x12\x14\n\x0cmax_num_seqs\x18\t \x01(\x05\x12\x1e\n\x16max_num_batched_tokens\x18\n \x01(\x05\x12\"\n\x15\x65nable_prefix_caching\x18\x0b \x01(\x08H\x00\x88\x01\x01\x12\x11\n\ttokenizer\x18\x0c \x01(\t\x12\x12\n\nextra_args\x18\r \x03(\tB\x18\n\x16_enable_prefix_caching\"y\n\x0cLoadProgress\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x10\n\x08\x66raction\x18\x02 \x01(\x02\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12)\n\x04info\x18\x05 \x01(\x0b\x32\x1b.atomgo.bridge.v1.ModelInfo\"\x8d\x03\n\x0eSamplingParams\x12\t\n\x01n\x18\x01 \x01(\x05\x12\x18\n\x0btemperature\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05top_p\x18\x03 \x01(\x01\x12\r\n\x05top_k\x18\x04 \x01(\x05\x12\r\n\x05min_p\x18\x05 \x01(\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x01\x88\x01\x01\x12\x1a\n\x12repetition_penalty\x18\x07 \x01(\x01\x12\x18\n\x10presence_penalty\x18\x08 \x01(\x01\x12\x19\n\x11\x66requency_penalty\x18\t \x01(\x01\x12\x12\n\nmax_tokens\x18\n \x01(\x05\x12\x12\n\nmin_tokens\x18\x0b \x01(\x05\x12\x12\n\nignore_eos\x18\x0c \x01(\x08\x12\x16\n\x0estop_token_ids\x18\r \x03(\x05\x12\x0c\n\x04stop\x18\x0e \x03(\t\x12\x10\n\x08logprobs\x18\x0f \x01(\x05\x12 \n\x13skip_special_tokens\x18\x10 \x01(\x08H\x02\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x07\n\x05_seedB\x16\n\x14_skip_special_tokens\"\x81\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x30\n\x06params\x18\x04 \x01(\x0b\x32 .atomgo.bridge.v1.SamplingParams\"U\n\x0cTokenLogprob\x12\r\n\x05token\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0f\n\x07top_ids\x18\x03 \x03(\x05\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\"\x85\x02\n\x06Output\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x30\n\x08logprobs\x18\x04 \x03(\x0b\x32\x1e.atomgo.bridge.v1.TokenLogprob\x12\x10\n\x08\x66inished\x18\x05 \x01(\x08\x12\x15\n\rfinish_reason\x18\x06 \x01(\t\x12\x15\n\x0bstop_string\x18\x07 \x01(\tH\x00\x12\x14\n\nstop_token\x18\x08 \x01(\x05H\x00\x12\x19\n\x11num_prompt_tokens\x18\t \x01(\x05\x12\x19\n\x11num_cached_tokens\x18\n \x01(\x05\x42\r\n\x0bstop_reason\"k\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x07outputs\x18\x02 \x03(\x0b\x32\x18.atomgo.bridge.v1.Output\x12\x18\n\x10prompt_token_ids\x18\x03 \x03(\x05\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x0f\n\rAbortResponse\"<\n\x12InitKVCacheRequest\x12\x12\n\nnum_blocks\x18\x01 \x01(\x05\x12\x12\n\nblock_size\x18\x02 \x01(\x05\"@\n\x13InitKVCacheResponse\x12)\n\x04info\x18\x01 \x01(\x0b\x32\x1b.atomgo.bridge.v1.ModelInfo\"&\n\x13\x45xecuteModelRequest\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\"&\n\x14\x45xecuteModelResponse\x12\x0e\n\x06result\x18\x01 \x01(\x0c\x32\x85\x04\n\nAtomEngine\x12J\n\x08\x44\x65scribe\x12!.atomgo.bridge.v1.DescribeRequest\x1a\x1b.atomgo.bridge.v1.ModelInfo\x12Q\n\tLoadModel\x12\".atomgo.bridge.v1.LoadModelRequest\x1a\x1e.atomgo.bridge.v1.LoadProgress0\x01\x12S\n\x08Generate\x12!.atomgo.bridge.v1.GenerateRequest\x1a\".atomgo.bridge.v1.GenerateResponse0\x01\x12H\n\x05\x41\x62ort\x12\x1e.atomgo.bridge.v1.AbortRequest\x1a\x1f.atomgo.bridge.v1.AbortResponse\x12Z\n\x0bInitKVCache\x12$.atomgo.bridge.v1.InitKVCacheRequest\x1a%.atomgo.bridge.v1.InitKVCacheResponse\x12]\n\x0c\x45xecuteModel\x12%.atomgo.bridge.v1.ExecuteModelRequest\x1a&.atomgo.bridge.v1.ExecuteModelResponseB#Z!github.com/atom-go/atom/bridge/pbb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\natom.proto\x12\x10\x61tomgo.bridge.v1\"\'\n\x0f\x44\x65scribeRequest\x12\x14\n\x0cwire_version\x18\x01 \x01(\r\"\xc4\x04\n\tModelInfo\x12\x14\n\x0cwire_version\x18\x01 \x01(\r\x12\x18\n\x10protocol_version\x18\x02 \x01(\r\x12\x16\n\x0e\x65ngine_version\x18\x03 \x01(\t\x12\x0e\n\x06loaded\x18\x04 \x01(\x08\x12\x12\n\nmodel_path\x18\x05 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x06 \x01(\t\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x12\n\nvocab_size\x18\t \x01(\x05\x12\x15\n\rmax_model_len\x18\n \x01(\x05\x12\x12\n\nblock_size\x18\x0b \x01(\x05\x12\x15\n\rnum_kv_blocks\x18\x0c \x01(\x05\x12\x12\n\nnum_layers\x18\r \x01(\x05\x12\x11\n\tnum_heads\x18\x0e \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x0f \x01(\x05\x12\x10\n\x08head_dim\x18\x10 \x01(\x05\x12\x13\n\x0bhidden_size\x18\x11 \x01(\x05\x12\x15\n\rcapture_sizes\x18\x12 \x03(\x05\x12\x15\n\rhas_tokenizer\x18\x13 \x01(\x08\x12\x15\n\reos_token_ids\x18\x14 \x03(\x05\x12\x14\n\x0cmax_num_seqs\x18\x15 \x01(\x05\x12\x1e\n\x16max_num_batched_tokens\x18\x16 \x01(\x05\x12\x16\n\x0ekv_block_bytes\x18\x17 \x01(\x03\x12\x11\n\thost_mode\x18\x18 \x01(\x08\x12\x18\n\x10running_requests\x18\x19 \x01(\x05\x12\x1c\n\x14tensor_parallel_size\x18\x1a \x01(\x05\"\xd7\x02\n\x10LoadModelRequest\x12\x14\n\x0cwire_version\x18\x01 \x01(\r\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x1d\n\x15kv_cache_memory_bytes\x18\x05 \x01(\x03\x12\x15\n\rnum_kv_blocks\x18\x06 \x01(\x05\x12\x12\n\nblock_size\x18\x07 \x01(\x05\x12\x15\n\rmax_model_len\x18\x08 \x01(\x05\x12\x14\n\x0cmax_num_seqs\x18\t \x01(\x05\x12\x1e\n\x16max_num_batched_tokens\x18\n \x01(\x05\x12\"\n\x15\x65nable_prefix_caching\x18\x0b \x01(\x08H\x00\x88\x01\x01\x12\x11\n\ttokenizer\x18\x0c \x01(\t\x12\x12\n\nextra_args\x18\r \x03(\tB\x18\n\x16_enable_prefix_caching\"y\n\x0cLoadProgress\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x10\n\x08\x66raction\x18\x02 \x01(\x02\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12)\n\x04info\x18\x05 \x01(\x0b\x32\x1b.atomgo.bridge.v1.ModelInfo\"\x8d\x03\n\x0eSamplingParams\x12\t\n\x01n\x18\x01 \x01(\x05\x12\x18\n\x0btemperature\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05top_p\x18\x03 \x01(\x01\x12\r\n\x05top_k\x18\x04 \x01(\x05\x12\r\n\x05min_p\x18\x05 \x01(\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x01\x88\x01\x01\x12\x1a\n\x12repetition_penalty\x18\x07 \x01(\x01\x12\x18\n\x10presence_penalty\x18\x08 \x01(\x01\x12\x19\n\x11\x66requency_penalty\x18\t \x01(\x01\x12\x12\n\nmax_tokens\x18\n \x01(\x05\x12\x12\n\nmin_tokens\x18\x0b \x01(\x05\x12\x12\n\nignore_eos\x18\x0c \x01(\x08\x12\x16\n\x0estop_token_ids\x18\r \x03(\x05\x12\x0c\n\x04stop\x18\x0e \x03(\t\x12\x10\n\x08logprobs\x18\x0f \x01(\x05\x12 \n\x13skip_special_tokens\x18\x10 \x01(\x08H\x02\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x07\n\x05_seedB\x16\n\x14_skip_special_tokens\"\x81\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x30\n\x06params\x18\x04 \x01(\x0b\x32 .atomgo.bridge.v1.SamplingParams\"U\n\x0cTokenLogprob\x12\r\n\x05token\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0f\n\x07top_ids\x18\x03 \x03(\x05\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\"\x85\x02\n\x06Output\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x30\n\x08logprobs\x18\x04 \x03(\x0b\x32\x1e.atomgo.bridge.v1.TokenLogprob\x12\x10\n\x08\x66inished\x18\x05 \x01(\x08\x12\x15\n\rfinish_reason\x18\x06 \x01(\t\x12\x15\n\x0bstop_string\x18\x07 \x01(\tH\x00\x12\x14\n\nstop_token\x18\x08 \x01(\x05H\x00\x12\x19\n\x11num_prompt_tokens\x18\t \x01(\x05\x12\x19\n\x11num_cached_tokens\x18\n \x01(\x05\x42\r\n\x0bstop_reason\"k\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x07outputs\x18\x02 \x03(\x0b\x32\x18.atomgo.bridge.v1.Output\x12\x18\n\x10prompt_token_ids\x18\x03 \x03(\x05\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x0f\n\rAbortResponse\"<\n\x12InitKVCacheRequest\x12\x12\n\nnum_blocks\x18\x01 \x01(\x05\x12\x12\n\nblock_size\x18\x02 \x01(\x05\"@\n\x13InitKVCacheResponse\x12)\n\x04info\x18\x01 \x01(\x0b\x32\x1b.atomgo.bridge.v1.ModelInfo\"&\n\x13\x45xecuteModelRequest\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\"&\n\x14\x45xecuteModelResponse\x12\x0e\n\x06result\x18\x01 \x01(\x0c\x32\x85\x04\n\nAtomEngine\x12J\n\x08\x44\x65scribe\x12!.atomgo.bridge.v1.DescribeRequest\x1a\x1b.atomgo.bridge.v1.ModelInfo\x12Q\n\tLoadModel\x12\".atomgo.bridge.v1.LoadModelRequest\x1a\x1e.atomgo.bridge.v1.LoadProgress0\x01\x12S\n\x08Generate\x12!.atomgo.bridge.v1.GenerateRequest\x1a\".atomgo.bridge.v1.GenerateResponse0\x01\x12H\n\x05\x41\x62ort\x12\x1e.atomgo.bridge.v1.AbortRequest\x1a\x1f.atomgo.bridge.v1.AbortResponse\x12Z\n\x0bInitKVCache\x12$.atomgo.bridge.v1.InitKVCacheRequest\x1a%.atomgo.bridge.v1.InitKVCacheResponse\x12]\n\x0c\x45xecuteModel\x12%.atomgo.bridge.v1.ExecuteModelRequest\x1a&.atomgo.bridge.v1.ExecuteModelResponseB#Z!github.com/atom-go/atom/bridge/pbb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,33 +35,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DESCRIBEREQUEST']._serialized_start=32
   _globals['_DESCRIBEREQUEST']._serialized_end=71
   _globals['_MODELINFO']._serialized_start=74
-  _globals['_MODELINFO']._serialized_end=624
-  _globals['_LOADMODELREQUEST']._serialized_start=627
-  _globals['_LOADMODELREQUEST']._serialized_end=970
-  _globals['_LOADPROGRESS']._serialized_start=972
-  _globals['_LOADPROGRESS']._serialized_end=1093
-  _globals['_SAMPLINGPARAMS']._serialized_start=1096
-  _globals['_SAMPLINGPARAMS']._serialized_end=1493
-  _globals['_GENERATEREQUEST']._serialized_start=1496
-  _globals['_GENERATEREQUEST']._serialized_end=1625
-  _globals['_TOKENLOGPROB']._serialized_start=1627
-  _globals['_TOKENLOGPROB']._serialized_end=1712
-  _globals['_OUTPUT']._serialized_start=1715
-  _globals['_OUTPUT']._serialized_end=1976
-  _globals['_GENERATERESPONSE']._serialized_start=1978
-  _globals['_GENERATERESPONSE']._serialized_end=2085
-  _globals['_ABORTREQUEST']._serialized_start=2087
-  _globals['_ABORTREQUEST']._serialized_end=2121
-  _globals['_ABORTRESPONSE']._serialized_start=2123
-  _globals['_ABORTRESPONSE']._serialized_end=2138
-  _globals['_INITKVCACHEREQUEST']._serialized_start=2140
-  _globals['_INITKVCACHEREQUEST']._serialized_end=2200
-  _globals['_INITKVCACHERESPONSE']._serialized_start=2202
-  _globals['_INITKVCACHERESPONSE']._serialized_end=2266
-  _globals['_EXECUTEMODELREQUEST']._serialized_start=2268
-  _globals['_EXECUTEMODELREQUEST']._serialized_end=2306
-  _globals['_EXECUTEMODELRESPONSE']._serialized_start=2308
-  _globals['_EXECUTEMODELRESPONSE']._serialized_end=2346
-  _globals['_ATOMENGINE']._serialized_start=2349
-  _globals['_ATOMENGINE']._serialized_end=2866
+  _globals['_MODELINFO']._serialized_end=654
+  _globals['_LOADMODELREQUEST']._serialized_start=657
+  _globals['_LOADMODELREQUEST']._serialized_end=1000
+  _globals['_LOADPROGRESS']._serialized_start=1002
+  _globals['_LOADPROGRESS']._serialized_end=1123
+  _globals['_SAMPLINGPARAMS']._serialized_start=1126
+  _globals['_SAMPLINGPARAMS']._serialized_end=1523
+  _globals['_GENERATEREQUEST']._serialized_start=1526
+  _globals['_GENERATEREQUEST']._serialized_end=1655
+  _globals['_TOKENLOGPROB']._serialized_start=1657
+  _globals['_TOKENLOGPROB']._serialized_end=1742
+  _globals['_OUTPUT']._serialized_start=1745
+  _globals['_OUTPUT']._serialized_end=2006
+  _globals['_GENERATERESPONSE']._serialized_start=2008
+  _globals['_GENERATERESPONSE']._serialized_end=2115
+  _globals['_ABORTREQUEST']._serialized_start=2117
+  _globals['_ABORTREQUEST']._serialized_end=2151
+  _globals['_ABORTRESPONSE']._serialized_start=2153
+  _globals['_ABORTRESPONSE']._serialized_end=2168
+  _globals['_INITKVCACHEREQUEST']._serialized_start=2170
+  _globals['_INITKVCACHEREQUEST']._serialized_end=2230
+  _globals['_INITKVCACHERESPONSE']._serialized_start=2232
+  _globals['_INITKVCACHERESPONSE']._serialized_end=2296
+  _globals['_EXECUTEMODELREQUEST']._serialized_start=2298
+  _globals['_EXECUTEMODELREQUEST']._serialized_end=2336
+  _globals['_EXECUTEMODELRESPONSE']._serialized_start=2338
+  _globals['_EXECUTEMODELRESPONSE']._serialized_end=2376
+  _globals['_ATOMENGINE']._serialized_start=2379
+  _globals['_ATOMENGINE']._serialized_end=2896
 # @@protoc_insertion_point(module_scope)

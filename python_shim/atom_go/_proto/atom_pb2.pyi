@@ -13,7 +13,7 @@ class DescribeRequest(_message.Message):
     def __init__(self, wire_version: _Optional[int] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("wire_version", "protocol_version", "engine_version", "loaded", "model_path", "architecture", "dtype", "device", "vocab_size", "max_model_len", "block_size", "num_kv_blocks", "num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size", "capture_sizes", "has_tokenizer", "eos_token_ids", "max_num_seqs", "max_num_batched_tokens", "kv_block_bytes", "host_mode", "running_requests")
+    __slots__ = ("wire_version", "protocol_version", "engine_version", "loaded", "model_path", "architecture", "dtype", "device", "vocab_size", "max_model_len", "block_size", "num_kv_blocks", "num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size", "capture_sizes", "has_tokenizer", "eos_token_ids", "max_num_seqs", "max_num_batched_tokens", "kv_block_bytes", "host_mode", "running_requests", "tensor_parallel_size")
     WIRE_VERSION_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     ENGINE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,7 @@ class ModelInfo(_message.Message):
     KV_BLOCK_BYTES_FIELD_NUMBER: _ClassVar[int]
     HOST_MODE_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _ClassVar[int]
     wire_version: int
     protocol_version: int
     engine_version: str
@@ -64,7 +65,8 @@ class ModelInfo(_message.Message):
     kv_block_bytes: int
     host_mode: bool
     running_requests: int
-    def __init__(self, wire_version: _Optional[int] = ..., protocol_version: _Optional[int] = ..., engine_version: _Optional[str] = ..., loaded: bool = ..., model_path: _Optional[str] = ..., architecture: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., num_kv_blocks: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., hidden_size: _Optional[int] = ..., capture_sizes: _Optional[_Iterable[int]] = ..., has_tokenizer: bool = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_num_seqs: _Optional[int] = ..., max_num_batched_tokens: _Optional[int] = ..., kv_block_bytes: _Optional[int] = ..., host_mode: bool = ..., running_requests: _Optional[int] = ...) -> None: ...
+    tensor_parallel_size: int
+    def __init__(self, wire_version: _Optional[int] = ..., protocol_version: _Optional[int] = ..., engine_version: _Optional[str] = ..., loaded: bool = ..., model_path: _Optional[str] = ..., architecture: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., num_kv_blocks: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., hidden_size: _Optional[int] = ..., capture_sizes: _Optional[_Iterable[int]] = ..., has_tokenizer: bool = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_num_seqs: _Optional[int] = ..., max_num_batched_tokens: _Optional[int] = ..., kv_block_bytes: _Optional[int] = ..., host_mode: bool = ..., running_requests: _Optional[int] = ..., tensor_parallel_size: _Optional[int] = ...) -> None: ...
 
 class LoadModelRequest(_message.Message):
     __slots__ = ("wire_version", "model_path", "device", "dtype", "kv_cache_memory_bytes", "num_kv_blocks", "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "tokenizer", "extra_args")

@@ -78,6 +78,9 @@ class AtomGoExecutor(Executor):
         extra = shlex.split(os.environ.get(ENV_ENGINE_ARGS, ""))
         if device != "cpu":
             extra.insert(0, f"--gpu-memory-utilization={cc.gpu_memory_utilization}")
+        tp = self.parallel_config.tensor_parallel_size
+        if tp != 1:
+            extra.insert(0, f"--tensor-parallel-size={tp}")
         self.process = PluginProcess(auto_mtls=_truthy(ENV_AUTO_MTLS), logger=init_logger("vllm.atom_go.plugin"))
         self.process.start()
         try:
@@ -237,6 +240,7 @@ class AtomGoExecutor(Executor):
             "engine_version": info.engine_version,
             "architecture": info.architecture,
             "device": info.device,
+            "tensor_parallel_size": info.tensor_parallel_size,
             "host_mode": info.host_mode,
             "num_kv_blocks": info.num_kv_blocks,
             "block_size": info.block_size,

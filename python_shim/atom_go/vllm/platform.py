@@ -128,7 +128,6 @@ class AtomGoPlatform(Platform):
             return
         pc = vllm_config.parallel_config
         for name in (
-            "tensor_parallel_size",
             "pipeline_parallel_size",
             "data_parallel_size",
             "decode_context_parallel_size",
@@ -137,6 +136,10 @@ class AtomGoPlatform(Platform):
             value = getattr(pc, name, 1)
             if value != 1:
                 raise _refuse(f"{name}={value}", "atom-go's engine runs one model per process (use 1)")
+        # Tensor parallelism is atom-go's own: one engine process drives every GPU (or cpu rank)
+        # and the executor passes the size on as --tensor-parallel-size.
+        if pc.tensor_parallel_size < 1:
+            raise _refuse(f"tensor_parallel_size={pc.tensor_parallel_size}", "use 1 or more")
         if vllm_config.speculative_config is not None:
             raise _refuse("speculative decoding", "atom-go samples one token per step")
         if vllm_config.lora_config is not None:
