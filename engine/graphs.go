@@ -17,7 +17,8 @@ import (
 // whole forward pass of n decode tokens plus the logits of all n rows. A later decode-only
 // batch (every item one sampled token) of k <= the largest size replays the graph of the
 // smallest n >= k: its inputs are uploaded into persistent device buffers (gpu.StepInputs)
-// padded to n rows, the graph is launched, and the first k rows of logits are read back.
+// padded to n rows, the graph is launched, and the first k rows of logits are read back (or
+// sampled on the device after the graph, see Runner.RunSampled).
 // Padding rows write no KV (slot -1) and read block 0, so real blocks are never touched.
 //
 // Block tables have a fixed width in a graph: the model length over the block size. The
@@ -164,8 +165,9 @@ func (r *Runner) graphFor(work []Work) *decodeGraph {
 	return dg.graphs[dg.sizes[i]]
 }
 
-// runGraph replays g for the prepared decode batch and returns its logits.
-func (r *Runner) runGraph(g *decodeGraph) ([]float32, error) {
+// runGraph replays g for the prepared decode batch and returns its logits (the first rows of
+// the graph's logits buffer, one per sequence of the batch).
+func (r *Runner) runGraph(g *decodeGraph) (ops.Tensor, error) {
 	dg := r.graphs
 	if err := dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache); err != nil {
 		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
@@ -174,10 +176,5 @@ func (r *Runner) runGraph(g *decodeGraph) ([]float32, error) {
 		return nil, err
 	}
 	r.graphSteps++
-	n := len(r.sampleRows) * r.vocab
-	if cap(r.logits) < n {
-		r.logits = make([]float32, n)
-	}
-	r.be.ReadRows(g.logits, r.logits[:n])
-	return r.logits[:n], nil
+	return dg.be.View(g.logits, len(r.sampleRows)), nil
 }

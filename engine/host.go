@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+
+	"github.com/atom-go/atom/ops"
 )
 
 // Host-scheduled execution: a host (vLLM v1's scheduler, through the plugin's ExecuteModel)
@@ -96,6 +98,7 @@ type hostRequest struct {
 	logprobs  bool
 	blocks    []int32
 	rng       *rand.Rand
+	seed      uint64 // keys the device sampler's draws
 	stopIDs   []int32
 }
 
@@ -267,12 +270,9 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 	for i := range plan {
 		work[i] = plan[i].work
 	}
-	var logits []float32
-	if len(work) > 0 {
-		var err error
-		if logits, err = h.runner.Run(work); err != nil {
-			return nil, fmt.Errorf("forward pass: %w", err)
-		}
+	logits, toks, err := h.run(plan, work)
+	if err != nil {
+		return nil, err
 	}
 	// The step ran: commit.
 	for id := range finished {
@@ -287,9 +287,16 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 		if !p.work.Sample {
 			continue
 		}
+		r := p.req
+		if toks != nil {
+			s := deviceSample(toks[row])
+			row++
+			r.tokens = append(r.tokens, s.Token)
+			out.Sampled[i] = []int32{s.Token}
+			continue
+		}
 		raw := logits[row*vocab : (row+1)*vocab]
 		row++
-		r := p.req
 		want := 0
 		if r.logprobs {
 			want = r.params.Logprobs
@@ -303,6 +310,36 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 		}
 	}
 	return out, nil
+}
+
+// run executes the step's forward pass. When the runner samples on the device and no sampled
+// request needs its full row (penalties, a min_tokens mask, logprobs with their rank), the
+// tokens come back sampled (toks); otherwise the logits do, for the host sampler.
+func (h *HostSession) run(plan []planned, work []Work) (logits []float32, toks []ops.SampledToken, err error) {
+	if len(work) == 0 {
+		return nil, nil, nil
+	}
+	device := h.runner.DeviceSampling()
+	var params []ops.RowSampling
+	for i := range plan {
+		if !plan[i].work.Sample {
+			continue
+		}
+		r := plan[i].req
+		n := len(r.tokens) - r.numPrompt
+		device = device && !r.logprobs && deviceEligible(&r.params, n, r.stopIDs, 0)
+		params = append(params, rowSampling(&r.params, r.seed, n))
+	}
+	if device && len(params) > 0 {
+		if toks, err = h.runner.RunSampled(work, params); err != nil {
+			return nil, nil, fmt.Errorf("forward pass: %w", err)
+		}
+		return nil, toks, nil
+	}
+	if logits, err = h.runner.Run(work); err != nil {
+		return nil, nil, fmt.Errorf("forward pass: %w", err)
+	}
+	return logits, nil, nil
 }
 
 // newRequest checks a new request and builds its state.
@@ -328,11 +365,7 @@ func (h *HostSession) newRequest(nr *HostNewRequest) (*hostRequest, error) {
 	if !p.IgnoreEOS {
 		r.stopIDs = append(r.stopIDs, h.e.eos...)
 	}
-	if p.Seed != nil {
-		r.rng = rand.New(rand.NewPCG(uint64(*p.Seed), 0))
-	} else {
-		r.rng = rand.New(rand.NewPCG(h.e.rng.Uint64(), h.e.rng.Uint64()))
-	}
+	r.rng, r.seed = choiceRNG(h.e.rng, p.Seed, 0)
 	return r, nil
 }
 

@@ -22,6 +22,7 @@ type choice struct {
 	index    int
 	seq      *sched.Sequence
 	rng      *rand.Rand
+	seed     uint64 // keys the device sampler's draws (with the count of output tokens)
 	detok    *tokenizer.Detokenizer
 	text     strings.Builder // everything decoded so far (for stop strings)
 	emitted  int             // bytes of text already sent

@@ -33,6 +33,8 @@ type Runner struct {
 	meta       ops.AttnMetadata
 	sampleRows []int32
 	logits     []float32
+	sampler    ops.DeviceSampler // nil: sampling on the host only
+	sampled    []ops.SampledToken
 
 	graphs                 *decodeGraphs // nil: every step eager (see graphs.go)
 	graphSteps, eagerSteps int64
@@ -46,7 +48,11 @@ func NewRunner(m models.Model, be ops.Backend, limits models.Options, numBlocks,
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{model: m, be: be, cache: cache, blockSize: blockSize, numBlocks: numBlocks, vocab: c.VocabSize, limits: limits}, nil
+	r := &Runner{model: m, be: be, cache: cache, blockSize: blockSize, numBlocks: numBlocks, vocab: c.VocabSize, limits: limits}
+	if ds, ok := be.(ops.DeviceSampler); ok && Env("ATOM_GO_HOST_SAMPLING") == "" {
+		r.sampler = ds
+	}
+	return r, nil
 }
 
 // Model returns the runner's model.
@@ -56,8 +62,50 @@ func (r *Runner) Model() models.Model { return r.model }
 // rows of width VocabSize in a buffer reused by the next call. A decode-only batch replays a
 // captured graph when there is one for its size (CaptureGraphs).
 func (r *Runner) Run(work []Work) ([]float32, error) {
+	t, err := r.forward(work, -1)
+	if t == nil || err != nil {
+		return nil, err
+	}
+	n := len(r.sampleRows) * r.vocab
+	if cap(r.logits) < n {
+		r.logits = make([]float32, n)
+	}
+	r.be.ReadRows(t, r.logits[:n])
+	return r.logits[:n], nil
+}
+
+// DeviceSampling reports whether RunSampled is available: the backend samples on the device
+// (ops.DeviceSampler) and ATOM_GO_HOST_SAMPLING is not set.
+func (r *Runner) DeviceSampling() bool { return r.sampler != nil }
+
+// RunSampled executes one forward pass like Run, then samples every Sample item's row on the
+// device with params (one per Sample item, in order) and returns the tokens with their raw
+// logprobs, in a buffer reused by the next call: 8 bytes per row come back instead of the
+// logits. It works after a graph replay (reading the graph's logits) and in the eager path.
+func (r *Runner) RunSampled(work []Work, params []ops.RowSampling) ([]ops.SampledToken, error) {
+	if r.sampler == nil {
+		return nil, fmt.Errorf("RunSampled: the %s backend does not sample on the device", r.be.Name())
+	}
+	t, err := r.forward(work, len(params))
+	if t == nil || err != nil {
+		return nil, err
+	}
+	if cap(r.sampled) < len(params) {
+		r.sampled = make([]ops.SampledToken, len(params))
+	}
+	out := r.sampled[:len(params)]
+	r.sampler.SampleRows(t, params, out)
+	return out, nil
+}
+
+// forward prepares and runs the batch and returns the logits tensor of its Sample items (nil
+// when there are none). nSample >= 0 must equal the number of Sample items.
+func (r *Runner) forward(work []Work, nSample int) (ops.Tensor, error) {
 	if err := r.prepare(work); err != nil {
 		return nil, err
+	}
+	if nSample >= 0 && nSample != len(r.sampleRows) {
+		return nil, fmt.Errorf("%w: %d sampling params for %d sampled rows", ErrInvalidRequest, nSample, len(r.sampleRows))
 	}
 	if len(r.ids) == 0 {
 		return nil, nil
@@ -70,12 +118,7 @@ func (r *Runner) Run(work []Work) ([]float32, error) {
 	if len(r.sampleRows) == 0 {
 		return nil, nil
 	}
-	n := len(r.sampleRows) * r.vocab
-	if cap(r.logits) < n {
-		r.logits = make([]float32, n)
-	}
-	r.be.ReadRows(r.model.Logits(hidden, r.sampleRows), r.logits[:n])
-	return r.logits[:n], nil
+	return r.model.Logits(hidden, r.sampleRows), nil
 }
 
 // prepare flattens the work into the varlen batch, checking every index a kernel will follow.

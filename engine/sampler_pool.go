@@ -3,6 +3,8 @@ package engine
 import (
 	"runtime"
 	"sync"
+
+	"github.com/atom-go/atom/ops"
 )
 
 // samplerPool samples the rows of one step in parallel: each row depends only on its own
@@ -13,6 +15,9 @@ type samplerPool struct {
 	samplers []sampler
 	ins      []sampleInput
 	outs     []Sample
+
+	params []ops.RowSampling // device sampling (sampler_device.go): one step's rows
+	devOut []Sample
 }
 
 // minRowsPerWorker keeps small steps on one goroutine, where spawning would cost more.

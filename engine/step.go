@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/atom-go/atom/engine/sched"
@@ -28,11 +27,7 @@ func (e *Engine) admit(req Request) (*Stream, error) {
 	}
 	for i := 0; i < p.N; i++ {
 		c := &choice{req: r, index: i, seq: sched.NewSequence(fmt.Sprintf("%s/%d", req.ID, i), req.PromptIDs)}
-		if p.Seed != nil {
-			c.rng = rand.New(rand.NewPCG(uint64(*p.Seed), uint64(i)))
-		} else {
-			c.rng = rand.New(rand.NewPCG(e.rng.Uint64(), e.rng.Uint64()))
-		}
+		c.rng, c.seed = choiceRNG(e.rng, p.Seed, i)
 		if e.tok != nil {
 			c.detok = e.tok.NewDetokenizer(p.SkipSpecialTokens)
 		}
@@ -80,24 +75,10 @@ func (e *Engine) step() error {
 			prompt += int64(min(it.NumTokens, it.Seq.NumPromptTokens-it.Start))
 		}
 	}
-	logits, err := e.runner.Run(e.work)
+	sampled, samples, err := e.runAndSample(batch)
 	if err != nil {
 		return err
 	}
-	e.sched.Commit(batch)
-	// Sample every row first (in parallel), then hand the tokens out in batch order.
-	var sampled []*sched.Sequence
-	for _, it := range batch.Items {
-		if !it.Sample {
-			continue
-		}
-		c := e.bySeq[it.Seq]
-		p := &c.req.params
-		e.pool.add(sampleInput{params: p, prompt: it.Seq.TokenIDs[:it.Seq.NumPromptTokens],
-			output: it.Seq.OutputTokenIDs(), rng: c.rng, stopIDs: c.req.stopIDs, wantTopN: p.Logprobs})
-		sampled = append(sampled, it.Seq)
-	}
-	samples := e.pool.run(logits, e.model.VocabSize)
 	for i, seq := range sampled {
 		c, s := e.bySeq[seq], samples[i]
 		e.sched.AppendToken(seq, s.Token)

@@ -38,6 +38,11 @@ type fns struct {
 	blasNew func(h *uintptr) int32
 	blasDel func(h uintptr) int32
 	gemm    func(h, s uintptr, dt int32, out, x, w uintptr, m, n, k int32) int32
+	// skinny GEMM and fused projections (gemv.cu, activation.cu)
+	gemmBias     func(h, s uintptr, dt int32, out, x, w, bias uintptr, m, n, k int32) int32
+	setGemvMaxM  func(h uintptr, maxM int32) int32
+	siluMulFused func(dt int32, out, gateUp uintptr, rows, cols int32, s uintptr) int32
+	splitCols    func(dt int32, a, b, c, src uintptr, rows, ca, cb, cc int32, s uintptr) int32
 
 	ncclID        func(id unsafe.Pointer) int32
 	ncclInit      func(comm *uintptr, nranks int32, id unsafe.Pointer, rank int32) int32
@@ -57,6 +62,11 @@ type fns struct {
 		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx int32,
 		workspace uintptr, workspaceSize uint64, s uintptr) int32
 	argmaxRows func(dt int32, out, x uintptr, rows, cols int32, s uintptr) int32
+	sampleRows func(dt int32, tokens, logprobs, logits, params uintptr, rows, vocab int32, s uintptr) int32
+
+	prefillTileRows  func(dt, numHeads, numKVHeads, headDim int32, rows *int32) int32
+	prefillAttention func(dt int32, out, q, kCache, vCache, queryStart, seqLens, blockTables uintptr, btStride int32,
+		tiles uintptr, numTiles, numHeads, numKVHeads, headDim, blockSize int32, scale float32, s uintptr) int32
 }
 
 type binding struct {
@@ -97,6 +107,10 @@ func (f *fns) table() []binding {
 		{&f.blasNew, "atomk_blas_create"},
 		{&f.blasDel, "atomk_blas_destroy"},
 		{&f.gemm, "atomk_gemm"},
+		{&f.gemmBias, "atomk_gemm_bias"},
+		{&f.setGemvMaxM, "atomk_blas_set_gemv_max_m"},
+		{&f.siluMulFused, "atomk_silu_mul_fused"},
+		{&f.splitCols, "atomk_split_cols"},
 		{&f.ncclID, "atomk_nccl_unique_id"},
 		{&f.ncclInit, "atomk_nccl_init"},
 		{&f.ncclAllReduce, "atomk_nccl_all_reduce_sum"},
@@ -111,5 +125,8 @@ func (f *fns) table() []binding {
 		{&f.attnWorkspace, "atomk_paged_attention_workspace"},
 		{&f.pagedAttention, "atomk_paged_attention"},
 		{&f.argmaxRows, "atomk_argmax_rows"},
+		{&f.sampleRows, "atomk_sample_rows"},
+		{&f.prefillTileRows, "atomk_prefill_attention_tile_rows"},
+		{&f.prefillAttention, "atomk_prefill_attention"},
 	}
 }

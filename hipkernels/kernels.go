@@ -21,6 +21,21 @@ func (l *Lib) Gemm(h Blas, s Stream, dt DType, out, x, w Ptr, m, n, k int) error
 	})
 }
 
+// GemmBias queues out[m,n] = x[m,k] · w[n,k]ᵀ + bias[n] (bias 0: none). Small m of a 16-bit dtype
+// runs on the skinny kernel (see SetGemvMaxM), the rest through the BLAS.
+func (l *Lib) GemmBias(h Blas, s Stream, dt DType, out, x, w, bias Ptr, m, n, k int) error {
+	return l.call("atomk_gemm_bias", func() int32 {
+		return l.f.gemmBias(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(x), uintptr(w), uintptr(bias),
+			int32(m), int32(n), int32(k))
+	})
+}
+
+// SetGemvMaxM sets the largest m that h's GEMMs send to the skinny kernel (0: never; negative:
+// the default, 8 or $ATOM_GO_GEMV_MAX_M).
+func (l *Lib) SetGemvMaxM(h Blas, maxM int) error {
+	return l.call("atomk_blas_set_gemv_max_m", func() int32 { return l.f.setGemvMaxM(uintptr(h), int32(maxM)) })
+}
+
 // NcclUniqueID makes the id that every rank of a new communicator passes to NcclInit.
 func (l *Lib) NcclUniqueID() ([128]byte, error) {
 	var id [128]byte
@@ -78,6 +93,22 @@ func (l *Lib) HeadRMSNorm(dt DType, x, w Ptr, rows, heads, headDim int, eps floa
 func (l *Lib) SiluMul(dt DType, out, gate, up Ptr, rows, cols int, s Stream) error {
 	return l.call("atomk_silu_mul", func() int32 {
 		return l.f.siluMul(int32(dt), uintptr(out), uintptr(gate), uintptr(up), int32(rows), int32(cols), uintptr(s))
+	})
+}
+
+// SiluMulFused queues out[r,c] = silu(gateUp[r,c])·gateUp[r,cols+c], out [rows, cols].
+func (l *Lib) SiluMulFused(dt DType, out, gateUp Ptr, rows, cols int, s Stream) error {
+	return l.call("atomk_silu_mul_fused", func() int32 {
+		return l.f.siluMulFused(int32(dt), uintptr(out), uintptr(gateUp), int32(rows), int32(cols), uintptr(s))
+	})
+}
+
+// SplitCols queues the split of each row of src [rows, ca+cb+cc] into a, b and c (cc may be 0,
+// c then 0).
+func (l *Lib) SplitCols(dt DType, a, b, c, src Ptr, rows, ca, cb, cc int, s Stream) error {
+	return l.call("atomk_split_cols", func() int32 {
+		return l.f.splitCols(int32(dt), uintptr(a), uintptr(b), uintptr(c), uintptr(src), int32(rows), int32(ca),
+			int32(cb), int32(cc), uintptr(s))
 	})
 }
 

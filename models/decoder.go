@@ -13,12 +13,14 @@ type decoderOptions struct {
 	qkNorm  bool // Qwen3: RMSNorm over each q and k head before RoPE
 }
 
+// layerWeights are one layer's parameters on the backend. The q, k and v projections are one
+// fused weight [q+k+v, hidden] (and bias), gate and up one [2*inter, hidden]: one GEMM each,
+// whose output is split (SplitCols) or consumed in halves (SiluMulFused).
 type layerWeights struct {
-	inNorm, postNorm    ops.Tensor
-	q, k, v, o          ops.Tensor
-	qBias, kBias, vBias ops.Tensor
-	qNorm, kNorm        ops.Tensor
-	gate, up, down      ops.Tensor
+	inNorm, postNorm ops.Tensor
+	qkv, qkvBias, o  ops.Tensor
+	qNorm, kNorm     ops.Tensor
+	gateUp, down     ops.Tensor
 }
 
 // decoder is a pre-norm transformer with GQA attention and a SiLU-gated MLP: Llama, Mistral,
@@ -41,9 +43,9 @@ type decoder struct {
 	hook                  func(int, []float32, int)
 
 	// Workspaces sized for Options.MaxTokens rows.
-	x, res, q, k, v, ao, gate, up, act, hidden ops.Tensor
-	sel, logits                                ops.Tensor
-	dump                                       []float32
+	x, res, qkv, q, k, v, ao, gateUp, act, hidden ops.Tensor
+	sel, logits                                   ops.Tensor
+	dump                                          []float32
 }
 
 func loadDecoder(ck *Checkpoint, be ops.Backend, opt Options, dopt decoderOptions) (Model, error) {
@@ -93,7 +95,8 @@ func newDecoder(ck *Checkpoint, be ops.Backend, opt Options, dopt decoderOptions
 	d.x, d.res, d.hidden = be.Buffer(n, h), be.Buffer(n, h), be.Buffer(n, h)
 	d.q, d.ao = be.Buffer(n, d.heads*c.HeadDim), be.Buffer(n, d.heads*c.HeadDim)
 	d.k, d.v = be.Buffer(n, d.kvHeads*c.HeadDim), be.Buffer(n, d.kvHeads*c.HeadDim)
-	d.gate, d.up, d.act = be.Buffer(n, d.inter), be.Buffer(n, d.inter), be.Buffer(n, d.inter)
+	d.qkv = be.Buffer(n, (d.heads+2*d.kvHeads)*c.HeadDim)
+	d.gateUp, d.act = be.Buffer(n, 2*d.inter), be.Buffer(n, d.inter)
 	d.sel, d.logits = be.Buffer(opt.MaxSeqs, h), be.Buffer(opt.MaxSeqs, d.vocabHi-d.vocabLo)
 	return d, nil
 }
@@ -118,6 +121,11 @@ func (d *decoder) loadWeights(ck *Checkpoint, progress func(done, total int64)) 
 			*dst, err = w.getShard(name, dim, lo, hi, shape...)
 		}
 	}
+	fused := func(dst *ops.Tensor, name string, parts ...fusedPart) {
+		if err == nil {
+			*dst, err = w.getFused(name, parts...)
+		}
+	}
 	get(&d.embed, "model.embed_tokens.weight", c.VocabSize, h)
 	get(&d.norm, "model.norm.weight", h)
 	head := "lm_head.weight"
@@ -130,21 +138,24 @@ func (d *decoder) loadWeights(ck *Checkpoint, progress func(done, total int64)) 
 		l, p := &d.layers[i], fmt.Sprintf("model.layers.%d.", i)
 		get(&l.inNorm, p+"input_layernorm.weight", h)
 		get(&l.postNorm, p+"post_attention_layernorm.weight", h)
-		part(&l.q, p+"self_attn.q_proj.weight", 0, qlo, qhi, qd, h)
-		part(&l.k, p+"self_attn.k_proj.weight", 0, kvlo, kvhi, kvd, h)
-		part(&l.v, p+"self_attn.v_proj.weight", 0, kvlo, kvhi, kvd, h)
+		fused(&l.qkv, p+"self_attn.qkv_proj.weight",
+			fusedPart{p + "self_attn.q_proj.weight", qlo, qhi, []int{qd, h}},
+			fusedPart{p + "self_attn.k_proj.weight", kvlo, kvhi, []int{kvd, h}},
+			fusedPart{p + "self_attn.v_proj.weight", kvlo, kvhi, []int{kvd, h}})
 		part(&l.o, p+"self_attn.o_proj.weight", 1, qlo, qhi, h, qd)
 		if d.opt.qkvBias || c.AttentionBias {
-			part(&l.qBias, p+"self_attn.q_proj.bias", 0, qlo, qhi, qd)
-			part(&l.kBias, p+"self_attn.k_proj.bias", 0, kvlo, kvhi, kvd)
-			part(&l.vBias, p+"self_attn.v_proj.bias", 0, kvlo, kvhi, kvd)
+			fused(&l.qkvBias, p+"self_attn.qkv_proj.bias",
+				fusedPart{p + "self_attn.q_proj.bias", qlo, qhi, []int{qd}},
+				fusedPart{p + "self_attn.k_proj.bias", kvlo, kvhi, []int{kvd}},
+				fusedPart{p + "self_attn.v_proj.bias", kvlo, kvhi, []int{kvd}})
 		}
 		if d.opt.qkNorm {
 			get(&l.qNorm, p+"self_attn.q_norm.weight", hd)
 			get(&l.kNorm, p+"self_attn.k_norm.weight", hd)
 		}
-		part(&l.gate, p+"mlp.gate_proj.weight", 0, ilo, ihi, inter, h)
-		part(&l.up, p+"mlp.up_proj.weight", 0, ilo, ihi, inter, h)
+		fused(&l.gateUp, p+"mlp.gate_up_proj.weight",
+			fusedPart{p + "mlp.gate_proj.weight", ilo, ihi, []int{inter, h}},
+			fusedPart{p + "mlp.up_proj.weight", ilo, ihi, []int{inter, h}})
 		part(&l.down, p+"mlp.down_proj.weight", 1, ilo, ihi, h, inter)
 	}
 	if err == nil && progress != nil {
@@ -167,7 +178,7 @@ func (d *decoder) SetLayerHook(fn func(int, []float32, int)) { d.hook = fn }
 func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) ops.Tensor {
 	be, n, eps := d.be, len(ids), float32(d.cfg.RMSNormEps)
 	x, res, q, k, v, ao := be.View(d.x, n), be.View(d.res, n), be.View(d.q, n), be.View(d.k, n), be.View(d.v, n), be.View(d.ao, n)
-	gate, up, act, hn := be.View(d.gate, n), be.View(d.up, n), be.View(d.act, n), be.View(d.hidden, n)
+	qkv, gateUp, act, hn := be.View(d.qkv, n), be.View(d.gateUp, n), be.View(d.act, n), be.View(d.hidden, n)
 	be.Embedding(res, d.embed, ids)
 	d.dumpLayer(0, res, nil)
 	for i := range d.layers {
@@ -177,9 +188,8 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 		} else {
 			be.RMSNorm(hn, x, res, l.inNorm, eps)
 		}
-		be.Linear(q, hn, l.q, l.qBias)
-		be.Linear(k, hn, l.k, l.kBias)
-		be.Linear(v, hn, l.v, l.vBias)
+		be.Linear(qkv, hn, l.qkv, l.qkvBias)
+		be.SplitCols(qkv, q, k, v)
 		if d.opt.qkNorm {
 			be.HeadRMSNorm(q, l.qNorm, d.cfg.HeadDim, eps)
 			be.HeadRMSNorm(k, l.kNorm, d.cfg.HeadDim, eps)
@@ -189,9 +199,8 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 		be.Linear(x, ao, l.o, nil)
 		d.allReduce(x)
 		be.RMSNorm(hn, x, res, l.postNorm, eps)
-		be.Linear(gate, hn, l.gate, nil)
-		be.Linear(up, hn, l.up, nil)
-		be.SiluMul(act, gate, up)
+		be.Linear(gateUp, hn, l.gateUp, nil)
+		be.SiluMulFused(act, gateUp)
 		be.Linear(x, act, l.down, nil)
 		d.allReduce(x)
 		d.dumpLayer(i+1, res, x)

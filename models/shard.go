@@ -1,7 +1,10 @@
 package models
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/atom-go/atom/ops"
 )
@@ -60,4 +63,72 @@ func (w *weightLoader) getShard(name string, dim, lo, hi int, shape ...int) (ops
 		return nil, fmt.Errorf("%s: cannot shard dimension %d of shape %v", name, dim, ti.Shape)
 	}
 	return w.upload(ti, sub, data)
+}
+
+// fusedPart is rows [lo, hi) (this rank's column-parallel slice) of the checkpoint tensor name,
+// whose full shape must be shape.
+type fusedPart struct {
+	name   string
+	lo, hi int
+	shape  []int
+}
+
+// getFused stacks this rank's rows of every part along dimension 0 into one weight called name
+// (q|k|v, gate|up): one GEMM instead of several. Parts of one dtype are concatenated as they are;
+// parts of mixed dtypes are widened to float32 (the backend converts to its compute dtype).
+func (w *weightLoader) getFused(name string, parts ...fusedPart) (ops.Tensor, error) {
+	infos := make([]*TensorInfo, len(parts))
+	rows, mixed := 0, false
+	for i, p := range parts {
+		ti, err := w.tensorInfo(p.name, p.shape)
+		if err != nil {
+			return nil, err
+		}
+		infos[i] = ti
+		if !slices.Equal(ti.Shape[1:], infos[0].Shape[1:]) {
+			return nil, fmt.Errorf("%s: cannot fuse %s %v with %s %v", name, p.name, ti.Shape, parts[0].name, infos[0].Shape)
+		}
+		if p.lo < 0 || p.hi > ti.Shape[0] || p.lo > p.hi {
+			return nil, fmt.Errorf("%s: rows [%d, %d) of %s %v", name, p.lo, p.hi, p.name, ti.Shape)
+		}
+		mixed = mixed || ti.DType != infos[0].DType
+		rows += p.hi - p.lo
+	}
+	dt := infos[0].DType
+	if mixed {
+		dt = ops.F32
+	}
+	var data []byte
+	for i, p := range parts {
+		ti := infos[i]
+		row := ti.DType.Size()
+		for _, d := range ti.Shape[1:] {
+			row *= d
+		}
+		src := ti.Data[p.lo*row : p.hi*row]
+		if mixed {
+			src = widen(src, ti.DType)
+		}
+		data = append(data, src...)
+	}
+	shape := append([]int{rows}, infos[0].Shape[1:]...)
+	fused := &TensorInfo{Name: name, File: infos[0].File, DType: dt, Shape: shape}
+	return w.upload(fused, shape, data)
+}
+
+// widen converts little-endian elements of dt to float32 bytes.
+func widen(src []byte, dt ops.DType) []byte {
+	if dt == ops.F32 {
+		return src
+	}
+	out := make([]byte, len(src)*2)
+	for i := 0; i < len(src)/2; i++ {
+		h := binary.LittleEndian.Uint16(src[2*i:])
+		v := ops.BF16ToFloat32(h)
+		if dt == ops.F16 {
+			v = ops.F16ToFloat32(h)
+		}
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+	}
+	return out
 }

@@ -83,6 +83,13 @@ type Backend interface {
 	Linear(out, x, w, bias Tensor)
 	// SiluMul writes out = silu(gate) * up.
 	SiluMul(out, gate, up Tensor)
+	// SiluMulFused writes out = silu(gateUp[:, :c]) * gateUp[:, c:], c the width of out: the
+	// SiLU-and-multiply of the fused gate|up projection's output [rows, 2c].
+	SiluMulFused(out, gateUp Tensor)
+	// SplitCols copies consecutive column ranges of each row of src into dst[0], dst[1], ... in
+	// order (the outputs of the fused q|k|v projection); the widths of dst add up to src's and
+	// each dst has at least src's rows. Backends support two or three parts.
+	SplitCols(src Tensor, dst ...Tensor)
 	// RopeWriteKV rotates q and k in place at meta.Positions and stores k and v into layer's cache
 	// at meta.SlotMapping.
 	RopeWriteKV(q, k, v Tensor, rope *RoPE, cache KVCache, layer int, meta *AttnMetadata)

@@ -140,6 +140,67 @@ int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cac
  * never wins) – greedy sampling on the device. */
 int atomk_argmax_rows(int dtype, int32_t* out, const void* x, int rows, int cols, void* stream);
 
+/* ---- Sampling on the device (sampling.cu) ----
+ * Per-row sampling controls, 32 bytes, in device memory (one per row). temperature <= 0 is
+ * greedy; top_k 0 keeps every token; top_p 1 and min_p 0 filter nothing. seed and offset (the
+ * number of tokens the sequence generated so far) key the counter-based random numbers, so a
+ * draw depends only on (logits row, params), never on the rest of the batch. */
+typedef struct atomk_sampling_params {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    float min_p;
+    uint64_t seed;
+    uint64_t offset;
+} atomk_sampling_params;
+/* For each row r of logits [rows, vocab]: tokens[r] = the token drawn from softmax(logits/T)
+ * restricted by top_k, then top_p (nucleus over the top-k mass), then min_p (ties at every
+ * threshold kept), by Gumbel-max with u_i = hash(seed, offset, i); or the argmax (first index on
+ * ties, NaN never wins) when temperature <= 0. logprobs[r] = logits[r][tok] - logsumexp of the
+ * finite logits of row r (raw logprob); NaN when the row has no finite logit. Non-finite logits
+ * are never drawn. The exact algorithm (thresholds by radix select over float keys, fixed-point
+ * 2^-40 mass for top_p, the hash) is documented in sampling.cu and mirrored by ops.SampleRow in
+ * Go. No workspace; one block per row. */
+int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, const void* logits,
+                      const atomk_sampling_params* params, int rows, int vocab, void* stream);
+
+/* ---- skinny GEMM and fused projections ---- */
+/* atomk_gemm plus an optional bias (NULL: none): out[m,n] = x[m,k] · w[n,k]ᵀ + bias[n]. Up to a
+ * threshold of m (8, or ATOM_GO_GEMV_MAX_M read once per process) 16-bit GEMMs with k % 8 == 0
+ * and 16-byte aligned x and w run on a skinny kernel that streams w at close to the copy
+ * bandwidth (the bias in its epilogue); others through the BLAS and atomk_add_bias. */
+int atomk_gemm_bias(void* handle, void* stream, int dtype, void* out, const void* x, const void* w,
+                    const void* bias, int m, int n, int k);
+/* Sets this handle's skinny-kernel threshold of m (0: always the BLAS; negative: the default). */
+int atomk_blas_set_gemv_max_m(void* handle, int max_m);
+/* out[r,c] = silu(gate_up[r,c]) * gate_up[r,cols+c]: out [rows, cols], gate_up [rows, 2*cols]
+ * (the output of the fused gate|up projection). */
+int atomk_silu_mul_fused(int dtype, void* out, const void* gate_up, int rows, int cols, void* stream);
+/* Splits each row of src [rows, ca+cb+cc] into a [rows, ca], b [rows, cb], c [rows, cc] (the
+ * fused q|k|v projection; cc may be 0 and c NULL). */
+int atomk_split_cols(int dtype, void* a, void* b, void* c, const void* src, int rows, int ca, int cb,
+                     int cc, void* stream);
+
+/* ---- tensor-core prefill attention ---- */
+/* Causal attention of a varlen batch over the paged cache (the same caches, block tables and
+ * GQA rule as atomk_paged_attention), on tensor cores. Sequence s owns query rows
+ * query_start[s]..query_start[s+1]-1 of q and out ([tokens, num_heads*head_dim]); its context
+ * is seq_lens[s] positions and its qlen = query_start[s+1]-query_start[s] query rows are the
+ * LAST qlen of them: row query_start[s]+i sits at position seq_lens[s]-qlen+i and attends to
+ * positions 0..that one. The query heads of a GQA group are packed into rows: sequence s has
+ * qlen*(num_heads/num_kv_heads) packed rows, row r = (its token r/group, head r%group of the
+ * group). tiles[2*i] = a sequence, tiles[2*i+1] = a first packed row, a multiple of the rows
+ * atomk_prefill_attention_tile_rows returns and below the sequence's packed rows; the tiles of
+ * all sequences must cover every packed row once (list the heaviest first: they start first).
+ * Any qlen >= 1 and any block_size work. bf16 and f16 with head_dim 64 or 128, CUDA builds
+ * only: otherwise both calls return ATOMK_ERR_UNSUPPORTED (use atomk_paged_attention). No
+ * workspace; the launch is asynchronous and performs no host synchronisation. */
+int atomk_prefill_attention_tile_rows(int dtype, int num_heads, int num_kv_heads, int head_dim, int* rows);
+int atomk_prefill_attention(int dtype, void* out, const void* q, const void* k_cache, const void* v_cache,
+                            const int32_t* query_start, const int32_t* seq_lens, const int32_t* block_tables,
+                            int block_table_stride, const int32_t* tiles, int num_tiles, int num_heads,
+                            int num_kv_heads, int head_dim, int block_size, float scale, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

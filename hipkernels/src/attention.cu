@@ -5,36 +5,35 @@
 // is read once for the whole group) and, when that alone would not fill the GPU (few tokens
 // with long contexts: decodes), by partition of the context ("split-K"): each partition then
 // produces an unnormalised partial result that a second kernel merges.
+//
+// Two kernels share that division of work and the merge. On CUDA with 16-bit K/V and head_dim
+// 64, 128 or 256, decode_attention_kernel streams K/V with 16-byte loads straight into tensor-
+// core fragments (decode is bound by the KV read, so everything else must get out of its way);
+// every other case (HIP, f32, other head dims) runs paged_attention_kernel, the portable one.
 #include <math.h>
 #include <stdint.h>
 
 #include "atomk_internal.h"
+#include "attention_decode.h"
 
 namespace {
 
-constexpr int kWarps = 4;              // warps per block; each walks its own context positions
-constexpr int kMaxGroup = 8;           // query heads per block, at most
 constexpr int kMinPartition = 256;     // context positions per split, at least
-constexpr int kBlocksPerSM = 4;        // split until the grid has this many blocks per SM
-constexpr int kMinSplitPositions = 64;  // a token's partitions hold at least this many positions
+constexpr int kBlocksPerSM = 4;        // split until the grid has about this many blocks per SM
+constexpr int kMergeThreads = 512;     // threads of the merge kernel's blocks
 
+// ---------------------------------------------------------------- portable kernel
 // One block per (query token t, group of query heads, context partition). The group is
 // heads [y*hpb, y*hpb + hpb), all reading kv head y*hpb / (num_heads / num_kv_heads); G >= hpb
 // is the compile-time bound. Token t of sequence token_seq[t] at position pos attends to
-// context positions 0..pos; with S splits this block covers [split*P, (split+1)*P) of them,
-// P = ceil((pos+1)/S) (at least min(partition, kMinSplitPositions)): the token's own context
-// divided evenly, whatever bound on the context chose S.
+// context positions 0..pos; with S splits this block covers the positions split_range gives.
 //
 // Warp w walks the block's positions in runs of U consecutive ones, w*U, w*U + kWarps*U, ...
 // For each position it loads the K and V rows once (lane owns head dims lane, lane + WARP, ...:
 // DPL of them) and, per query head of the group, keeps an online softmax: the running maximum
 // m of the scores, the running sum l of exp(score - m), and acc = Σ exp(score - m) · v,
 // rescaled whenever m grows. A score is the warp-wide sum of the lanes' partial dot products
-// with the (pre-scaled) query.
-//
-// The warps are then merged through shared memory: M = max_w m_w, weight_w = exp(m_w - M),
-// acc = Σ_w acc_w · weight_w, l = Σ_w l_w · weight_w. With one partition the block writes
-// out = acc / l; otherwise it writes acc, M and l to the partial buffers for the merge kernel.
+// with the (pre-scaled) query. The warps are then merged by merge_warps_store.
 template <typename T, int DPL, int G>
 __global__ void __launch_bounds__(kWarps * ATOMK_WARP_SIZE)
 paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, const T* q, const T* k_cache,
@@ -49,11 +48,8 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
     const int t = blockIdx.x, h0 = blockIdx.y * hpb, split = blockIdx.z, splits = gridDim.z;
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int kvh = h0 / (num_heads / num_kv_heads);
-    const int ctx = positions[t] + 1;
-    // Each token splits its own context evenly, so a split count chosen for a bound on the
-    // context (a graph captured for the longest sequence) still spreads a short one.
-    const int part = splits == 1 ? ctx : max((ctx + splits - 1) / splits, min(partition, kMinSplitPositions));
-    const int begin = split * part, end = min(ctx, begin + part);
+    int begin, end;
+    split_range(positions[t] + 1, split, splits, partition, 1, &begin, &end);
     const int32_t* table = block_tables + (size_t)token_seq[t] * bt_stride;
     const size_t kv_row = (size_t)num_kv_heads * head_dim;
 
@@ -140,52 +136,61 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
         }
     }
     __syncthreads();
-
-    for (int j = threadIdx.x; j < hpb * head_dim; j += blockDim.x) {
-        const int g = j / head_dim, d = j % head_dim;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, merge_m[w * G + g]);
-        float a = 0.f, sum = 0.f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-            const float mw = merge_m[w * G + g];
-            const float wt = mw == -INFINITY ? 0.f : expf(mw - mx);  // a warp that saw no position
-            a += merge_acc[(w * G + g) * head_dim + d] * wt;
-            sum += merge_l[w * G + g] * wt;
-        }
-        const size_t row = (size_t)t * num_heads + h0 + g;  // (token, query head)
-        if (splits == 1) {
-            out[row * head_dim + d] = atomk_from_float<T>(a / sum);
-        } else {
-            const size_t pi = row * splits + split;
-            part_acc[pi * head_dim + d] = a;
-            if (d == 0) {
-                part_m[pi] = mx;
-                part_l[pi] = sum;
-            }
-        }
-    }
+    merge_warps_store(merge_acc, merge_m, merge_l, G, hpb, head_dim, t, h0, num_heads, split, splits, out, part_acc,
+                      part_m, part_l);
 }
 
-// Merges the partitions of one (token, query head): out = Σ_s acc_s·w_s / Σ_s l_s·w_s with
-// w_s = exp(m_s - max_s m_s); a partition past the token's context has m = -inf and weight 0.
+// Maximum of v over the block (blockDim.x a multiple of the warp size); every thread receives it.
+// scratch holds blockDim.x / ATOMK_WARP_SIZE floats; ends with a barrier.
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
+    v = atomk_warp_max(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float m = -INFINITY;
+    for (int w = 0; w < (int)blockDim.x / ATOMK_WARP_SIZE; ++w) m = fmaxf(m, scratch[w]);
+    __syncthreads();
+    return m;
+}
+
+// Merges the partitions of one (token, query head), row = blockIdx.x * gridDim.y + blockIdx.y:
+// out = Σ_s acc_s·w_s / Σ_s l_s·w_s with w_s = exp(m_s - max_s m_s); a partition past the
+// token's context has m = -inf and weight 0. The block first reduces the maximum and the
+// denominator over the partitions, then blockDim/head_dim groups of head_dim threads each sum a
+// share of the partitions (so a long list of partitions is read with many loads in flight), and
+// the groups' sums are added through shared memory. head_dim <= kMergeThreads.
 template <typename T>
-__global__ void attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const float* part_l,
-                                       int head_dim, int splits) {
+__global__ void __launch_bounds__(kMergeThreads)
+attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const float* part_l, int head_dim,
+                       int splits) {
+    __shared__ float sums[kMergeThreads];
+    __shared__ float scratch[kMergeThreads / ATOMK_WARP_SIZE];
     const size_t row = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
     const float* m = part_m + row * splits;
     const float* l = part_l + row * splits;
+    const int tid = threadIdx.x;
     float mx = -INFINITY;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, m[s]);
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float a = 0.f, sum = 0.f;
-        for (int s = 0; s < splits; ++s) {
+    for (int s = tid; s < splits; s += blockDim.x) mx = fmaxf(mx, m[s]);
+    mx = block_max(mx, scratch);
+    float den = 0.f;
+    for (int s = tid; s < splits; s += blockDim.x) den += m[s] == -INFINITY ? 0.f : l[s] * expf(m[s] - mx);
+    den = atomk_block_sum(den, scratch);
+
+    const int groups = blockDim.x / head_dim, grp = tid / head_dim, d = tid % head_dim;
+    if (grp < groups) {
+        float a = 0.f;
+#pragma unroll 4
+        for (int s = grp; s < splits; s += groups) {
             const float wt = m[s] == -INFINITY ? 0.f : expf(m[s] - mx);
             a += part_acc[(row * splits + s) * head_dim + d] * wt;
-            sum += l[s] * wt;
         }
-        out[row * head_dim + d] = atomk_from_float<T>(a / sum);
+        sums[tid] = a;
+    }
+    __syncthreads();
+    if (tid < head_dim) {
+        float a = 0.f;
+        for (int gi = 0; gi < groups; ++gi) a += sums[gi * head_dim + tid];
+        out[row * head_dim + tid] = atomk_from_float<T>(a / den);
     }
 }
 
@@ -210,13 +215,15 @@ int heads_per_block(int group) {
     return h;
 }
 
-// Context partitions: 1 unless the blocks of the batch (tokens × head groups) fall short of
-// kBlocksPerSM per SM and the longest context has room for partitions of kMinPartition.
+// Context partitions: 1 unless the blocks of the batch (tokens × head groups) fill less than half
+// of kBlocksPerSM per SM and the longest context has room for partitions of kMinPartition; then
+// as many as keep the grid within kBlocksPerSM per SM (rounding down: a grid just over one
+// wave of resident blocks would leave a tail of a few blocks running alone).
 int attention_splits(int tokens, int head_blocks, int max_ctx) {
     const long base = (long)tokens * head_blocks;
     const long target = (long)kBlocksPerSM * sm_count();
-    if (base >= target || max_ctx < 2 * kMinPartition) return 1;
-    const long want = (target + base - 1) / base;
+    if (2 * base > target || max_ctx < 2 * kMinPartition) return 1;
+    const long want = target / base;
     const long most = max_ctx / kMinPartition;
     return (int)(want < most ? want : most);
 }
@@ -225,20 +232,76 @@ size_t workspace_bytes(int tokens, int num_heads, int head_dim, int splits) {
     return splits <= 1 ? 0 : (size_t)tokens * num_heads * splits * (head_dim + 2) * sizeof(float);
 }
 
+// The operands of one launch, shared by both kernels' launchers.
+struct AttnLaunch {
+    dim3 grid;
+    gpuStream_t stream;
+    float *pa, *pm, *pl;
+    const int32_t *token_seq, *positions, *tables;
+    int stride, num_heads, num_kv_heads, hpb, head_dim, block_size, partition;
+    float scale;
+};
+
 template <typename T, int DPL>
-int launch_dpl(int hpb, dim3 grid, size_t smem, gpuStream_t s, T* out, float* pa, float* pm, float* pl, const T* q,
-               const T* kc, const T* vc, const int32_t* token_seq, const int32_t* positions, const int32_t* tables,
-               int stride, int num_heads, int num_kv_heads, int head_dim, int block_size, float scale, int partition) {
-#define ATOMK_ATTN(G)                                                                                           \
-    paged_attention_kernel<T, DPL, G><<<grid, kWarps * ATOMK_WARP_SIZE, smem * G, s>>>(                          \
-        out, pa, pm, pl, q, kc, vc, token_seq, positions, tables, stride, num_heads, num_kv_heads, hpb, head_dim, \
-        block_size, scale, partition)
-    if (hpb == 1) ATOMK_ATTN(1);
-    else if (hpb == 2) ATOMK_ATTN(2);
-    else if (hpb <= 4) ATOMK_ATTN(4);
+int launch_portable(const AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
+    // Shared memory per unit of G: warps' acc (head_dim floats) plus their m and l.
+    const size_t smem = (size_t)kWarps * (L.head_dim + 2) * sizeof(float);
+#define ATOMK_ATTN(G)                                                                                          \
+    paged_attention_kernel<T, DPL, G><<<L.grid, kWarps * ATOMK_WARP_SIZE, smem * G, L.stream>>>(                \
+        out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,            \
+        L.num_kv_heads, L.hpb, L.head_dim, L.block_size, L.scale, L.partition)
+    if (L.hpb == 1) ATOMK_ATTN(1);
+    else if (L.hpb == 2) ATOMK_ATTN(2);
+    else if (L.hpb <= 4) ATOMK_ATTN(4);
     else ATOMK_ATTN(8);
 #undef ATOMK_ATTN
     ATOMK_LAUNCHED("paged_attention");
+    return ATOMK_OK;
+}
+
+template <typename T>
+int launch_portable_dpl(const AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
+    if (L.head_dim <= ATOMK_WARP_SIZE) return launch_portable<T, 1>(L, out, q, kc, vc);
+    if (L.head_dim <= 2 * ATOMK_WARP_SIZE) return launch_portable<T, 2>(L, out, q, kc, vc);
+    if (L.head_dim <= 4 * ATOMK_WARP_SIZE) return launch_portable<T, 4>(L, out, q, kc, vc);
+    return launch_portable<T, 8>(L, out, q, kc, vc);
+}
+
+// Runs the tensor-core decode kernel when it applies (CUDA, 16-bit, head_dim 64/128/256,
+// 16-byte aligned rows); returns ATOMK_ERR_UNSUPPORTED otherwise, launching nothing.
+template <typename T>
+int launch_decode(const AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
+#if defined(ATOMK_CUDA)
+    if constexpr (sizeof(T) == 2) {
+        if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % 16 != 0) return ATOMK_ERR_UNSUPPORTED;
+#define ATOMK_DECODE(D)                                                                                       \
+    decode_attention_kernel<T, D><<<L.grid, kWarps * 32, 0, L.stream>>>(                                      \
+        out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,          \
+        L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition)
+        if (L.head_dim == 64) ATOMK_DECODE(64);
+        else if (L.head_dim == 128) ATOMK_DECODE(128);
+        else if (L.head_dim == 256) ATOMK_DECODE(256);
+        else return ATOMK_ERR_UNSUPPORTED;
+#undef ATOMK_DECODE
+        ATOMK_LAUNCHED("decode_attention");
+        return ATOMK_OK;
+    }
+#endif
+    (void)L, (void)out, (void)q, (void)kc, (void)vc;
+    return ATOMK_ERR_UNSUPPORTED;
+}
+
+template <typename T>
+int launch_attention(const AttnLaunch& L, void* out, const void* q, const void* kc, const void* vc, int tokens,
+                     int splits) {
+    T* o = static_cast<T*>(out);
+    const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(kc), *vt = static_cast<const T*>(vc);
+    int st = launch_decode<T>(L, o, qt, kt, vt);
+    if (st == ATOMK_ERR_UNSUPPORTED) st = launch_portable_dpl<T>(L, o, qt, kt, vt);
+    if (st != ATOMK_OK || splits <= 1) return st;
+    attention_merge_kernel<T><<<dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream>>>(o, L.pa, L.pm, L.pl,
+                                                                                        L.head_dim, splits);
+    ATOMK_LAUNCHED("attention_merge");
     return ATOMK_OK;
 }
 
@@ -279,32 +342,27 @@ int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cac
     if (num_heads / hpb > 65535 || splits > 65535)
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention: grid of %d head groups, %d splits",
                           num_heads / hpb, splits);
-    const int partition = (max_ctx + splits - 1) / splits;
-    float* pa = static_cast<float*>(workspace);
+    AttnLaunch L;
+    L.grid = dim3(tokens, num_heads / hpb, splits);
+    L.stream = ATOMK_STREAM(stream);
+    L.pa = static_cast<float*>(workspace);
     const size_t rows = (size_t)tokens * num_heads * splits;
-    float* pm = splits > 1 ? pa + rows * head_dim : nullptr;
-    float* pl = splits > 1 ? pm + rows : nullptr;
-    const dim3 grid(tokens, num_heads / hpb, splits);
-    // Shared memory per unit of G: warps' acc (head_dim floats) plus their m and l.
-    const size_t smem = (size_t)kWarps * (head_dim + 2) * sizeof(float);
-    gpuStream_t s = ATOMK_STREAM(stream);
+    L.pm = splits > 1 ? L.pa + rows * head_dim : nullptr;
+    L.pl = splits > 1 ? L.pm + rows : nullptr;
+    L.token_seq = token_seq;
+    L.positions = positions;
+    L.tables = block_tables;
+    L.stride = block_table_stride;
+    L.num_heads = num_heads;
+    L.num_kv_heads = num_kv_heads;
+    L.hpb = hpb;
+    L.head_dim = head_dim;
+    L.block_size = block_size;
+    L.partition = (max_ctx + splits - 1) / splits;
+    L.scale = scale;
     int st = ATOMK_OK;
-#define ATOMK_DPL(DPL)                                                                                            \
-    st = launch_dpl<T, DPL>(hpb, grid, smem, s, static_cast<T*>(out), pa, pm, pl, static_cast<const T*>(q),        \
-                            static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), token_seq, positions, \
-                            block_tables, block_table_stride, num_heads, num_kv_heads, head_dim, block_size, scale, \
-                            partition)
     ATOMK_DISPATCH(dtype, "atomk_paged_attention",
-                   if (head_dim <= ATOMK_WARP_SIZE) ATOMK_DPL(1);
-                   else if (head_dim <= 2 * ATOMK_WARP_SIZE) ATOMK_DPL(2);
-                   else if (head_dim <= 4 * ATOMK_WARP_SIZE) ATOMK_DPL(4);
-                   else ATOMK_DPL(8);
-                   if (st == ATOMK_OK && splits > 1) {
-                       attention_merge_kernel<T><<<dim3(tokens, num_heads), 128, 0, s>>>(static_cast<T*>(out), pa, pm,
-                                                                                         pl, head_dim, splits);
-                       ATOMK_LAUNCHED("attention_merge");
-                   });
-#undef ATOMK_DPL
+                   st = launch_attention<T>(L, out, q, k_cache, v_cache, tokens, splits));
     return st;
 }
 

@@ -1,8 +1,11 @@
 // blas.cu: the GEMM of every Linear layer through the vendor's Lt library (cuBLASLt on CUDA,
 // hipBLASLt on HIP): out[m,n] = x[m,k] · w[n,k]ᵀ with 16-bit or float operands and float
 // accumulation. A handle caches one plan (descriptors plus the heuristic's best algorithm) per
-// dtype and shape, so the heuristic runs once per shape.
+// dtype and shape, so the heuristic runs once per shape. Decode-sized 16-bit GEMMs (m up to a
+// threshold) go to the skinny kernel of gemv.cu instead, which streams the weights at close to
+// the copy bandwidth.
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <unordered_map>
 
@@ -76,9 +79,29 @@
 #define LT_COMPUTE_32F CUBLAS_COMPUTE_32F
 #endif
 
+// The skinny kernel of gemv.cu (m rows, 16-bit dtype, k % 8 == 0, x and w 16-byte aligned).
+int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const void* w, const void* bias, int m,
+                      int n, int k);
+
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
+
+// Largest m that atomk_gemm sends to the skinny kernel rather than the BLAS (0: never). The
+// environment variable ATOM_GO_GEMV_MAX_M, read once per process, overrides it, and
+// atomk_blas_set_gemv_max_m per handle (for measurements).
+constexpr int kGemvMaxM = 8;
+
+int default_gemv_max_m() {
+    static const int v = [] {
+        const char* e = getenv("ATOM_GO_GEMV_MAX_M");
+        if (!e || !*e) return kGemvMaxM;
+        char* end = nullptr;
+        long n = strtol(e, &end, 10);
+        return (*end == 0 && n >= 0 && n < (1 << 20)) ? (int)n : kGemvMaxM;
+    }();
+    return v;
+}
 
 struct Plan {
     LtMatmulDesc desc = nullptr;
@@ -90,7 +113,15 @@ struct Blas {
     LtHandle lt = nullptr;
     void* workspace = nullptr;
     std::unordered_map<uint64_t, Plan> plans;
+    int gemv_max_m = 0;
 };
+
+// Whether the skinny kernel serves this GEMM: a small m of a 16-bit dtype, whole 16-byte chunks
+// per row (k % 8 == 0) and 16-byte aligned x and w (so every row start is aligned).
+bool use_gemv(const Blas* h, int dtype, int m, int k, const void* x, const void* w) {
+    return m <= h->gemv_max_m && (dtype == ATOMK_BF16 || dtype == ATOMK_F16) && k % 8 == 0 &&
+           ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
+}
 
 // Shapes are below 2^20 in every dimension (checked by atomk_gemm), so one word keys a plan.
 uint64_t plan_key(int dtype, int m, int n, int k) {
@@ -152,6 +183,7 @@ extern "C" {
 int atomk_blas_create(void** handle) {
     if (!handle) return atomk_fail(ATOMK_ERR_INVALID, "atomk_blas_create: null output");
     Blas* h = new Blas();
+    h->gemv_max_m = default_gemv_max_m();
     LtStatus s = LtCreate(&h->lt);
     if (s != LT_OK) {
         delete h;
@@ -177,13 +209,22 @@ int atomk_blas_destroy(void* handle) {
     return ATOMK_OK;
 }
 
-int atomk_gemm(void* handle, void* stream, int dtype, void* out, const void* x, const void* w, int m, int n, int k) {
+int atomk_blas_set_gemv_max_m(void* handle, int max_m) {
+    Blas* h = static_cast<Blas*>(handle);
+    if (!h) return atomk_fail(ATOMK_ERR_INVALID, "atomk_blas_set_gemv_max_m: null handle");
+    h->gemv_max_m = max_m < 0 ? default_gemv_max_m() : max_m;
+    return ATOMK_OK;
+}
+
+int atomk_gemm_bias(void* handle, void* stream, int dtype, void* out, const void* x, const void* w,
+                    const void* bias, int m, int n, int k) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm: null handle");
     if (dtype != ATOMK_F32 && dtype != ATOMK_F16 && dtype != ATOMK_BF16)
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm: dtype %d", dtype);
     if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
+    if (use_gemv(h, dtype, m, k, x, w)) return atomk_gemv_launch(stream, dtype, out, x, w, bias, m, n, k);
     uint64_t key = plan_key(dtype, m, n, k);
     auto it = h->plans.find(key);
     if (it == h->plans.end()) {
@@ -198,7 +239,12 @@ int atomk_gemm(void* handle, void* stream, int dtype, void* out, const void* x, 
                           h->workspace, kWorkspaceBytes, ATOMK_STREAM(stream));
     if (s != LT_OK)
         return atomk_fail(ATOMK_ERR_BLAS, "matmul m=%d n=%d k=%d dtype=%d: status %d", m, n, k, dtype, (int)s);
+    if (bias) return atomk_add_bias(dtype, out, bias, m, n, stream);
     return ATOMK_OK;
+}
+
+int atomk_gemm(void* handle, void* stream, int dtype, void* out, const void* x, const void* w, int m, int n, int k) {
+    return atomk_gemm_bias(handle, stream, dtype, out, x, w, nullptr, m, n, k);
 }
 
 }  // extern "C"

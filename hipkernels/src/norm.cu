@@ -1,35 +1,60 @@
 // norm.cu: RMSNorm with the fused residual add of every pre-norm decoder layer, and the
 // per-head RMSNorm that Qwen3 applies to q and k.
 #include "atomk_internal.h"
+#include "atomk_vec.h"
 
 // One block per row. With a residual: residual = residual + x (stored in T), then the row is
 // normalised from the stored residual; without: from x. out = row * rsqrt(mean(row²) + eps) * w.
-// Each thread re-reads in the second pass only the elements it wrote or read in the first.
-template <typename T>
-__global__ void rms_norm_kernel(T* out, const T* x, T* residual, const T* w, int cols, float eps) {
-    __shared__ float scratch[1024 / ATOMK_WARP_SIZE];
-    const size_t base = (size_t)blockIdx.x * cols;
-    const T* xr = x + base;
+// Each thread re-reads in the second pass only the elements it wrote or read in the first. U is
+// the unit each thread moves: Vec<T> (16 bytes; cols then counts vectors) when every pointer is
+// aligned and the width is whole vectors, else T.
+template <typename T, typename U>
+__device__ __forceinline__ float add_square(U& v, const U& add, bool sum) {
+    constexpr int N = sizeof(U) / sizeof(T);
+    T* e = reinterpret_cast<T*>(&v);
+    const T* a = reinterpret_cast<const T*>(&add);
     float ss = 0.f;
-    if (residual) {
-        T* rr = residual + base;
-        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-            const T sum = atomk_from_float<T>(atomk_to_float(rr[c]) + atomk_to_float(xr[c]));
-            rr[c] = sum;
-            const float v = atomk_to_float(sum);
-            ss += v * v;
-        }
-    } else {
-        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-            const float v = atomk_to_float(xr[c]);
-            ss += v * v;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        if (sum) e[j] = atomk_from_float<T>(atomk_to_float(e[j]) + atomk_to_float(a[j]));
+        const float f = atomk_to_float(e[j]);
+        ss += f * f;
+    }
+    return ss;
+}
+
+template <typename T, typename U>
+__global__ void rms_norm_kernel(T* out, const T* x, T* residual, const T* w, int cols, int width, float eps) {
+    __shared__ float scratch[1024 / ATOMK_WARP_SIZE];
+    constexpr int N = sizeof(U) / sizeof(T);
+    const size_t base = (size_t)blockIdx.x * cols;  // cols counts units of U
+    const U* xr = reinterpret_cast<const U*>(x + base * N);
+    U* rr = residual ? reinterpret_cast<U*>(residual + base * N) : nullptr;
+    float ss = 0.f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        U v = xr[c];
+        if (rr) {
+            U r = rr[c];
+            ss += add_square<T>(r, v, true);
+            rr[c] = r;
+        } else {
+            ss += add_square<T>(v, v, false);
         }
     }
-    const float inv = rsqrtf(atomk_block_sum(ss, scratch) / (float)cols + eps);
-    const T* src = residual ? residual + base : xr;
-    T* o = out + base;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x)
-        o[c] = atomk_from_float<T>(atomk_to_float(src[c]) * inv * atomk_to_float(w[c]));
+    const float inv = rsqrtf(atomk_block_sum(ss, scratch) / (float)width + eps);
+    const U* src = rr ? rr : xr;
+    const U* wv = reinterpret_cast<const U*>(w);
+    U* o = reinterpret_cast<U*>(out + base * N);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const U sv = src[c], ww = wv[c];
+        const T* se = reinterpret_cast<const T*>(&sv);
+        const T* we = reinterpret_cast<const T*>(&ww);
+        U ov;
+        T* oe = reinterpret_cast<T*>(&ov);
+#pragma unroll
+        for (int j = 0; j < N; ++j) oe[j] = atomk_from_float<T>(atomk_to_float(se[j]) * inv * atomk_to_float(we[j]));
+        o[c] = ov;
+    }
 }
 
 // One warp per head of x [rows, heads*head_dim], normalised in place with w [head_dim].
@@ -55,10 +80,19 @@ int atomk_rms_norm(int dtype, void* out, const void* x, void* residual, const vo
                    void* stream) {
     if (rows < 0 || cols <= 0) return atomk_fail(ATOMK_ERR_INVALID, "atomk_rms_norm: rows=%d cols=%d", rows, cols);
     if (rows == 0) return ATOMK_OK;
-    ATOMK_DISPATCH(dtype, "atomk_rms_norm",
-                   rms_norm_kernel<T><<<rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream)>>>(
-                       static_cast<T*>(out), static_cast<const T*>(x), static_cast<T*>(residual),
-                       static_cast<const T*>(w), cols, eps));
+    const bool aligned = atomk_aligned16(out) && atomk_aligned16(x) && atomk_aligned16(residual) && atomk_aligned16(w);
+    ATOMK_DISPATCH(dtype, "atomk_rms_norm", {
+        constexpr int N = Vec<T>::N;
+        if (aligned && cols % N == 0) {
+            rms_norm_kernel<T, Vec<T>><<<rows, atomk_row_threads(cols / N), 0, ATOMK_STREAM(stream)>>>(
+                static_cast<T*>(out), static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(w),
+                cols / N, cols, eps);
+        } else {
+            rms_norm_kernel<T, T><<<rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream)>>>(
+                static_cast<T*>(out), static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(w),
+                cols, cols, eps);
+        }
+    });
     ATOMK_LAUNCHED("rms_norm");
     return ATOMK_OK;
 }

@@ -1,5 +1,6 @@
-// sampling.cu: helpers for sampling on the device. For now the greedy pick (argmax per row), so
-// a greedy step can copy back one int per sequence instead of a row of logits.
+// sampling.cu: sampling on the device. The greedy pick (argmax per row), and atomk_sample_rows:
+// greedy, temperature, top-k, top-p, min-p and seeded draws with the raw logprob, so a step copies
+// back 8 bytes per sequence instead of a row of logits.
 #include <stdint.h>
 
 #include "atomk_internal.h"
@@ -62,6 +63,325 @@ int atomk_argmax_rows(int dtype, int32_t* out, const void* x, int rows, int cols
                    argmax_rows_kernel<T><<<rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream)>>>(
                        out, static_cast<const T*>(x), cols));
     ATOMK_LAUNCHED("argmax_rows");
+    return ATOMK_OK;
+}
+
+}  // extern "C"
+
+// ---------------------------------------------------------------------------------------------
+// Sampling on the device: atomk_sample_rows. One block of kSampleThreads per row of logits.
+//
+// Per row (p = the row's atomk_sampling_params, x = the logits as float):
+//   1. One pass: the greedy pick (argmax as above) and the raw log-sum-exp over the finite x,
+//      so the logprob of any token is x[tok] - lse (vLLM's default raw logprob).
+//   2. temperature <= 0 (or NaN), no finite logit, or an overflowing max/T: the greedy pick.
+//   3. Otherwise z = x / T (a correctly rounded division, so max z = (max x) / T); only finite
+//      z take part. Every filter is a threshold on z, compared through its order-preserving
+//      32-bit key (see sample_key), so the kept set is {z : key(z) >= threshold}; tokens tied at
+//      a threshold are all kept.
+//      - top_k (0 < k < finite count): the key of the k-th largest z, by radix select.
+//      - top_p (< 1): over the tokens kept by top_k, the largest key t whose tokens (key >= t)
+//        hold at least ceil(top_p * total) of the mass. Mass is exp(z - max z) in fixed point
+//        (truncated to multiples of 2^-40), so the sums are integers: exact and independent of
+//        the order of the atomic adds, hence reproducible. Radix select with weighted bins.
+//      - min_p (> 0): keep z - max z >= logf(min_p).
+//   4. Gumbel-max over the kept tokens: argmax of z_i + g_i (ties to the smaller index), with
+//      g_i = -logf(-logf(u_i)) and u_i from the counter-based hash in sample_uniform; this draws
+//      from softmax(z) over the kept set, reproducibly for (seed, offset) and independently of
+//      the other rows of the batch.
+// Radix select: four passes of 8-bit digits from the top, each a histogram (shared memory) of
+// the next digit among the candidates whose higher digits match the prefix chosen so far; the
+// thread 0 scan from the highest bin picks the digit where the running total reaches the target.
+// No workspace: everything lives in shared memory. ops.SampleRow (Go) is the same algorithm.
+
+constexpr int kSampleThreads = 512;  // 1024 would cap registers at 64 and spill
+constexpr int kSampleBins = 256;
+constexpr int kSampleHists = 4;  // warps spread their atomics over copies of the histogram
+constexpr int kSampleWarps = kSampleThreads / ATOMK_WARP_SIZE;
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr float kMassOne = 1099511627776.0f;  // 2^40: the fixed-point weight of the top token
+
+struct SampleShared {
+    unsigned long long mass[kSampleHists][kSampleBins];
+    unsigned int count[kSampleHists][kSampleBins];
+    float wv[kSampleWarps], wm[kSampleWarps], ws[kSampleWarps];
+    int wi[kSampleWarps], wn[kSampleWarps];
+    unsigned long long total;
+    float best, lse_m, lse_s;
+    int best_i, finite;
+    uint32_t prefix;
+};
+
+// splitmix64's finaliser.
+__device__ __forceinline__ uint64_t atomk_fmix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// u_i in (0, 1) for token i of the row whose key is fmix64(fmix64(seed) + (offset+1)*golden):
+// bits = fmix64(key + (i+1)*golden), u = (2*(bits >> 41) + 1) * 2^-24, exact in float.
+__device__ __forceinline__ float sample_uniform(uint64_t row_key, int i) {
+    const uint64_t bits = atomk_fmix64(row_key + (uint64_t)(i + 1) * kGolden);
+    return (float)((bits >> 41) * 2 + 1) * 5.9604644775390625e-8f;
+}
+
+// Order-preserving key of a float: larger floats get larger keys; -0 maps to +0's key.
+__device__ __forceinline__ uint32_t sample_key(float f) {
+    uint32_t u = __float_as_uint(f);
+    if (u == 0x80000000u) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Fixed-point mass of z, exp(z - zmax) * 2^40 truncated (the float product is exact).
+__device__ __forceinline__ unsigned long long sample_mass(float z, float zmax) {
+    return (unsigned long long)(expf(z - zmax) * kMassOne);
+}
+
+// z = x[c] / t; false when z is not finite (such tokens are never sampled).
+template <typename T>
+__device__ __forceinline__ bool sample_z(const T* row, int c, float t, float& z) {
+    z = atomk_to_float(row[c]) / t;
+    return isfinite(z);
+}
+
+// Block-wide argmax of (v, i) pairs with atomk_better; every thread receives the winner.
+__device__ void sample_block_argmax(float& v, int& i, SampleShared& sm) {
+#pragma unroll
+    for (int m = ATOMK_WARP_SIZE / 2; m > 0; m >>= 1) {
+        const float ov = ATOMK_SHFL_XOR(v, m);
+        const int oi = ATOMK_SHFL_XOR(i, m);
+        if (oi >= 0 && atomk_better(ov, oi, v, i)) {
+            v = ov;
+            i = oi;
+        }
+    }
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
+    if (lane == 0) {
+        sm.wv[warp] = v;
+        sm.wi[warp] = i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kSampleWarps; ++w)
+            if (sm.wi[w] >= 0 && atomk_better(sm.wv[w], sm.wi[w], v, i)) {
+                v = sm.wv[w];
+                i = sm.wi[w];
+            }
+        sm.best = v;
+        sm.best_i = i;
+    }
+    __syncthreads();
+    v = sm.best;
+    i = sm.best_i;
+}
+
+// Merges the online log-sum-exp state (m, s) with (om, os): s is the sum of exp(x - m).
+__device__ __forceinline__ void sample_lse_merge(float& m, float& s, float om, float os) {
+    if (os == 0.f) return;
+    if (s == 0.f) {
+        m = om;
+        s = os;
+        return;
+    }
+    const float mx = fmaxf(m, om);
+    s = s * expf(m - mx) + os * expf(om - mx);
+    m = mx;
+}
+
+// Pass 1 over the raw row: the greedy pick, the log-sum-exp of the finite logits (max in lse_m,
+// sum of exp(x - max) in lse_s) and their count, all left in sm.
+template <typename T>
+__device__ void sample_raw_pass(const T* row, int cols, SampleShared& sm) {
+    float best = -INFINITY, m = -INFINITY, s = 0.f;
+    int bi = -1, n = 0;
+    for (int c = threadIdx.x; c < cols; c += kSampleThreads) {
+        const float v = atomk_to_float(row[c]);
+        if (atomk_better(v, c, best, bi)) {
+            best = v;
+            bi = c;
+        }
+        if (!isfinite(v)) continue;
+        ++n;
+        if (v > m) {
+            s = s * expf(m - v) + 1.f;
+            m = v;
+        } else {
+            s += expf(v - m);
+        }
+    }
+#pragma unroll
+    for (int k = ATOMK_WARP_SIZE / 2; k > 0; k >>= 1) {
+        const float om = ATOMK_SHFL_XOR(m, k), os = ATOMK_SHFL_XOR(s, k);
+        sample_lse_merge(m, s, om, os);
+        n += ATOMK_SHFL_XOR(n, k);
+    }
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
+    if (lane == 0) {
+        sm.wm[warp] = m;
+        sm.ws[warp] = s;
+        sm.wn[warp] = n;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kSampleWarps; ++w) {
+            sample_lse_merge(m, s, sm.wm[w], sm.ws[w]);
+            n += sm.wn[w];
+        }
+        sm.lse_m = m;
+        sm.lse_s = s;
+        sm.finite = n;
+    }
+    sample_block_argmax(best, bi, sm);  // its barriers publish lse_m, lse_s and finite too
+}
+
+// Radix select: the largest key t such that the candidates (finite z with key >= lo) with
+// key >= t weigh at least target, weight 1 (Mass = false: a count) or sample_mass (Mass = true).
+// Returns 0 (every key qualifies) when the candidates weigh less than target in all.
+template <typename T, bool Mass>
+__device__ uint32_t sample_radix_select(const T* row, int cols, float t, float zmax, uint32_t lo,
+                                        unsigned long long target, SampleShared& sm) {
+    const int h = (threadIdx.x / ATOMK_WARP_SIZE) % kSampleHists;
+    uint32_t prefix = 0;
+    unsigned long long above = 0;  // weight of the keys above the prefix's range (thread 0 only)
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        const uint32_t hi_mask = shift == 24 ? 0u : ~0u << (shift + 8);
+        for (int b = threadIdx.x; b < kSampleHists * kSampleBins; b += kSampleThreads) {
+            if (Mass)
+                (&sm.mass[0][0])[b] = 0;
+            else
+                (&sm.count[0][0])[b] = 0;
+        }
+        __syncthreads();
+        for (int c = threadIdx.x; c < cols; c += kSampleThreads) {
+            float z;
+            if (!sample_z(row, c, t, z)) continue;
+            const uint32_t key = sample_key(z);
+            if (key < lo || (key & hi_mask) != prefix) continue;
+            const int bin = (key >> shift) & (kSampleBins - 1);
+            if (Mass) {
+                const unsigned long long w = sample_mass(z, zmax);
+                if (w) atomicAdd(&sm.mass[h][bin], w);
+            } else {
+                atomicAdd(&sm.count[h][bin], 1u);
+            }
+        }
+        __syncthreads();
+        for (int b = threadIdx.x; b < kSampleBins; b += kSampleThreads)
+            for (int k = 1; k < kSampleHists; ++k) {
+                if (Mass)
+                    sm.mass[0][b] += sm.mass[k][b];
+                else
+                    sm.count[0][b] += sm.count[k][b];
+            }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int digit = 0;  // no bin reaches the target: digit 0 (and so key 0 in the end)
+            for (int b = kSampleBins - 1; b >= 0; --b) {
+                const unsigned long long w = Mass ? sm.mass[0][b] : (unsigned long long)sm.count[0][b];
+                if (above + w >= target) {
+                    digit = b;
+                    break;
+                }
+                above += w;
+            }
+            sm.prefix = prefix | ((uint32_t)digit << shift);
+        }
+        __syncthreads();
+        prefix = sm.prefix;
+    }
+    return prefix;
+}
+
+// Fixed-point mass of the candidates with key >= lo; every thread receives it.
+template <typename T>
+__device__ unsigned long long sample_total_mass(const T* row, int cols, float t, float zmax, uint32_t lo,
+                                                SampleShared& sm) {
+    unsigned long long acc = 0;
+    for (int c = threadIdx.x; c < cols; c += kSampleThreads) {
+        float z;
+        if (sample_z(row, c, t, z) && sample_key(z) >= lo) acc += sample_mass(z, zmax);
+    }
+#pragma unroll
+    for (int m = ATOMK_WARP_SIZE / 2; m > 0; m >>= 1) {
+        const unsigned lo32 = ATOMK_SHFL_XOR((unsigned)acc, m), hi32 = ATOMK_SHFL_XOR((unsigned)(acc >> 32), m);
+        acc += ((unsigned long long)hi32 << 32) | lo32;
+    }
+    if (threadIdx.x == 0) sm.total = 0;
+    __syncthreads();
+    if (threadIdx.x % ATOMK_WARP_SIZE == 0) atomicAdd(&sm.total, acc);
+    __syncthreads();
+    return sm.total;
+}
+
+// Steps 3 and 4 for one row whose finite logits number n and whose largest z is zmax.
+template <typename T>
+__device__ int sample_draw(const T* row, int cols, const atomk_sampling_params& p, float zmax, int n,
+                           SampleShared& sm) {
+    const float t = p.temperature;
+    uint32_t lo = 0;
+    if (p.top_k > 0 && p.top_k < n) lo = sample_radix_select<T, false>(row, cols, t, zmax, 0u, (unsigned long long)p.top_k, sm);
+    if (p.top_p < 1.f) {
+        const unsigned long long total = sample_total_mass(row, cols, t, zmax, lo, sm);
+        unsigned long long target = (unsigned long long)ceil((double)p.top_p * (double)total);
+        if (target < 1) target = 1;
+        const uint32_t kp = sample_radix_select<T, true>(row, cols, t, zmax, lo, target, sm);
+        lo = kp > lo ? kp : lo;
+    }
+    const float log_min_p = p.min_p > 0.f ? logf(p.min_p) : -INFINITY;
+    const uint64_t row_key = atomk_fmix64(atomk_fmix64(p.seed) + (p.offset + 1) * kGolden);
+    float best = -INFINITY;
+    int bi = -1;
+    for (int c = threadIdx.x; c < cols; c += kSampleThreads) {
+        float z;
+        if (!sample_z(row, c, t, z) || sample_key(z) < lo || z - zmax < log_min_p) continue;
+        const float g = -logf(-logf(sample_uniform(row_key, c)));
+        const float score = z + g;
+        if (atomk_better(score, c, best, bi)) {
+            best = score;
+            bi = c;
+        }
+    }
+    sample_block_argmax(best, bi, sm);
+    return bi;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSampleThreads)
+sample_rows_kernel(int32_t* tokens, float* logprobs, const T* x, const atomk_sampling_params* params, int cols) {
+    __shared__ SampleShared sm;
+    const T* row = x + (size_t)blockIdx.x * cols;
+    const atomk_sampling_params p = params[blockIdx.x];
+    sample_raw_pass(row, cols, sm);
+    const float xmax = sm.lse_m, lse = sm.lse_m + logf(sm.lse_s);
+    const int n = sm.finite;
+    int tok = sm.best_i;
+    if (p.temperature > 0.f && n > 0) {
+        const float zmax = xmax / p.temperature;
+        if (isfinite(zmax)) {
+            const int drawn = sample_draw(row, cols, p, zmax, n, sm);
+            if (drawn >= 0) tok = drawn;
+        }
+    }
+    if (threadIdx.x == 0) {
+        tokens[blockIdx.x] = tok;
+        logprobs[blockIdx.x] = tok >= 0 && n > 0 ? atomk_to_float(row[tok]) - lse : NAN;
+    }
+}
+
+extern "C" {
+
+int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, const void* logits,
+                      const atomk_sampling_params* params, int rows, int vocab, void* stream) {
+    if (rows < 0 || vocab <= 0 || (rows > 0 && (tokens == NULL || logprobs == NULL || logits == NULL || params == NULL)))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_sample_rows: rows=%d vocab=%d", rows, vocab);
+    if (rows == 0) return ATOMK_OK;
+    ATOMK_DISPATCH(dtype, "atomk_sample_rows",
+                   sample_rows_kernel<T><<<rows, kSampleThreads, 0, ATOMK_STREAM(stream)>>>(
+                       tokens, logprobs, static_cast<const T*>(logits), params, vocab));
+    ATOMK_LAUNCHED("sample_rows");
     return ATOMK_OK;
 }
 

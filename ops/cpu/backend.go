@@ -128,6 +128,49 @@ func (b *Backend) SiluMul(out, gate, up ops.Tensor) {
 	})
 }
 
+// SiluMulFused writes silu(gate)*up from the two halves of each row of gateUp.
+func (b *Backend) SiluMulFused(out, gateUp ops.Tensor) {
+	o, gu := out.(*Tensor), gateUp.(*Tensor)
+	n := o.cols()
+	if gu.cols() != 2*n || gu.rows() < o.rows() {
+		panic(fmt.Sprintf("cpu SiluMulFused: out %v from gate|up %v", o.shape, gu.shape))
+	}
+	b.pool.run(o.rows(), func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
+			row := gu.f32[r*2*n : (r+1)*2*n]
+			dst := o.f32[r*n : (r+1)*n]
+			for i, v := range row[:n] {
+				dst[i] = v / (1 + float32(math.Exp(float64(-v)))) * row[n+i]
+			}
+		}
+	})
+}
+
+// SplitCols copies consecutive column ranges of each row of src into the dst tensors.
+func (b *Backend) SplitCols(src ops.Tensor, dst ...ops.Tensor) {
+	s := src.(*Tensor)
+	w, rows, sum := s.cols(), s.rows(), 0
+	parts := make([]*Tensor, len(dst))
+	for i, d := range dst {
+		parts[i] = d.(*Tensor)
+		sum += parts[i].cols()
+		if parts[i].rows() < rows {
+			panic(fmt.Sprintf("cpu SplitCols: part %d %v for %d rows", i, parts[i].shape, rows))
+		}
+	}
+	if sum != w {
+		panic(fmt.Sprintf("cpu SplitCols: parts of %d columns from %v", sum, s.shape))
+	}
+	for r := 0; r < rows; r++ {
+		at := r * w
+		for _, p := range parts {
+			c := p.cols()
+			copy(p.f32[r*c:(r+1)*c], s.f32[at:at+c])
+			at += c
+		}
+	}
+}
+
 // GatherRows copies the selected rows.
 func (b *Backend) GatherRows(out, x ops.Tensor, rows []int32) {
 	o, xt := out.(*Tensor), x.(*Tensor)

@@ -1,7 +1,10 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"sync/atomic"
 
 	"github.com/atom-go/atom/hipkernels"
 	"github.com/atom-go/atom/ops"
@@ -77,6 +80,9 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 		return
 	}
 	dm := b.prepare(meta, c)
+	if b.prefillAttention(o, qt, c, layer, dm, a) {
+		return
+	}
 	ws, err := b.lib.PagedAttentionWorkspace(nt, a.NumHeads, a.NumKVHeads, a.HeadDim, dm.maxCtx)
 	b.must("Attention", err)
 	var work hipkernels.Ptr
@@ -92,4 +98,86 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 		Tokens: nt, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, BlockSize: c.blockSize,
 		Scale: a.Scale, MaxCtx: dm.maxCtx, Workspace: work, WorkspaceBytes: workBytes}
 	b.must("Attention", b.lib.PagedAttention(b.kdt, args, b.stream))
+}
+
+// Test hooks: prefillOff sends every batch to the paged kernel; prefillLaunches counts the
+// batches the tensor-core prefill kernel ran.
+var (
+	prefillOff      bool
+	prefillLaunches atomic.Int64
+)
+
+// prefillTiles is the device tile list of the prefill kernel for the current metadata (reset
+// by prepare when the metadata changes).
+type prefillTiles struct {
+	valid       bool
+	group, rows int
+	n           int
+	buf         devBuf
+	work        []tileWork
+	host        []int32
+}
+
+// tileWork is one tile of packed rows (query token x head of a GQA group) of a sequence, and
+// the context positions its last row attends to (its cost).
+type tileWork struct{ seq, row0, end int32 }
+
+// prefillAttention runs the tensor-core kernel on a batch that holds a prefill chunk (eager
+// passes, 16-bit dtypes, shapes the library supports) and reports whether it did; otherwise
+// the caller runs the paged kernel.
+func (b *Backend) prefillAttention(o, q *Tensor, c *KVCache, layer int, dm *devMeta, a ops.AttnShape) bool {
+	if prefillOff || b.bound != nil || !dm.prefill || (b.dt != ops.BF16 && b.dt != ops.F16) {
+		return false
+	}
+	rows, err := b.lib.PrefillAttentionTileRows(b.kdt, a.NumHeads, a.NumKVHeads, a.HeadDim)
+	if hipkernels.IsStatus(err, hipkernels.StatusUnsupported) {
+		return false
+	}
+	b.must("Attention", err)
+	tiles, n := b.prefillTileList(a.NumHeads/a.NumKVHeads, rows)
+	args := &hipkernels.PrefillArgs{Out: o.ptr, Q: q.ptr, KCache: c.k[layer], VCache: c.v[layer],
+		QueryStart: dm.queryStart, SeqLens: dm.seqLens, BlockTables: dm.tables, BlockTableStride: dm.stride,
+		Tiles: tiles, NumTiles: n, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
+		BlockSize: c.blockSize, Scale: a.Scale}
+	err = b.lib.PrefillAttention(b.kdt, args, b.stream)
+	if hipkernels.IsStatus(err, hipkernels.StatusUnsupported) {
+		return false
+	}
+	b.must("Attention", err)
+	prefillLaunches.Add(1)
+	return true
+}
+
+// prefillTileList returns the device tile list of the current metadata for GQA groups of group
+// heads and tiles of rows packed rows, and its length, uploading it when it changed. The tiles
+// with the longest contexts come first, so the longest blocks start first.
+func (b *Backend) prefillTileList(group, rows int) (hipkernels.Ptr, int) {
+	t, m := &b.meta.tiles, &b.meta
+	if t.valid && t.group == group && t.rows == rows {
+		return t.buf.ptr, t.n
+	}
+	t.work = buildTiles(t.work[:0], m.qstart, m.lens, group, rows)
+	t.host = t.host[:0]
+	for _, w := range t.work {
+		t.host = append(t.host, w.seq, w.row0)
+	}
+	b.uploadInt32(&t.buf, t.host)
+	t.valid, t.group, t.rows, t.n = true, group, rows, len(t.work)
+	return t.buf.ptr, t.n
+}
+
+// buildTiles appends to work the tiles of rows packed rows covering each sequence's query
+// tokens times group heads (sequence s has queryStart[s+1]-queryStart[s] tokens, the last of
+// its lens[s] positions), longest context first.
+func buildTiles(work []tileWork, queryStart, lens []int32, group, rows int) []tileWork {
+	for s, n := range lens {
+		qlen := int(queryStart[s+1] - queryStart[s])
+		packed, first := qlen*group, int(n)-qlen
+		for r := 0; r < packed; r += rows {
+			end := first + (min(r+rows, packed)-1)/group + 1
+			work = append(work, tileWork{seq: int32(s), row0: int32(r), end: int32(end)})
+		}
+	}
+	slices.SortStableFunc(work, func(x, y tileWork) int { return cmp.Compare(y.end, x.end) })
+	return work
 }

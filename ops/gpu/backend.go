@@ -146,6 +146,11 @@ func (b *Backend) MemoryUsed() int64 {
 	return n
 }
 
+// SetGemvMaxM sets the largest batch (rows of x) whose Linear runs on the skinny GEMM kernel
+// instead of the BLAS: 0 never, a negative value restores the default (8, or
+// $ATOM_GO_GEMV_MAX_M). For measurements and tuning.
+func (b *Backend) SetGemvMaxM(m int) error { return b.lib.SetGemvMaxM(b.blas, m) }
+
 // Synchronize waits for all queued work and reports an execution error.
 func (b *Backend) Synchronize() error { return b.lib.StreamSync(b.stream) }
 

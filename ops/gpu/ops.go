@@ -88,24 +88,26 @@ func (b *Backend) HeadRMSNorm(x, w ops.Tensor, headDim int, eps float32) {
 	b.must("HeadRMSNorm", b.lib.HeadRMSNorm(b.kdt, xt.ptr, wt.ptr, xt.rows(), xt.cols()/headDim, headDim, eps, b.stream))
 }
 
-// Linear writes out = x·wᵀ (+ bias) through the BLAS (the bias add is a separate kernel).
+// Linear writes out = x·wᵀ (+ bias): decode-sized batches on the skinny kernel (bias in its
+// epilogue), larger ones through the BLAS plus a bias kernel.
 func (b *Backend) Linear(out, x, w, bias ops.Tensor) {
 	o, xt, wt := out.(*Tensor), x.(*Tensor), w.(*Tensor)
 	m, k, n := xt.rows(), xt.cols(), wt.rows()
 	if len(wt.shape) != 2 || wt.cols() != k || o.cols() != n || o.rows() < m {
 		shapeErr("Linear", "out %v = x %v · w %vᵀ", o.shape, xt.shape, wt.shape)
 	}
-	if m == 0 {
-		return
-	}
-	b.must("Linear", b.lib.Gemm(b.blas, b.stream, b.kdt, o.ptr, xt.ptr, wt.ptr, m, n, k))
+	var bp hipkernels.Ptr // 0: no bias
 	if bias != nil {
 		bt := bias.(*Tensor)
 		if bt.elems() != n {
 			shapeErr("Linear", "bias %v for %d outputs", bt.shape, n)
 		}
-		b.must("Linear", b.lib.AddBias(b.kdt, o.ptr, bt.ptr, m, n, b.stream))
+		bp = bt.ptr
 	}
+	if m == 0 {
+		return
+	}
+	b.must("Linear", b.lib.GemmBias(b.blas, b.stream, b.kdt, o.ptr, xt.ptr, wt.ptr, bp, m, n, k))
 }
 
 // SiluMul writes out = silu(gate) * up.
@@ -116,4 +118,35 @@ func (b *Backend) SiluMul(out, gate, up ops.Tensor) {
 		shapeErr("SiluMul", "out %v, gate %v, up %v", o.shape, g.shape, u.shape)
 	}
 	b.must("SiluMul", b.lib.SiluMul(b.kdt, o.ptr, g.ptr, u.ptr, rows, cols, b.stream))
+}
+
+// SiluMulFused writes out = silu(gateUp[:, :c]) * gateUp[:, c:], c the width of out.
+func (b *Backend) SiluMulFused(out, gateUp ops.Tensor) {
+	o, gu := out.(*Tensor), gateUp.(*Tensor)
+	rows, cols := o.rows(), o.cols()
+	if gu.cols() != 2*cols || gu.rows() < rows {
+		shapeErr("SiluMulFused", "out %v from gate|up %v", o.shape, gu.shape)
+	}
+	b.must("SiluMulFused", b.lib.SiluMulFused(b.kdt, o.ptr, gu.ptr, rows, cols, b.stream))
+}
+
+// SplitCols copies consecutive column ranges of each row of src into two or three dst tensors.
+func (b *Backend) SplitCols(src ops.Tensor, dst ...ops.Tensor) {
+	s := src.(*Tensor)
+	if len(dst) < 2 || len(dst) > 3 {
+		shapeErr("SplitCols", "%d parts (two or three supported)", len(dst))
+	}
+	var ptrs [3]hipkernels.Ptr
+	var widths [3]int
+	for i, d := range dst {
+		t := d.(*Tensor)
+		if t.rows() < s.rows() {
+			shapeErr("SplitCols", "part %d %v for src %v", i, t.shape, s.shape)
+		}
+		ptrs[i], widths[i] = t.ptr, t.cols()
+	}
+	if widths[0]+widths[1]+widths[2] != s.cols() {
+		shapeErr("SplitCols", "parts of %v columns from src %v", widths, s.shape)
+	}
+	b.must("SplitCols", b.lib.SplitCols(b.kdt, ptrs[0], ptrs[1], ptrs[2], s.ptr, s.rows(), widths[0], widths[1], widths[2], b.stream))
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/atom-go/atom/hipkernels"
 	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
 )
 
 func TestRMSNorm(t *testing.T) {
@@ -171,4 +172,83 @@ func TestArgmaxRows(t *testing.T) {
 		require.Equal(t, int32(best), int32(binary.LittleEndian.Uint32(raw[4*r:])), "row %d", r)
 	}
 	record("%-44s %-8v exact", fmt.Sprintf("ArgmaxRows %dx%d", rows, cols), ops.BF16)
+}
+
+// TestLinearSkinny runs every m of 1..17 through the skinny GEMM kernel (threshold raised so m =
+// 17 takes two launches, 16 + 1 rows) at widths that cross the warp, block and 16-byte vector
+// boundaries: k = 4100 and 13 are not whole vectors and fall back to the BLAS, as does an x
+// that is not 16-byte aligned.
+func TestLinearSkinny(t *testing.T) {
+	for _, dt := range testDTypes {
+		b, c := newGPU(t, dt), newCPU(t)
+		require.NoError(t, b.SetGemvMaxM(64))
+		for _, nk := range [][2]int{{1, 4096}, {33, 4096}, {4096, 4096}, {33, 4100}, {4096, 13}, {1, 13}, {40, 24}} {
+			n, k := nk[0], nk[1]
+			w := weight(t, b, c, randVals(dt, n*k, 1/math.Sqrt(float64(k))), n, k)
+			bias := weight(t, b, c, randVals(dt, n, 1), n)
+			for m := 1; m <= 17; m++ {
+				x := activation(b, randVals(dt, m*k, 1), m, k)
+				out := output(b, c, m, n)
+				name := fmt.Sprintf("LinearSkinny m=%d k=%d n=%d", m, k, n)
+				if m%2 == 1 {
+					b.Linear(out.g, x.g, w.g, bias.g)
+					c.Linear(out.c, x.c, w.c, bias.c)
+					name += " +bias"
+				} else {
+					b.Linear(out.g, x.g, w.g, nil)
+					c.Linear(out.c, x.c, w.c, nil)
+				}
+				compare(t, name, dt, read(b, out.g), out.c.Float32())
+			}
+		}
+		// x one element past an aligned start: not 16-byte aligned, so the BLAS serves it.
+		m, k, n := 3, 4096, 33
+		w := weight(t, b, c, randVals(dt, n*k, 1/math.Sqrt(float64(k))), n, k)
+		vals := randVals(dt, m*k+1, 1)
+		xs := activation(b, vals, 1, m*k+1)
+		x := &Tensor{ptr: xs.g.ptr + hipkernels.Ptr(dt.Size()), dt: dt, shape: []int{m, k}}
+		out := output(b, c, m, n)
+		b.Linear(out.g, x, w.g, nil)
+		c.Linear(out.c, cpu.FromFloat32(append([]float32(nil), vals[1:]...), m, k), w.c, nil)
+		compare(t, "LinearSkinny unaligned x", dt, read(b, out.g), out.c.Float32())
+		require.NoError(t, b.SetGemvMaxM(-1))
+	}
+}
+
+func TestSiluMulFused(t *testing.T) {
+	for _, dt := range testDTypes {
+		b, c := newGPU(t, dt), newCPU(t)
+		for _, sh := range [][2]int{{1, 7}, {3, 100}, {2, 14336}, {65, 1000}, {5, 4}} {
+			rows, cols := sh[0], sh[1]
+			gu := activation(b, randVals(dt, rows*2*cols, 2), rows, 2*cols)
+			out := output(b, c, rows, cols)
+			b.SiluMulFused(out.g, gu.g)
+			c.SiluMulFused(out.c, gu.c)
+			compare(t, fmt.Sprintf("SiluMulFused %dx%d", rows, cols), dt, read(b, out.g), out.c.Float32())
+		}
+	}
+}
+
+func TestSplitCols(t *testing.T) {
+	for _, dt := range testDTypes {
+		b, c := newGPU(t, dt), newCPU(t)
+		for _, w := range [][3]int{{4096, 1024, 1024}, {8, 3, 5}, {128, 64, 0}, {7, 7, 7}} {
+			for _, rows := range []int{1, 9} {
+				src := activation(b, randVals(dt, rows*(w[0]+w[1]+w[2]), 1), rows, w[0]+w[1]+w[2])
+				parts := []pair{output(b, c, rows, w[0]), output(b, c, rows, w[1])}
+				if w[2] > 0 {
+					parts = append(parts, output(b, c, rows, w[2]))
+				}
+				var gs, cs []ops.Tensor
+				for _, p := range parts {
+					gs, cs = append(gs, p.g), append(cs, p.c)
+				}
+				b.SplitCols(src.g, gs...)
+				c.SplitCols(src.c, cs...)
+				for i, p := range parts {
+					compare(t, fmt.Sprintf("SplitCols %d rows, widths %v, part %d", rows, w, i), dt, read(b, p.g), p.c.Float32())
+				}
+			}
+		}
+	}
 }

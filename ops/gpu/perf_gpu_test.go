@@ -78,7 +78,9 @@ func TestPerfSnapshot(t *testing.T) {
 
 	// Attention: decodes over long contexts, then one prefill (8B-like: 32 heads, 8 kv heads, 128 dims).
 	const heads, kvHeads, hd, bs = 32, 8, 128, 16
-	for _, sh := range [][2]int{{64, 2048}, {8, 8192}, {1, 32768}, {1, 2048}} { // {sequences, context}
+	// The decode cases are the KV read of one layer at serving batch sizes (64 x 2048, 256 x 1153:
+	// the runner benchmark's context) and split-K over long contexts (8 x 8192, 1 x 32768).
+	for _, sh := range [][2]int{{64, 2048}, {256, 1153}, {8, 8192}, {1, 32768}, {1, 2048}} { // {sequences, context}
 		seqs, ctxLen := sh[0], sh[1]
 		prefill := seqs == 1 && ctxLen == 2048
 		blocksPer := (ctxLen + bs - 1) / bs

@@ -137,7 +137,11 @@ func (b *Backend) ropeFreq(rope *ops.RoPE) hipkernels.Ptr {
 // devMeta is the device copy of one batch's attention metadata.
 type devMeta struct {
 	positions, slots, tokenSeq, tables hipkernels.Ptr
+	queryStart, seqLens                hipkernels.Ptr // int32 [seqs+1], [seqs]; 0 in a bound pass
 	tokens, stride, maxCtx             int
+	// prefill: some sequence has more than one query token and each sequence's query tokens are
+	// the last positions of its context, in order (what the tensor-core prefill kernel assumes).
+	prefill bool
 }
 
 // metaCache remembers the last uploaded metadata (host copy and device copy), so the layers of
@@ -150,6 +154,7 @@ type metaCache struct {
 	dev                                    devMeta
 	buf                                    devBuf
 	packed                                 []int32
+	tiles                                  prefillTiles
 }
 
 func (c *metaCache) matches(m *ops.AttnMetadata, kv *KVCache) bool {
@@ -175,9 +180,13 @@ func (b *Backend) prepare(m *ops.AttnMetadata, kv *KVCache) *devMeta {
 	nt, stride := len(m.Positions), m.BlockTableStride
 	tables := m.BlockTables[:m.NumSeqs()*stride]
 	c.packed = append(append(append(append(c.packed[:0], m.Positions...), m.SlotMapping...), tokenSeq...), tables...)
+	c.packed = append(append(c.packed, m.QueryStart...), m.SeqLens...)
 	base := b.uploadInt32(&c.buf, c.packed)
+	qs := base + hipkernels.Ptr(4*(3*nt+len(tables)))
 	c.dev = devMeta{positions: base, slots: base + hipkernels.Ptr(4*nt), tokenSeq: base + hipkernels.Ptr(8*nt),
-		tables: base + hipkernels.Ptr(12*nt), tokens: nt, stride: stride}
+		tables: base + hipkernels.Ptr(12*nt), queryStart: qs, seqLens: qs + hipkernels.Ptr(4*len(m.QueryStart)),
+		tokens: nt, stride: stride, prefill: isPrefill(m)}
+	c.tiles.valid = false
 	for _, p := range m.Positions {
 		c.dev.maxCtx = max(c.dev.maxCtx, int(p)+1)
 	}
@@ -188,6 +197,23 @@ func (b *Backend) prepare(m *ops.AttnMetadata, kv *KVCache) *devMeta {
 	c.lens = append(c.lens[:0], m.SeqLens...)
 	c.tables = append(c.tables[:0], m.BlockTables...)
 	return &c.dev
+}
+
+// isPrefill reports whether some sequence of m has more than one query token and every
+// sequence's query tokens sit at the last positions of its context, in order.
+func isPrefill(m *ops.AttnMetadata) bool {
+	long := false
+	for s := range m.SeqLens {
+		lo, hi := int(m.QueryStart[s]), int(m.QueryStart[s+1])
+		first := int(m.SeqLens[s]) - (hi - lo)
+		for t := lo; t < hi; t++ {
+			if int(m.Positions[t]) != first+t-lo {
+				return false
+			}
+		}
+		long = long || hi-lo > 1
+	}
+	return long
 }
 
 // checkMeta validates the varlen batch against the cache geometry and returns each token's

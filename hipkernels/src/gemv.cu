@@ -1,0 +1,228 @@
+// gemv.cu: the skinny GEMM of decode batches, out[m,n] = x[m,k] · w[n,k]ᵀ (+ bias[n]) for a few
+// rows m, 16-bit operands, float accumulation.
+//
+// At small m a Linear layer is a pure weight stream: every weight byte is read once and used m
+// times, so the time is the weight bytes over the memory bandwidth. The vendor GEMM reaches about
+// 68% of the copy bandwidth at m = 1 (tiles built for reuse, a split-k tail); this kernel aims at
+// the copy rate by keeping many 16-byte weight loads in flight on every SM:
+//   - a warp owns R consecutive rows of w (or a k-slice of them, see below) and its lanes split k
+//     in 8-element (16-byte) chunks, so one load instruction of the warp reads a contiguous
+//     32 × 16 = 512 bytes of a weight row;
+//   - the loop is unrolled U chunks deep and loads all U·R weight chunks before using any, so
+//     U·R loads per lane are in flight;
+//   - x (m·k elements, a few KiB) is read through the read-only cache; each x chunk is reused
+//     across the R rows, which is what keeps the cache traffic below the weight traffic at m = 8;
+//   - when n is small (few row groups), KW warps of a block share a row group, each taking every
+//     KW-th chunk, and their partial sums meet in shared memory: the grid then still holds enough
+//     warps to cover the memory latency.
+// Each lane holds M·R float partial sums; warp shuffles reduce them and lane j writes output j.
+// The caller (atomk_gemm in blas.cu) guarantees k % 8 == 0 and 16-byte aligned x and w; m above
+// kMaxM is processed kMaxM rows at a time.
+#include <string.h>
+
+#include "atomk_internal.h"
+
+namespace {
+
+constexpr int kThreads = 256;                         // per block, a multiple of the warp size
+constexpr int kWarps = kThreads / ATOMK_WARP_SIZE;    // 8 on CUDA, 4 on HIP
+constexpr int kMaxM = 16;                             // rows of x one launch handles
+constexpr int kTargetWarps = 4096;                    // grid size that covers the latency of an H200 / MI300
+
+// Rows of w per warp and chunks unrolled per lane, by m: more rows per warp reuse each x chunk
+// more (cache traffic), fewer keep the registers of the M·R accumulators in check.
+template <int M> struct Tile {
+    static constexpr int R = M >= 3 ? 4 : 2;
+    static constexpr int U = M <= 4 ? 4 : 2;
+    // Blocks per SM the register allocation must allow: without it ptxas caps the larger M at
+    // 128 registers and spills; with it the small M keep their occupancy.
+    static constexpr int kMinBlocks = M <= 2 ? 4 : M <= 8 ? 2 : 1;
+};
+
+// The weights are streamed once: on CUDA a load that does not allocate in L1 (evict-first) keeps
+// the x chunks resident. HIP's plain load already goes around the vector cache well enough.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+#if defined(ATOMK_CUDA)
+    return __ldcs(p);
+#else
+    return *p;
+#endif
+}
+
+__device__ __forceinline__ uint4 load_cached(const uint4* p) {
+#if defined(ATOMK_CUDA)
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
+
+// Two packed 16-bit values to floats (the low half is the element at the lower address).
+template <typename T> __device__ __forceinline__ float2 unpack2(uint32_t u);
+template <> __device__ __forceinline__ float2 unpack2<atomk_bf16>(uint32_t u) {
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+template <> __device__ __forceinline__ float2 unpack2<atomk_f16>(uint32_t u) {
+    __half2 h;
+    static_assert(sizeof h == sizeof u, "half2 is 4 bytes");
+    memcpy(&h, &u, sizeof u);
+    return __half22float2(h);
+}
+
+// The 8 values of one 16-byte chunk as floats.
+template <typename T> __device__ __forceinline__ void unpack8(const uint4& v, float f[8]) {
+    const float2 a = unpack2<T>(v.x), b = unpack2<T>(v.y), c = unpack2<T>(v.z), d = unpack2<T>(v.w);
+    f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+    f[4] = c.x; f[5] = c.y; f[6] = d.x; f[7] = d.y;
+}
+
+// acc += Σ xf[i] · w[i] over one chunk.
+template <typename T> __device__ __forceinline__ float dot8(const float xf[8], const uint4& w, float acc) {
+    float wf[8];
+    unpack8<T>(w, wf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc = fmaf(xf[i], wf[i], acc);
+    return acc;
+}
+
+// One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
+// out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row.
+template <typename T, int M>
+__global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
+                                                        const T* __restrict__ w, const T* __restrict__ bias,
+                                                        int n, int k8, int kw) {
+    constexpr int R = Tile<M>::R, U = Tile<M>::U;
+    __shared__ float partial[kWarps][M * R];
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
+    const int slice = warp % kw;                                       // this warp's share of k
+    const int row0 = (blockIdx.x * (kWarps / kw) + warp / kw) * R;     // first row of w of the group
+    const uint4* x4 = reinterpret_cast<const uint4*>(x);
+    const uint4* wrow[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r)  // rows past n read row n-1 (valid memory) and are not written
+        wrow[r] = reinterpret_cast<const uint4*>(w) + (size_t)min(row0 + r, n - 1) * k8;
+
+    float acc[M][R];
+#pragma unroll
+    for (int i = 0; i < M; ++i)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
+
+    const int stride = kw * ATOMK_WARP_SIZE;  // chunks between one lane's consecutive chunks
+    for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
+        // All U·R weight loads first, so they are in flight together.
+        uint4 wv[U][R];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = c0 + u * stride;
+#pragma unroll
+            for (int r = 0; r < R; ++r) wv[u][r] = c < k8 ? load_stream(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = c0 + u * stride;
+            if (c >= k8) break;
+#pragma unroll
+            for (int i = 0; i < M; ++i) {
+                float xf[8];
+                unpack8<T>(load_cached(x4 + (size_t)i * k8 + c), xf);
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[i][r] = dot8<T>(xf, wv[u][r], acc[i][r]);
+            }
+        }
+    }
+
+    // Reduce over the lanes; with kw > 1 the group's other warps hand their sums to its first.
+#pragma unroll
+    for (int i = 0; i < M; ++i)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[i][r] = atomk_warp_sum(acc[i][r]);
+    if (kw > 1) {  // uniform over the block: every thread reaches the barrier
+        if (slice != 0) {
+#pragma unroll
+            for (int i = 0; i < M; ++i)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    if (lane == (i * R + r) % ATOMK_WARP_SIZE) partial[warp][i * R + r] = acc[i][r];
+        }
+        __syncthreads();
+        if (slice == 0) {
+#pragma unroll
+            for (int i = 0; i < M; ++i)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    if (lane == (i * R + r) % ATOMK_WARP_SIZE)
+                        for (int s = 1; s < kw; ++s) acc[i][r] += partial[warp + s][i * R + r];
+        }
+    }
+    if (slice != 0) return;
+#pragma unroll
+    for (int i = 0; i < M; ++i)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int row = row0 + r;
+            if (lane == (i * R + r) % ATOMK_WARP_SIZE && row < n) {
+                const float b = bias ? atomk_to_float(bias[row]) : 0.f;
+                out[(size_t)i * n + row] = atomk_from_float<T>(acc[i][r] + b);
+            }
+        }
+}
+
+// Warps per row group: the fewest (1, 2, 4 ... kWarps) that give the grid kTargetWarps warps,
+// without slicing k finer than one chunk per lane.
+int warps_per_group(int groups, int k8) {
+    int kw = 1;
+    while (kw < kWarps && (long)groups * kw < kTargetWarps && (long)(2 * kw) * ATOMK_WARP_SIZE <= k8) kw *= 2;
+    return kw;
+}
+
+template <typename T, int M>
+int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s) {
+    const int k8 = k / 8, groups = (n + Tile<M>::R - 1) / Tile<M>::R;
+    const int kw = warps_per_group(groups, k8), per_block = kWarps / kw;
+    const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
+    gemv_kernel<T, M><<<blocks, kThreads, 0, s>>>(out, x, w, bias, n, k8, kw);
+    ATOMK_LAUNCHED("gemv");
+    return ATOMK_OK;
+}
+
+// Rows of x at once, by a switch over the template instances 1..kMaxM.
+template <typename T>
+int launch_rows(T* out, const T* x, const T* w, const T* bias, int m, int n, int k, gpuStream_t s) {
+    switch (m) {
+#define ATOMK_GEMV_CASE(M) \
+    case M: return launch<T, M>(out, x, w, bias, n, k, s);
+        ATOMK_GEMV_CASE(1) ATOMK_GEMV_CASE(2) ATOMK_GEMV_CASE(3) ATOMK_GEMV_CASE(4)
+        ATOMK_GEMV_CASE(5) ATOMK_GEMV_CASE(6) ATOMK_GEMV_CASE(7) ATOMK_GEMV_CASE(8)
+        ATOMK_GEMV_CASE(9) ATOMK_GEMV_CASE(10) ATOMK_GEMV_CASE(11) ATOMK_GEMV_CASE(12)
+        ATOMK_GEMV_CASE(13) ATOMK_GEMV_CASE(14) ATOMK_GEMV_CASE(15) ATOMK_GEMV_CASE(16)
+#undef ATOMK_GEMV_CASE
+    }
+    return atomk_fail(ATOMK_ERR_INVALID, "gemv: %d rows in one launch", m);
+}
+
+}  // namespace
+
+// atomk_gemv_launch queues out = x·wᵀ (+ bias) with the skinny kernel. Internal (declared in
+// blas.cu, its one caller, which has checked the shape, k % 8 == 0 and the 16-byte alignment).
+int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const void* w, const void* bias, int m,
+                      int n, int k) {
+    gpuStream_t s = ATOMK_STREAM(stream);
+    for (int m0 = 0; m0 < m; m0 += kMaxM) {
+        const int rows = m - m0 < kMaxM ? m - m0 : kMaxM;
+        int st = ATOMK_ERR_UNSUPPORTED;
+        if (dtype == ATOMK_BF16) {
+            typedef atomk_bf16 T;
+            st = launch_rows<T>(static_cast<T*>(out) + (size_t)m0 * n, static_cast<const T*>(x) + (size_t)m0 * k,
+                                static_cast<const T*>(w), static_cast<const T*>(bias), rows, n, k, s);
+        } else if (dtype == ATOMK_F16) {
+            typedef atomk_f16 T;
+            st = launch_rows<T>(static_cast<T*>(out) + (size_t)m0 * n, static_cast<const T*>(x) + (size_t)m0 * k,
+                                static_cast<const T*>(w), static_cast<const T*>(bias), rows, n, k, s);
+        } else {
+            return atomk_fail(ATOMK_ERR_UNSUPPORTED, "gemv: dtype %d", dtype);
+        }
+        if (st != ATOMK_OK) return st;
+    }
+    return ATOMK_OK;
+}

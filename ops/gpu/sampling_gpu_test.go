@@ -1,0 +1,213 @@
+//go:build gpu
+
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/atom-go/atom/ops"
+)
+
+// sampleCombos is every parameter combination of the comparison: greedy, then
+// T x top_k x top_p x min_p.
+func sampleCombos() []ops.RowSampling {
+	ps := []ops.RowSampling{{}}
+	for _, temp := range []float32{0.5, 1, 1.7} {
+		for _, k := range []int32{0, 1, 5, 50} {
+			for _, p := range []float32{1, 0.9, 0.3} {
+				for _, mp := range []float32{0, 0.1} {
+					ps = append(ps, ops.RowSampling{Temperature: temp, TopK: k, TopP: p, MinP: mp})
+				}
+			}
+		}
+	}
+	return ps
+}
+
+// sampleOnGPU uploads rows of logits (already rounded to the backend's dtype) into a buffer
+// with a spare NaN row and samples them.
+func sampleOnGPU(b *Backend, vals []float32, vocab int, params []ops.RowSampling) []ops.SampledToken {
+	rows := len(params)
+	x := activation(b, vals, rows, vocab)
+	out := make([]ops.SampledToken, rows)
+	for i := range out {
+		out[i] = ops.SampledToken{Token: -7, Logprob: float32(math.NaN())}
+	}
+	b.SampleRows(x.g, params, out)
+	return out
+}
+
+// softmaxProb is the probability of tok under softmax(row/T) (T = 1 for greedy rows).
+func softmaxProb(row []float32, temp float32, tok int32) float64 {
+	if temp <= 0 {
+		temp = 1
+	}
+	mx := math.Inf(-1)
+	for _, v := range row {
+		mx = math.Max(mx, float64(v/temp))
+	}
+	var s float64
+	for _, v := range row {
+		s += math.Exp(float64(v/temp) - mx)
+	}
+	return math.Exp(float64(row[tok]/temp)-mx) / s
+}
+
+// TestSampleRows compares the kernel with ops.SampleRow token for token over every parameter
+// combination, several seeds and offsets, four vocabulary sizes and two dtypes. Tokens may
+// differ only where device exp/log round differently at a tie; those are logged with both
+// tokens' probabilities and must stay rare.
+func TestSampleRows(t *testing.T) {
+	combos := sampleCombos()
+	for _, dt := range []ops.DType{ops.F32, ops.BF16} {
+		b := newGPU(t, dt)
+		for _, vocab := range []int{1000, 32000, 128256, 50257} {
+			var params []ops.RowSampling
+			for si, s := range []uint64{1, 0xdeadbeefcafe, rng.Uint64()} {
+				for _, p := range combos {
+					p.Seed, p.Offset = s, uint64(si*37+len(params)%11)
+					params = append(params, p)
+				}
+			}
+			vals := randVals(dt, len(params)*vocab, 3)
+			got := sampleOnGPU(b, vals, vocab, params)
+			differ, worstLP := 0, 0.0
+			for r, p := range params {
+				row := vals[r*vocab : (r+1)*vocab]
+				want := ops.SampleRow(row, p)
+				require.GreaterOrEqual(t, got[r].Token, int32(0), "%v vocab %d row %d %+v", dt, vocab, r, p)
+				if got[r].Token != want.Token {
+					require.NotZero(t, p.Temperature, "%v vocab %d row %d: greedy token %d, want %d", dt, vocab, r, got[r].Token, want.Token)
+					differ++
+					t.Logf("%v vocab %d row %d %+v: token %d (p=%.3g), reference %d (p=%.3g)", dt, vocab, r, p,
+						got[r].Token, softmaxProb(row, p.Temperature, got[r].Token), want.Token, softmaxProb(row, p.Temperature, want.Token))
+				}
+				ref := ops.SampleRow(row, ops.RowSampling{})
+				lp := ops.SampledToken{Token: got[r].Token}
+				// The float64 logprob of the device's token, from the greedy reference's log-sum-exp.
+				lse := float64(row[ref.Token]) - float64(ref.Logprob)
+				lp.Logprob = float32(float64(row[lp.Token]) - lse)
+				d := math.Abs(float64(got[r].Logprob - lp.Logprob))
+				worstLP = math.Max(worstLP, d)
+				require.LessOrEqual(t, d, 1e-3, "%v vocab %d row %d: logprob %g, want %g", dt, vocab, r, got[r].Logprob, lp.Logprob)
+			}
+			require.LessOrEqual(t, differ, max(1, len(params)/100), "%v vocab %d: %d of %d tokens differ", dt, vocab, differ, len(params))
+			recordErr(result{kind: "SampleRows", name: fmt.Sprintf("vocab %d logprob abs err (%d tokens differ)", vocab, differ), dt: dt, val: worstLP, limit: 1e-3})
+		}
+	}
+}
+
+// TestSampleRowsDistribution draws 20000 tokens from one small row at consecutive offsets (one
+// row each, in one call) and checks the frequencies against softmax with a chi-square bound.
+func TestSampleRowsDistribution(t *testing.T) {
+	b := newGPU(t, ops.F32)
+	row := []float32{0.5, -1, 2, 0, 1.25, -0.3, 0.9, -2.5, 1.9, -0.7, 0.1}
+	vocab, n := len(row), 20000
+	for _, base := range []ops.RowSampling{{Temperature: 1, TopP: 1, Seed: 11}, {Temperature: 0.7, TopK: 4, TopP: 1, Seed: 12}} {
+		keep := append([]float32(nil), row...)
+		if base.TopK > 0 {
+			sorted := append([]float32(nil), row...)
+			sort.Slice(sorted, func(i, j int) bool { return sorted[i] > sorted[j] })
+			for i := range keep {
+				if keep[i] < sorted[base.TopK-1] {
+					keep[i] = float32(math.Inf(-1))
+				}
+			}
+		}
+		vals, params := make([]float32, 0, n*vocab), make([]ops.RowSampling, n)
+		for i := range params {
+			vals = append(vals, row...)
+			params[i] = base
+			params[i].Offset = uint64(i)
+		}
+		got := sampleOnGPU(b, vals, vocab, params)
+		counts := make([]int, vocab)
+		for _, s := range got {
+			require.True(t, s.Token >= 0 && int(s.Token) < vocab && !math.IsInf(float64(keep[s.Token]), -1), "token %d", s.Token)
+			counts[s.Token]++
+		}
+		var chi float64
+		for i := range row {
+			if math.IsInf(float64(keep[i]), -1) {
+				continue
+			}
+			e := softmaxProb(keep, base.Temperature, int32(i)) * float64(n)
+			chi += (float64(counts[i]) - e) * (float64(counts[i]) - e) / e
+		}
+		// The 1e-6 upper quantile of chi-square with 10 degrees of freedom is about 42.
+		require.Less(t, chi, 42.0, "%+v: counts %v", base, counts)
+		record("%-44s %-8v chi2 %.1f", fmt.Sprintf("SampleRows distribution T=%g k=%d", base.Temperature, base.TopK), ops.F32, chi)
+	}
+}
+
+// TestSampleRowsNonFinite: rows of NaN, with NaN and infinities, all -inf: no crash, the
+// reference's token.
+func TestSampleRowsNonFinite(t *testing.T) {
+	b := newGPU(t, ops.BF16)
+	vocab := 3000
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	vals := randVals(ops.BF16, 4*vocab, 2)
+	for i := 0; i < vocab; i++ {
+		vals[i] = nan
+		if i%3 == 0 {
+			vals[vocab+i] = nan
+		}
+		vals[3*vocab+i] = -inf
+	}
+	vals[2*vocab+17] = inf
+	params := []ops.RowSampling{{Temperature: 1, TopP: 0.9}, {Temperature: 1, TopK: 5, TopP: 0.9, Seed: 3}, {Temperature: 1, TopP: 1}, {Temperature: 1, TopP: 1}}
+	got := sampleOnGPU(b, vals, vocab, params)
+	for r, p := range params {
+		want := ops.SampleRow(vals[r*vocab:(r+1)*vocab], p)
+		require.Equal(t, want.Token, got[r].Token, "row %d", r)
+	}
+	require.Equal(t, int32(-1), got[0].Token)
+	require.True(t, math.IsNaN(float64(got[0].Logprob)))
+}
+
+// TestPerfSampleRows times SampleRows at 128k vocabulary against copying the logits to the
+// host (the host path's copy alone), for 1, 32 and 256 rows (set ATOM_GO_PERF=1).
+func TestPerfSampleRows(t *testing.T) {
+	if os.Getenv("ATOM_GO_PERF") == "" {
+		t.Skip("set ATOM_GO_PERF=1 to time the ops")
+	}
+	b := newGPU(t, ops.BF16)
+	const vocab = 128256
+	median := func(fn func()) float64 {
+		fn()
+		ms := make([]float64, 9)
+		for i := range ms {
+			start := time.Now()
+			fn()
+			ms[i] = float64(time.Since(start).Microseconds()) / 1000
+		}
+		sort.Float64s(ms)
+		return ms[len(ms)/2]
+	}
+	for _, rows := range []int{1, 32, 256} {
+		x := activation(b, randVals(ops.BF16, rows*vocab, 3), rows, vocab).g
+		out, host := make([]ops.SampledToken, rows), make([]float32, rows*vocab)
+		for _, c := range []struct {
+			name string
+			p    ops.RowSampling
+		}{{"greedy", ops.RowSampling{}}, {"T=1", ops.RowSampling{Temperature: 1, TopP: 1}},
+			{"T=0.7 k=50 p=0.9 minp=0.05", ops.RowSampling{Temperature: 0.7, TopK: 50, TopP: 0.9, MinP: 0.05}}} {
+			params := make([]ops.RowSampling, rows)
+			for i := range params {
+				params[i] = c.p
+				params[i].Seed, params[i].Offset = uint64(i), 5
+			}
+			ms := median(func() { b.SampleRows(x, params, out) })
+			record("%-44s %-8v %8.3f ms  wall, incl. 8 B/row readback", fmt.Sprintf("perf SampleRows %dx%d %s", rows, vocab, c.name), ops.BF16, ms)
+		}
+		ms := median(func() { b.ReadRows(x, host) })
+		record("%-44s %-8v %8.3f ms  wall (host path copy only)", fmt.Sprintf("perf ReadRows logits %dx%d", rows, vocab), ops.BF16, ms)
+	}
+}
