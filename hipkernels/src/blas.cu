@@ -89,8 +89,12 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 
 // Largest m that atomk_gemm sends to the skinny kernel rather than the BLAS (0: never). The
 // environment variable ATOM_GO_GEMV_MAX_M, read once per process, overrides it, and
-// atomk_blas_set_gemv_max_m per handle (for measurements).
-constexpr int kGemvMaxM = 8;
+// atomk_blas_set_gemv_max_m per handle (for measurements). Measured on an H200 (docs/gpu-notes.md,
+// 2026-12-02): at m = 1 the skinny kernel beats cuBLASLt for outputs up to 4096 wide (3.9 vs
+// 3.0 TB/s for 4096x4096) and loses for wider ones (qkv 6144, gate|up 28672), and from m = 2 on
+// cuBLASLt wins nearly everywhere; hence m = 1 and n <= kGemvMaxN.
+constexpr int kGemvMaxM = 1;
+constexpr int kGemvMaxN = 4096;
 
 int default_gemv_max_m() {
     static const int v = [] {
@@ -114,12 +118,13 @@ struct Blas {
     void* workspace = nullptr;
     std::unordered_map<uint64_t, Plan> plans;
     int gemv_max_m = 0;
+    bool gemv_forced = false;  // set by atomk_blas_set_gemv_max_m: the width limit is off too
 };
 
 // Whether the skinny kernel serves this GEMM: a small m of a 16-bit dtype, whole 16-byte chunks
 // per row (k % 8 == 0) and 16-byte aligned x and w (so every row start is aligned).
-bool use_gemv(const Blas* h, int dtype, int m, int k, const void* x, const void* w) {
-    return m <= h->gemv_max_m && (dtype == ATOMK_BF16 || dtype == ATOMK_F16) && k % 8 == 0 &&
+bool use_gemv(const Blas* h, int dtype, int m, int n, int k, const void* x, const void* w) {
+    return m <= h->gemv_max_m && (n <= kGemvMaxN || h->gemv_forced) && (dtype == ATOMK_BF16 || dtype == ATOMK_F16) && k % 8 == 0 &&
            ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
 }
 
@@ -213,6 +218,7 @@ int atomk_blas_set_gemv_max_m(void* handle, int max_m) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h) return atomk_fail(ATOMK_ERR_INVALID, "atomk_blas_set_gemv_max_m: null handle");
     h->gemv_max_m = max_m < 0 ? default_gemv_max_m() : max_m;
+    h->gemv_forced = max_m >= 0;
     return ATOMK_OK;
 }
 
@@ -224,7 +230,7 @@ int atomk_gemm_bias(void* handle, void* stream, int dtype, void* out, const void
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm: dtype %d", dtype);
     if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
-    if (use_gemv(h, dtype, m, k, x, w)) return atomk_gemv_launch(stream, dtype, out, x, w, bias, m, n, k);
+    if (use_gemv(h, dtype, m, n, k, x, w)) return atomk_gemv_launch(stream, dtype, out, x, w, bias, m, n, k);
     uint64_t key = plan_key(dtype, m, n, k);
     auto it = h->plans.find(key);
     if (it == h->plans.end()) {
