@@ -66,8 +66,8 @@ int atomk_malloc(void** dev, size_t bytes) {
     gpuError_t e = gpuMalloc(dev, bytes);
     if (e != gpuSuccess) {
         size_t f = 0, t = 0;
-        gpuMemGetInfo(&f, &t);
-        gpuGetLastError();  // clear the sticky-free allocation error
+        (void)gpuMemGetInfo(&f, &t);
+        (void)gpuGetLastError();  // clear the sticky-free allocation error
         return atomk_fail(ATOMK_ERR_RUNTIME, "device malloc of %zu bytes: %s (%zu of %zu bytes free)", bytes,
                           gpuGetErrorString(e), f, t);
     }
@@ -185,7 +185,7 @@ int atomk_graph_capture_end(void* stream, void** graph_exec) {
     ATOMK_RT(gpuStreamEndCapture(ATOMK_STREAM(stream), &g));
     gpuGraphExec_t exec;
     gpuError_t e = gpuGraphInstantiateWithFlags(&exec, g, 0);
-    gpuGraphDestroy(g);
+    (void)gpuGraphDestroy(g);
     if (e != gpuSuccess)
         return atomk_fail(ATOMK_ERR_RUNTIME, "graph instantiate: %s", gpuGetErrorString(e));
     *graph_exec = exec;
