@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
+	"github.com/atom-go/atom/models"
 	"github.com/atom-go/atom/ops"
 	"github.com/atom-go/atom/ops/gpu"
 )
@@ -25,32 +27,47 @@ import (
 // attention of a graph is launched for that bound on the context; the kernel divides each
 // token's own context among the splits, so short contexts are not penalised.
 //
+// Under tensor parallelism (a models.RankedModel) every rank captures its own graph of each
+// size, with its own StepInputs: the rank's forward pass, all-reduces (NCCL) included, plus
+// its slice of the vocabulary's logits. The ranks warm up and capture concurrently, each on
+// its own thread, since the warm-up's all-reduces need every rank. A replay uploads every
+// rank's inputs, launches every rank's graph, then gathers the vocabulary slices into rank
+// 0's logits through the host, as the eager path does; sampling then runs unchanged.
+//
 // Prefills, mixed batches, batches larger than the largest size and --enforce-eager take the
-// eager path, as does every batch on the cpu backend or under tensor parallelism.
+// eager path, as does every batch on the cpu backend.
 
 // decodeGraphs are the captured graphs of a runner and the buffers they read.
 type decodeGraphs struct {
-	be     *gpu.Backend
+	be     *gpu.Backend // rank 0's under tensor parallelism
 	in     *gpu.StepInputs
 	sizes  []int // ascending
 	graphs map[int]*decodeGraph
+
+	ranked models.RankedModel // non-nil: one graph per size per rank
+	ranks  []rankInputs       // each rank's backend and inputs (ranked only)
+	errs   []error            // one per rank, reused by every replay
 }
 
-// decodeGraph is the graph of one batch size and the logits tensor it writes.
+// rankInputs are one rank's backend and the inputs its graphs read.
+type rankInputs struct {
+	be *gpu.Backend
+	in *gpu.StepInputs
+}
+
+// decodeGraph is the graph of one batch size and the logits tensor it writes; under tensor
+// parallelism g and logits are nil and ranks holds each rank's graph and vocabulary slice.
 type decodeGraph struct {
 	n      int
 	g      *gpu.Graph
 	logits ops.Tensor
+	ranks  []*decodeGraph
 }
 
 // setupGraphs captures the decode graphs when the engine runs on the gpu without
 // --enforce-eager; maxLen is the engine's model length.
 func setupGraphs(cfg Config, r *Runner, maxLen int, log *slog.Logger) error {
 	if cfg.Device != "gpu" || cfg.EnforceEager || len(cfg.CudagraphCaptureSizes) == 0 {
-		return nil
-	}
-	if cfg.TensorParallelSize > 1 {
-		log.Info("decode graphs off: not captured across tensor-parallel ranks yet")
 		return nil
 	}
 	if Env("ATOM_GO_DUMP_DIR") != "" {
@@ -66,13 +83,14 @@ func setupGraphs(cfg Config, r *Runner, maxLen int, log *slog.Logger) error {
 }
 
 // CaptureGraphs captures a decode graph for each of sizes (those above the runner's limits
-// are skipped) whose sequences are at most maxLen tokens long. On a backend without graphs
-// (cpu) and for a model split across tensor-parallel ranks it does nothing. Calling it again
-// replaces the graphs.
+// are skipped) whose sequences are at most maxLen tokens long; a model split across
+// tensor-parallel ranks gets one graph per size per rank. On a backend without graphs (cpu)
+// it does nothing. Calling it again replaces the graphs.
 func (r *Runner) CaptureGraphs(sizes []int, maxLen int) (err error) {
 	be, ok := r.be.(*gpu.Backend)
-	if _, single := r.cache.(*gpu.KVCache); !ok || !single {
-		return nil // the cpu backend, or a model split across tensor-parallel ranks
+	rm, ranked := r.model.(models.RankedModel)
+	if _, single := r.cache.(*gpu.KVCache); !ok || !single && !ranked {
+		return nil // the cpu backend
 	}
 	var keep []int
 	for _, n := range sizes {
@@ -89,13 +107,21 @@ func (r *Runner) CaptureGraphs(sizes []int, maxLen int) (err error) {
 		maxLen = r.numBlocks * r.blockSize
 	}
 	stride := (maxLen + r.blockSize - 1) / r.blockSize
+	if ranked {
+		dg, err := r.captureRanked(rm, keep, stride)
+		if err != nil {
+			return err
+		}
+		r.graphs = dg
+		return nil
+	}
 	in, err := be.NewStepInputs(keep[len(keep)-1], stride)
 	if err != nil {
 		return fmt.Errorf("capture decode graphs: %w", err)
 	}
 	dg := &decodeGraphs{be: be, in: in, sizes: keep, graphs: map[int]*decodeGraph{}}
 	for _, n := range keep {
-		g, err := r.captureOne(be, in, n)
+		g, err := captureOne(be, in, n, r.model, r.cache)
 		if err != nil {
 			return fmt.Errorf("capture the decode graph of %d sequences: %w", n, err)
 		}
@@ -108,12 +134,13 @@ func (r *Runner) CaptureGraphs(sizes []int, maxLen int) (err error) {
 	return nil
 }
 
-// captureOne warms up the forward pass of n padding rows bound to in, then captures it.
-func (r *Runner) captureOne(be *gpu.Backend, in *gpu.StepInputs, n int) (g *decodeGraph, err error) {
-	if err := be.LoadDecode(in, n, nil, &ops.AttnMetadata{}, r.cache); err != nil {
+// captureOne warms up the forward pass of model m over n padding rows bound to in, then
+// captures it.
+func captureOne(be *gpu.Backend, in *gpu.StepInputs, n int, m models.Model, cache ops.KVCache) (g *decodeGraph, err error) {
+	if err := be.LoadDecode(in, n, nil, &ops.AttnMetadata{}, cache); err != nil {
 		return nil, err
 	}
-	if err := be.BindStepInputs(in, n, r.cache); err != nil {
+	if err := be.BindStepInputs(in, n, cache); err != nil {
 		return nil, err
 	}
 	defer be.UnbindStepInputs()
@@ -124,7 +151,7 @@ func (r *Runner) captureOne(be *gpu.Backend, in *gpu.StepInputs, n int) (g *deco
 	for i := range rows {
 		rows[i], meta.QueryStart[i+1], meta.SeqLens[i] = int32(i), int32(i+1), 1
 	}
-	pass := func() ops.Tensor { return r.model.Logits(r.model.Forward(ids, meta, r.cache), rows) }
+	pass := func() ops.Tensor { return m.Logits(m.Forward(ids, meta, cache), rows) }
 	defer func() {
 		if p := recover(); p != nil {
 			g, err = nil, fmt.Errorf("warm-up: %v", p)
@@ -169,6 +196,9 @@ func (r *Runner) graphFor(work []Work) *decodeGraph {
 // the graph's logits buffer, one per sequence of the batch).
 func (r *Runner) runGraph(g *decodeGraph) (ops.Tensor, error) {
 	dg := r.graphs
+	if dg.ranked != nil {
+		return r.runRanked(g)
+	}
 	if err := dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache); err != nil {
 		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
 	}
@@ -177,4 +207,83 @@ func (r *Runner) runGraph(g *decodeGraph) (ops.Tensor, error) {
 	}
 	r.graphSteps++
 	return dg.be.View(g.logits, len(r.sampleRows)), nil
+}
+
+// captureRanked captures the graphs of a tensor-parallel model: all ranks allocate their
+// inputs, then capture each size together. Every phase ends before the next starts, so a rank
+// that failed never leaves the others waiting in an all-reduce of a later warm-up.
+func (r *Runner) captureRanked(rm models.RankedModel, keep []int, stride int) (*decodeGraphs, error) {
+	nr := rm.Ranks()
+	dg := &decodeGraphs{sizes: keep, graphs: map[int]*decodeGraph{}, ranked: rm, ranks: make([]rankInputs, nr), errs: make([]error, nr)}
+	rm.OnRanks(r.cache, func(rank int, be ops.Backend, _ models.Model, _ ops.KVCache) {
+		gb, ok := be.(*gpu.Backend)
+		if !ok {
+			dg.errs[rank] = fmt.Errorf("the %s backend has no graphs", be.Name())
+			return
+		}
+		in, err := gb.NewStepInputs(keep[len(keep)-1], stride)
+		dg.ranks[rank], dg.errs[rank] = rankInputs{be: gb, in: in}, err
+	})
+	if err := dg.rankErrs(); err != nil {
+		return nil, fmt.Errorf("capture decode graphs: %w", err)
+	}
+	for _, n := range keep {
+		g := &decodeGraph{n: n, ranks: make([]*decodeGraph, nr)}
+		rm.OnRanks(r.cache, func(rank int, _ ops.Backend, m models.Model, shard ops.KVCache) {
+			ri := dg.ranks[rank]
+			g.ranks[rank], dg.errs[rank] = captureOne(ri.be, ri.in, n, m, shard)
+		})
+		if err := dg.rankErrs(); err != nil {
+			return nil, fmt.Errorf("capture the decode graph of %d sequences: %w", n, err)
+		}
+		dg.graphs[n] = g
+	}
+	rm.OnRanks(r.cache, func(rank int, _ ops.Backend, _ models.Model, _ ops.KVCache) {
+		dg.errs[rank] = dg.ranks[rank].be.Synchronize()
+	})
+	if err := dg.rankErrs(); err != nil {
+		return nil, fmt.Errorf("capture decode graphs: %w", err)
+	}
+	dg.be, dg.in = dg.ranks[0].be, dg.ranks[0].in
+	return dg, nil
+}
+
+// rankErrs joins the ranks' errors of the last phase, naming each rank, and clears them.
+func (dg *decodeGraphs) rankErrs() error {
+	var errs []error
+	for rank, err := range dg.errs {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", rank, err))
+			dg.errs[rank] = nil
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// runRanked replays the graph of every rank for the prepared decode batch and gathers the
+// ranks' vocabulary slices into rank 0's logits. All ranks upload their inputs before any
+// launches: a rank's graph waits in its all-reduces for every other rank's graph, so either
+// all ranks launch or none does.
+func (r *Runner) runRanked(g *decodeGraph) (ops.Tensor, error) {
+	dg, k := r.graphs, len(r.sampleRows)
+	dg.ranked.OnRanks(r.cache, func(rank int, _ ops.Backend, _ models.Model, shard ops.KVCache) {
+		ri := dg.ranks[rank]
+		dg.errs[rank] = ri.be.LoadDecode(ri.in, g.n, r.ids, &r.meta, shard)
+	})
+	if err := dg.rankErrs(); err != nil {
+		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
+	}
+	out := dg.ranked.GatherLogits(k, func(rank int) ops.Tensor {
+		rg := g.ranks[rank]
+		dg.errs[rank] = rg.g.Launch()
+		return dg.ranks[rank].be.View(rg.logits, k)
+	})
+	if err := dg.rankErrs(); err != nil {
+		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
+	}
+	r.graphSteps++
+	return out, nil
 }

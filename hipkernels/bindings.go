@@ -57,6 +57,10 @@ type fns struct {
 	addBias     func(dt int32, out, bias uintptr, rows, cols int32, s uintptr) int32
 	ropeWriteKV func(dt int32, q, k, v, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
 		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
+	gemmSwiGLU func(h, s uintptr, dt int32, out, gateUp, w, act uintptr, m, n, k int32) int32
+	// batch-1 decode fusions (rope_kv.cu, gemv.cu)
+	ropeWriteKVFused func(dt int32, qOut, qkv, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
+		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
 	attnWorkspace  func(tokens, numHeads, numKVHeads, headDim, maxCtx int32, bytes *uint64) int32
 	pagedAttention func(dt int32, out, q, kCache, vCache, tokenSeq, positions, blockTables uintptr,
 		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx int32,
@@ -122,6 +126,8 @@ func (f *fns) table() []binding {
 		{&f.siluMul, "atomk_silu_mul"},
 		{&f.addBias, "atomk_add_bias"},
 		{&f.ropeWriteKV, "atomk_rope_write_kv"},
+		{&f.ropeWriteKVFused, "atomk_rope_write_kv_fused"},
+		{&f.gemmSwiGLU, "atomk_gemm_swiglu"},
 		{&f.attnWorkspace, "atomk_paged_attention_workspace"},
 		{&f.pagedAttention, "atomk_paged_attention"},
 		{&f.argmaxRows, "atomk_argmax_rows"},

@@ -30,6 +30,15 @@ func (l *Lib) GemmBias(h Blas, s Stream, dt DType, out, x, w, bias Ptr, m, n, k 
 	})
 }
 
+// GemmSwiGLU queues out[m,n] = (silu(gateUp[:, :k])·gateUp[:, k:]) · w[n,k]ᵀ, gateUp [m, 2k]: one
+// skinny kernel where it serves the shape, else SiLU-and-multiply into act [m, k] then the GEMM.
+func (l *Lib) GemmSwiGLU(h Blas, s Stream, dt DType, out, gateUp, w, act Ptr, m, n, k int) error {
+	return l.call("atomk_gemm_swiglu", func() int32 {
+		return l.f.gemmSwiGLU(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(gateUp), uintptr(w), uintptr(act),
+			int32(m), int32(n), int32(k))
+	})
+}
+
 // SetGemvMaxM sets the largest m that h's GEMMs send to the skinny kernel (0: never; negative:
 // the default, 8 or $ATOM_GO_GEMV_MAX_M).
 func (l *Lib) SetGemvMaxM(h Blas, maxM int) error {
@@ -134,6 +143,17 @@ type RopeArgs struct {
 func (l *Lib) RopeWriteKV(dt DType, a *RopeArgs, s Stream) error {
 	return l.call("atomk_rope_write_kv", func() int32 {
 		return l.f.ropeWriteKV(int32(dt), uintptr(a.Q), uintptr(a.K), uintptr(a.V), uintptr(a.KCache), uintptr(a.VCache),
+			uintptr(a.Positions), uintptr(a.Slots), uintptr(a.InvFreq), a.AttnFactor, int32(a.Tokens), int32(a.QHeads),
+			int32(a.KVHeads), int32(a.HeadDim), int32(a.RotaryDim), a.NumSlots, uintptr(s))
+	})
+}
+
+// RopeWriteKVFused queues the neox RoPE of q and k read from the fused q|k|v rows at a.Q
+// ([Tokens, (QHeads+2*KVHeads)*HeadDim]; a.K and a.V unused), q written to qOut
+// [Tokens, QHeads*HeadDim], k and v stored into the caches.
+func (l *Lib) RopeWriteKVFused(dt DType, qOut Ptr, a *RopeArgs, s Stream) error {
+	return l.call("atomk_rope_write_kv_fused", func() int32 {
+		return l.f.ropeWriteKVFused(int32(dt), uintptr(qOut), uintptr(a.Q), uintptr(a.KCache), uintptr(a.VCache),
 			uintptr(a.Positions), uintptr(a.Slots), uintptr(a.InvFreq), a.AttnFactor, int32(a.Tokens), int32(a.QHeads),
 			int32(a.KVHeads), int32(a.HeadDim), int32(a.RotaryDim), a.NumSlots, uintptr(s))
 	})

@@ -15,7 +15,8 @@ type decoderOptions struct {
 
 // layerWeights are one layer's parameters on the backend. The q, k and v projections are one
 // fused weight [q+k+v, hidden] (and bias), gate and up one [2*inter, hidden]: one GEMM each,
-// whose output is split (SplitCols) or consumed in halves (SiluMulFused).
+// whose output is read in place by RopeWriteKVFused (split first only for Qwen3's q/k norm) and
+// consumed in halves by LinearSwiGLU.
 type layerWeights struct {
 	inNorm, postNorm ops.Tensor
 	qkv, qkvBias, o  ops.Tensor
@@ -189,19 +190,20 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 			be.RMSNorm(hn, x, res, l.inNorm, eps)
 		}
 		be.Linear(qkv, hn, l.qkv, l.qkvBias)
-		be.SplitCols(qkv, q, k, v)
-		if d.opt.qkNorm {
+		if d.opt.qkNorm { // Qwen3 normalises q and k heads before RoPE: split first
+			be.SplitCols(qkv, q, k, v)
 			be.HeadRMSNorm(q, l.qNorm, d.cfg.HeadDim, eps)
 			be.HeadRMSNorm(k, l.kNorm, d.cfg.HeadDim, eps)
+			be.RopeWriteKV(q, k, v, d.rope, cache, i, meta)
+		} else {
+			be.RopeWriteKVFused(q, qkv, d.rope, cache, i, meta)
 		}
-		be.RopeWriteKV(q, k, v, d.rope, cache, i, meta)
 		be.Attention(ao, q, cache, i, meta, d.attn)
 		be.Linear(x, ao, l.o, nil)
 		d.allReduce(x)
 		be.RMSNorm(hn, x, res, l.postNorm, eps)
 		be.Linear(gateUp, hn, l.gateUp, nil)
-		be.SiluMulFused(act, gateUp)
-		be.Linear(x, act, l.down, nil)
+		be.LinearSwiGLU(x, gateUp, act, l.down)
 		d.allReduce(x)
 		d.dumpLayer(i+1, res, x)
 	}

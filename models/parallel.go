@@ -38,11 +38,20 @@ func LoadParallel(ck *Checkpoint, backends []ops.Backend, group ops.Group, opt O
 	if len(backends) == 1 {
 		return Load(ck, backends[0], opt)
 	}
+	m, err := loadParallel(ck, backends, group, opt)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return m, nil
+}
+
+// loadParallel builds the tensor-parallel model of len(backends) ranks, however few.
+func loadParallel(ck *Checkpoint, backends []ops.Backend, group ops.Group, opt Options) (*parallelModel, error) {
 	dopt, ok := decoderFamilies[ck.Config.Architecture]
 	if !ok {
 		return nil, fmt.Errorf("load %s: %w %q for tensor parallelism (supported: %v)", ck.Dir, ErrUnknownArchitecture, ck.Config.Architecture, Architectures())
 	}
-	if group == nil || group.Size() != len(backends) {
+	if len(backends) == 0 || group == nil || group.Size() != len(backends) {
 		return nil, fmt.Errorf("load %s: a group of %d ranks is needed", ck.Dir, len(backends))
 	}
 	n := len(backends)
@@ -137,22 +146,5 @@ func (m *parallelModel) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.K
 // Logits computes each rank's vocabulary slice and gathers them on rank 0's backend. The
 // hidden states are replicated after the last all-reduce, so every rank uses its own copy.
 func (m *parallelModel) Logits(_ ops.Tensor, rows []int32) ops.Tensor {
-	vocab := m.ranks[0].cfg.VocabSize
-	n := len(rows) * vocab
-	if cap(m.full) < n {
-		m.full, m.partial = make([]float32, n), make([]float32, n)
-	}
-	full, partial := m.full[:n], m.partial[:n]
-	m.each(func(r int) {
-		d := m.ranks[r]
-		w := d.vocabHi - d.vocabLo
-		mine := partial[len(rows)*d.vocabLo : len(rows)*d.vocabHi]
-		d.be.ReadRows(d.Logits(m.hidden[r], rows), mine)
-		for i := range rows {
-			copy(full[i*vocab+d.vocabLo:i*vocab+d.vocabHi], mine[i*w:(i+1)*w])
-		}
-	})
-	out := m.ranks[0].be.View(m.logits, len(rows))
-	m.ranks[0].be.WriteRows(out, full)
-	return out
+	return m.GatherLogits(len(rows), func(r int) ops.Tensor { return m.ranks[r].Logits(m.hidden[r], rows) })
 }

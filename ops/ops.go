@@ -86,6 +86,10 @@ type Backend interface {
 	// SiluMulFused writes out = silu(gateUp[:, :c]) * gateUp[:, c:], c the width of out: the
 	// SiLU-and-multiply of the fused gate|up projection's output [rows, 2c].
 	SiluMulFused(out, gateUp Tensor)
+	// LinearSwiGLU writes out = (silu(gateUp[:, :c]) * gateUp[:, c:]) · wᵀ, c = w's input width:
+	// SiluMulFused then Linear, which a backend may fuse. act [rows, c] is scratch the backend
+	// may write the activation to.
+	LinearSwiGLU(out, gateUp, act, w Tensor)
 	// SplitCols copies consecutive column ranges of each row of src into dst[0], dst[1], ... in
 	// order (the outputs of the fused q|k|v projection); the widths of dst add up to src's and
 	// each dst has at least src's rows. Backends support two or three parts.
@@ -93,6 +97,11 @@ type Backend interface {
 	// RopeWriteKV rotates q and k in place at meta.Positions and stores k and v into layer's cache
 	// at meta.SlotMapping.
 	RopeWriteKV(q, k, v Tensor, rope *RoPE, cache KVCache, layer int, meta *AttnMetadata)
+	// RopeWriteKVFused is RopeWriteKV reading q, k and v from the consecutive column ranges of
+	// each row of qkv, the fused q|k|v projection's output [rows, q+2*kv]: the rotated q is
+	// written to q (what Attention reads), the rotated k and v go to the cache only, and qkv is
+	// left unchanged. It replaces SplitCols + RopeWriteKV.
+	RopeWriteKVFused(q, qkv Tensor, rope *RoPE, cache KVCache, layer int, meta *AttnMetadata)
 	// Attention computes causal attention of q over each sequence's cached context.
 	Attention(out, q Tensor, cache KVCache, layer int, meta *AttnMetadata, a AttnShape)
 	// GatherRows writes out[i] = x[rows[i]].

@@ -79,9 +79,10 @@
 #define LT_COMPUTE_32F CUBLAS_COMPUTE_32F
 #endif
 
-// The skinny kernel of gemv.cu (m rows, 16-bit dtype, k % 8 == 0, x and w 16-byte aligned).
+// The skinny kernel of gemv.cu (m rows, 16-bit dtype, k % 8 == 0, x and w 16-byte aligned);
+// swiglu != 0: x is a gate|up output [m, 2k] and the input is silu(gate)·up.
 int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const void* w, const void* bias, int m,
-                      int n, int k);
+                      int n, int k, int swiglu);
 
 namespace {
 
@@ -95,6 +96,9 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 // cuBLASLt wins nearly everywhere; hence m = 1 and n <= kGemvMaxN.
 constexpr int kGemvMaxM = 1;
 constexpr int kGemvMaxN = 4096;
+// The skinny kernel takes SwiGLU input up to this m (kSwigluMaxM in gemv.cu); beyond, the
+// SiLU-and-multiply kernel runs first.
+constexpr int kGemvSwigluMaxM = 4;
 
 int default_gemv_max_m() {
     static const int v = [] {
@@ -230,7 +234,7 @@ int atomk_gemm_bias(void* handle, void* stream, int dtype, void* out, const void
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm: dtype %d", dtype);
     if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
-    if (use_gemv(h, dtype, m, n, k, x, w)) return atomk_gemv_launch(stream, dtype, out, x, w, bias, m, n, k);
+    if (use_gemv(h, dtype, m, n, k, x, w)) return atomk_gemv_launch(stream, dtype, out, x, w, bias, m, n, k, 0);
     uint64_t key = plan_key(dtype, m, n, k);
     auto it = h->plans.find(key);
     if (it == h->plans.end()) {
@@ -251,6 +255,22 @@ int atomk_gemm_bias(void* handle, void* stream, int dtype, void* out, const void
 
 int atomk_gemm(void* handle, void* stream, int dtype, void* out, const void* x, const void* w, int m, int n, int k) {
     return atomk_gemm_bias(handle, stream, dtype, out, x, w, nullptr, m, n, k);
+}
+
+// Where the skinny kernel serves the shape, the SiLU-and-multiply happens on its input loads
+// (one kernel); elsewhere act takes silu(gate)·up first and the GEMM reads it.
+int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const void* gate_up, const void* w, void* act,
+                      int m, int n, int k) {
+    Blas* h = static_cast<Blas*>(handle);
+    if (!h) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_swiglu: null handle");
+    if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_swiglu: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
+    if (m <= kGemvSwigluMaxM && use_gemv(h, dtype, m, n, k, gate_up, w))
+        return atomk_gemv_launch(stream, dtype, out, gate_up, w, nullptr, m, n, k, 1);
+    if (!act) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_swiglu: no act buffer for m=%d n=%d k=%d", m, n, k);
+    int st = atomk_silu_mul_fused(dtype, act, gate_up, m, k, stream);
+    if (st != ATOMK_OK) return st;
+    return atomk_gemm_bias(handle, stream, dtype, out, act, w, nullptr, m, n, k);
 }
 
 }  // extern "C"

@@ -16,6 +16,9 @@
 //     KW-th chunk, and their partial sums meet in shared memory: the grid then still holds enough
 //     warps to cover the memory latency.
 // Each lane holds M·R float partial sums; warp shuffles reduce them and lane j writes output j.
+// With SwiGLU input (G = true, the MLP's down projection) x is not read as such: row i of x is
+// silu(gate)·up computed chunk by chunk from row i of the fused gate|up output [m, 2k], which
+// saves the SiLU-and-multiply kernel and its round trip through memory at decode sizes.
 // The caller (atomk_gemm in blas.cu) guarantees k % 8 == 0 and 16-byte aligned x and w; m above
 // kMaxM is processed kMaxM rows at a time.
 #include <string.h>
@@ -27,6 +30,7 @@ namespace {
 constexpr int kThreads = 256;                         // per block, a multiple of the warp size
 constexpr int kWarps = kThreads / ATOMK_WARP_SIZE;    // 8 on CUDA, 4 on HIP
 constexpr int kMaxM = 16;                             // rows of x one launch handles
+constexpr int kSwigluMaxM = 4;                        // the same with SwiGLU input (see blas.cu)
 constexpr int kTargetWarps = 4096;                    // grid size that covers the latency of an H200 / MI300
 
 // Rows of w per warp and chunks unrolled per lane, by m: more rows per warp reuse each x chunk
@@ -85,9 +89,27 @@ template <typename T> __device__ __forceinline__ float dot8(const float xf[8], c
     return acc;
 }
 
+// The 8 x values of chunk c of row i as floats. With G, x is the gate|up output (row stride
+// 2·k8 chunks, up k8 chunks after gate) and the value is silu(gate)·up, rounded to T as the
+// SiLU-and-multiply kernel stores it, so the result matches SiluMulFused + GEMM.
+template <typename T, bool G>
+__device__ __forceinline__ void load_x8(const uint4* x4, int i, int k8, int c, float xf[8]) {
+    if (!G) {
+        unpack8<T>(load_cached(x4 + (size_t)i * k8 + c), xf);
+        return;
+    }
+    const uint4* row = x4 + (size_t)i * 2 * k8;
+    float up[8];
+    unpack8<T>(load_cached(row + c), xf);
+    unpack8<T>(load_cached(row + k8 + c), up);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)  // the fast divide: the IEEE one calls a slow path that spills
+        xf[j] = atomk_to_float(atomk_from_float<T>(__fdividef(xf[j], 1.f + __expf(-xf[j])) * up[j]));
+}
+
 // One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
 // out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row.
-template <typename T, int M>
+template <typename T, int M, bool G>
 __global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
                                                         int n, int k8, int kw) {
@@ -125,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* 
 #pragma unroll
             for (int i = 0; i < M; ++i) {
                 float xf[8];
-                unpack8<T>(load_cached(x4 + (size_t)i * k8 + c), xf);
+                load_x8<T, G>(x4, i, k8, c, xf);
 #pragma unroll
                 for (int r = 0; r < R; ++r) acc[i][r] = dot8<T>(xf, wv[u][r], acc[i][r]);
             }
@@ -176,49 +198,69 @@ int warps_per_group(int groups, int k8) {
     return kw;
 }
 
-template <typename T, int M>
+template <typename T, int M, bool G>
 int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s) {
     const int k8 = k / 8, groups = (n + Tile<M>::R - 1) / Tile<M>::R;
     const int kw = warps_per_group(groups, k8), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    gemv_kernel<T, M><<<blocks, kThreads, 0, s>>>(out, x, w, bias, n, k8, kw);
+    gemv_kernel<T, M, G><<<blocks, kThreads, 0, s>>>(out, x, w, bias, n, k8, kw);
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
 }
 
-// Rows of x at once, by a switch over the template instances 1..kMaxM.
-template <typename T>
+// Rows of x at once, by a switch over the template instances 1..kMaxM (1..kSwigluMaxM with
+// SwiGLU input, whose callers send larger m elsewhere).
+template <typename T, bool G>
 int launch_rows(T* out, const T* x, const T* w, const T* bias, int m, int n, int k, gpuStream_t s) {
-    switch (m) {
+    if constexpr (G) {
+        static_assert(kSwigluMaxM == 4, "one case per m below");
+        switch (m) {
+            case 1: return launch<T, 1, G>(out, x, w, bias, n, k, s);
+            case 2: return launch<T, 2, G>(out, x, w, bias, n, k, s);
+            case 3: return launch<T, 3, G>(out, x, w, bias, n, k, s);
+            case 4: return launch<T, 4, G>(out, x, w, bias, n, k, s);
+        }
+        return atomk_fail(ATOMK_ERR_INVALID, "gemv swiglu: %d rows in one launch", m);
+    } else {
+        switch (m) {
 #define ATOMK_GEMV_CASE(M) \
-    case M: return launch<T, M>(out, x, w, bias, n, k, s);
-        ATOMK_GEMV_CASE(1) ATOMK_GEMV_CASE(2) ATOMK_GEMV_CASE(3) ATOMK_GEMV_CASE(4)
-        ATOMK_GEMV_CASE(5) ATOMK_GEMV_CASE(6) ATOMK_GEMV_CASE(7) ATOMK_GEMV_CASE(8)
-        ATOMK_GEMV_CASE(9) ATOMK_GEMV_CASE(10) ATOMK_GEMV_CASE(11) ATOMK_GEMV_CASE(12)
-        ATOMK_GEMV_CASE(13) ATOMK_GEMV_CASE(14) ATOMK_GEMV_CASE(15) ATOMK_GEMV_CASE(16)
+        case M: return launch<T, M, G>(out, x, w, bias, n, k, s);
+            ATOMK_GEMV_CASE(1) ATOMK_GEMV_CASE(2) ATOMK_GEMV_CASE(3) ATOMK_GEMV_CASE(4)
+            ATOMK_GEMV_CASE(5) ATOMK_GEMV_CASE(6) ATOMK_GEMV_CASE(7) ATOMK_GEMV_CASE(8)
+            ATOMK_GEMV_CASE(9) ATOMK_GEMV_CASE(10) ATOMK_GEMV_CASE(11) ATOMK_GEMV_CASE(12)
+            ATOMK_GEMV_CASE(13) ATOMK_GEMV_CASE(14) ATOMK_GEMV_CASE(15) ATOMK_GEMV_CASE(16)
 #undef ATOMK_GEMV_CASE
+        }
+        return atomk_fail(ATOMK_ERR_INVALID, "gemv: %d rows in one launch", m);
     }
-    return atomk_fail(ATOMK_ERR_INVALID, "gemv: %d rows in one launch", m);
+}
+
+// Rows m0.. of one launch, plain x or SwiGLU input (x then has 2k columns).
+template <typename T>
+int launch_slice(void* out, const void* x, const void* w, const void* bias, int m0, int rows, int n, int k,
+                 bool swiglu, gpuStream_t s) {
+    T* o = static_cast<T*>(out) + (size_t)m0 * n;
+    const T* xs = static_cast<const T*>(x) + (size_t)m0 * k * (swiglu ? 2 : 1);
+    const T* ws = static_cast<const T*>(w);
+    const T* bs = static_cast<const T*>(bias);
+    return swiglu ? launch_rows<T, true>(o, xs, ws, bs, rows, n, k, s) : launch_rows<T, false>(o, xs, ws, bs, rows, n, k, s);
 }
 
 }  // namespace
 
-// atomk_gemv_launch queues out = x·wᵀ (+ bias) with the skinny kernel. Internal (declared in
+// atomk_gemv_launch queues out = x·wᵀ (+ bias) with the skinny kernel; with swiglu, x is the
+// fused gate|up output [m, 2k] and the GEMM's input is silu(gate)·up. Internal (declared in
 // blas.cu, its one caller, which has checked the shape, k % 8 == 0 and the 16-byte alignment).
 int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const void* w, const void* bias, int m,
-                      int n, int k) {
+                      int n, int k, int swiglu) {
     gpuStream_t s = ATOMK_STREAM(stream);
     for (int m0 = 0; m0 < m; m0 += kMaxM) {
         const int rows = m - m0 < kMaxM ? m - m0 : kMaxM;
         int st = ATOMK_ERR_UNSUPPORTED;
         if (dtype == ATOMK_BF16) {
-            typedef atomk_bf16 T;
-            st = launch_rows<T>(static_cast<T*>(out) + (size_t)m0 * n, static_cast<const T*>(x) + (size_t)m0 * k,
-                                static_cast<const T*>(w), static_cast<const T*>(bias), rows, n, k, s);
+            st = launch_slice<atomk_bf16>(out, x, w, bias, m0, rows, n, k, swiglu != 0, s);
         } else if (dtype == ATOMK_F16) {
-            typedef atomk_f16 T;
-            st = launch_rows<T>(static_cast<T*>(out) + (size_t)m0 * n, static_cast<const T*>(x) + (size_t)m0 * k,
-                                static_cast<const T*>(w), static_cast<const T*>(bias), rows, n, k, s);
+            st = launch_slice<atomk_f16>(out, x, w, bias, m0, rows, n, k, swiglu != 0, s);
         } else {
             return atomk_fail(ATOMK_ERR_UNSUPPORTED, "gemv: dtype %d", dtype);
         }

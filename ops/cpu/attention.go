@@ -51,6 +51,30 @@ func (b *Backend) RopeWriteKV(q, k, v ops.Tensor, rope *ops.RoPE, cache ops.KVCa
 	})
 }
 
+// RopeWriteKVFused rotates q and k read from the fused q|k|v rows, writes q and stores k and v.
+func (b *Backend) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, cache ops.KVCache, layer int, meta *ops.AttnMetadata) {
+	qt, src, c := q.(*Tensor), qkv.(*Tensor), cache.(*KVCache)
+	kvw, qw := c.kvHeads*rope.HeadDim, qt.cols()
+	w, nt := src.cols(), meta.NumTokens()
+	if rope.HeadDim != c.headDim || w != qw+2*kvw || qw%rope.HeadDim != 0 || qt.rows() < nt || src.rows() < nt {
+		panic(fmt.Sprintf("cpu RopeWriteKVFused: q %v from q|k|v %v, cache %d kv heads of %d, head dim %d",
+			qt.shape, src.shape, c.kvHeads, c.headDim, rope.HeadDim))
+	}
+	b.pool.run(nt, func(lo, hi, _ int) {
+		for t := lo; t < hi; t++ {
+			pos, row := float64(meta.Positions[t]), src.f32[t*w:(t+1)*w]
+			qr := qt.f32[t*qw : (t+1)*qw]
+			copy(qr, row[:qw])
+			rotate(qr, rope, pos)
+			slot := int(meta.SlotMapping[t])
+			kc := c.k[layer][slot*kvw : (slot+1)*kvw]
+			copy(kc, row[qw:qw+kvw])
+			rotate(kc, rope, pos)
+			copy(c.v[layer][slot*kvw:(slot+1)*kvw], row[qw+kvw:])
+		}
+	})
+}
+
 func rotate(row []float32, rope *ops.RoPE, pos float64) {
 	half := rope.RotaryDim / 2
 	for i, f := range rope.InvFreq {

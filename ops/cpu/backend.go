@@ -146,6 +146,12 @@ func (b *Backend) SiluMulFused(out, gateUp ops.Tensor) {
 	})
 }
 
+// LinearSwiGLU is SiluMulFused into act, then Linear.
+func (b *Backend) LinearSwiGLU(out, gateUp, act, w ops.Tensor) {
+	b.SiluMulFused(act, gateUp)
+	b.Linear(out, act, w, nil)
+}
+
 // SplitCols copies consecutive column ranges of each row of src into the dst tensors.
 func (b *Backend) SplitCols(src ops.Tensor, dst ...ops.Tensor) {
 	s := src.(*Tensor)

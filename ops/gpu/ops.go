@@ -110,6 +110,20 @@ func (b *Backend) Linear(out, x, w, bias ops.Tensor) {
 	b.must("Linear", b.lib.GemmBias(b.blas, b.stream, b.kdt, o.ptr, xt.ptr, wt.ptr, bp, m, n, k))
 }
 
+// LinearSwiGLU writes out = (silu(gate)*up) · wᵀ from the fused gate|up rows: one skinny kernel
+// at decode sizes (act untouched), else SiluMulFused into act and the GEMM.
+func (b *Backend) LinearSwiGLU(out, gateUp, act, w ops.Tensor) {
+	o, gu, at, wt := out.(*Tensor), gateUp.(*Tensor), act.(*Tensor), w.(*Tensor)
+	m, k, n := gu.rows(), wt.cols(), wt.rows()
+	if len(wt.shape) != 2 || gu.cols() != 2*k || at.cols() != k || at.rows() < m || o.cols() != n || o.rows() < m {
+		shapeErr("LinearSwiGLU", "out %v = silu·up of %v (act %v) · w %vᵀ", o.shape, gu.shape, at.shape, wt.shape)
+	}
+	if m == 0 {
+		return
+	}
+	b.must("LinearSwiGLU", b.lib.GemmSwiGLU(b.blas, b.stream, b.kdt, o.ptr, gu.ptr, wt.ptr, at.ptr, m, n, k))
+}
+
 // SiluMul writes out = silu(gate) * up.
 func (b *Backend) SiluMul(out, gate, up ops.Tensor) {
 	o, g, u := out.(*Tensor), gate.(*Tensor), up.(*Tensor)

@@ -1,0 +1,225 @@
+//go:build gpu
+
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
+)
+
+// TestRopeWriteKVFused runs the fused-input RoPE + KV store on two steps of a paged, mixed batch
+// (cached prefixes, then prefills, chunks and decodes) on both backends: q after RoPE is
+// compared, the cache through attention over it, and qkv must come back unchanged.
+func TestRopeWriteKVFused(t *testing.T) {
+	type shape struct {
+		heads, kvHeads, hd, rot int
+		scaling                 ops.RoPEScaling
+	}
+	shapes := []shape{
+		{8, 2, 128, 128, ops.RoPEScaling{}},
+		{12, 4, 64, 32, ops.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPos: 64}},
+		{4, 2, 16, 16, ops.RoPEScaling{}},
+		{6, 2, 80, 64, ops.RoPEScaling{Type: "linear", Factor: 2}},
+	}
+	seqs := []seqSpec{{0, 37}, {50, 20}, {130, 1}, {5, 1}, {16, 16}, {0, 1}}
+	const blockSize, numBlocks, stride = 16, 80, 10
+	for _, dt := range testDTypes {
+		for _, sh := range shapes {
+			name := fmt.Sprintf("h=%d kv=%d hd=%d rot=%d %s", sh.heads, sh.kvHeads, sh.hd, sh.rot, sh.scaling.Type)
+			t.Run(fmt.Sprintf("%v %s", dt, name), func(t *testing.T) {
+				b, c := newGPU(t, dt), newCPU(t)
+				rope, err := ops.NewRoPE(sh.hd, sh.rot, 10000, sh.scaling, 4096)
+				require.NoError(t, err)
+				gcache, err := b.NewKVCache(2, numBlocks, blockSize, sh.kvHeads, sh.hd)
+				require.NoError(t, err)
+				ccache, err := c.NewKVCache(2, numBlocks, blockSize, sh.kvHeads, sh.hd)
+				require.NoError(t, err)
+				tables := randomTables(len(seqs), stride, numBlocks)
+				a := ops.AttnShape{NumHeads: sh.heads, NumKVHeads: sh.kvHeads, HeadDim: sh.hd, Scale: float32(1 / math.Sqrt(float64(sh.hd)))}
+				qw, w := sh.heads*sh.hd, (sh.heads+2*sh.kvHeads)*sh.hd
+				meta := &ops.AttnMetadata{}
+				for si, count := range []func(s int) int{func(s int) int { return seqs[s].ctx }, func(s int) int { return seqs[s].n }} {
+					from := func(s int) int { return si * seqs[s].ctx }
+					fillMeta(meta, tables, stride, blockSize, from, count)
+					nt := meta.NumTokens()
+					vals := randVals(dt, nt*w, 1)
+					qkv := activation(b, vals, nt, w)
+					for layer := 0; layer < 2; layer++ { // layer 1 reuses the uploaded metadata
+						q := output(b, c, nt, qw)
+						b.RopeWriteKVFused(q.g, qkv.g, rope, gcache, layer, meta)
+						c.RopeWriteKVFused(q.c, qkv.c, rope, ccache, layer, meta)
+						step := fmt.Sprintf("%s step %d layer %d", name, si, layer)
+						compare(t, "RopeFused q "+step, dt, read(b, q.g), q.c.Float32())
+						out := output(b, c, nt, qw)
+						b.Attention(out.g, q.g, gcache, layer, meta, a)
+						c.Attention(out.c, q.c, ccache, layer, meta, a)
+						compare(t, "RopeFused attention "+step, dt, read(b, out.g), out.c.Float32())
+					}
+					require.Equal(t, vals, read(b, qkv.g), "qkv must be left unchanged")
+				}
+			})
+		}
+	}
+}
+
+// randomTables returns n block tables of stride distinct blocks each, from a permutation of
+// the numBlocks blocks.
+func randomTables(n, stride, numBlocks int) [][]int32 {
+	perm := rng.Perm(numBlocks)
+	tables := make([][]int32, n)
+	for s := range tables {
+		for j := 0; j < stride; j++ {
+			tables[s] = append(tables[s], int32(perm[s*stride+j]))
+		}
+	}
+	return tables
+}
+
+// TestGraphRopeWriteKVFused captures the fused RoPE + KV store and attention of a padded decode
+// batch bound to StepInputs and replays it for two steps with fresh inputs, comparing with the
+// cpu backend run eagerly on the real rows. The padding rows (slot -1) must write no cache
+// entry: block 0, which they read, belongs to sequence 0.
+func TestGraphRopeWriteKVFused(t *testing.T) {
+	seqs := []seqSpec{{600, 1}, {17, 1}, {0, 1}, {300, 1}, {64, 1}}
+	const blockSize, numBlocks, stride, graphStride, n = 16, 200, 40, 64, 8
+	for _, dt := range testDTypes {
+		const heads, kvHeads, hd = 8, 2, 128
+		t.Run(dt.String(), func(t *testing.T) {
+			b, c := newGPU(t, dt), newCPU(t)
+			rope, err := ops.NewRoPE(hd, hd, 500000, ops.RoPEScaling{}, 8192)
+			require.NoError(t, err)
+			gcache, err := b.NewKVCache(1, numBlocks, blockSize, kvHeads, hd)
+			require.NoError(t, err)
+			ccache, err := c.NewKVCache(1, numBlocks, blockSize, kvHeads, hd)
+			require.NoError(t, err)
+			tables := randomTables(len(seqs), stride, numBlocks)
+			for s, tb := range tables { // block 0 to sequence 0
+				for j, blk := range tb {
+					if blk == 0 {
+						tables[s][j], tables[0][0] = tables[0][0], 0
+					}
+				}
+			}
+			a := ops.AttnShape{NumHeads: heads, NumKVHeads: kvHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(hd))}
+			qw, w := heads*hd, (heads+2*kvHeads)*hd
+			meta := &ops.AttnMetadata{}
+			fillMeta(meta, tables, stride, blockSize, func(int) int { return 0 }, func(s int) int { return seqs[s].ctx })
+			nt := meta.NumTokens()
+			prefix := activation(b, randVals(dt, nt*w, 1), nt, w)
+			pq := output(b, c, nt, qw)
+			b.RopeWriteKVFused(pq.g, prefix.g, rope, gcache, 0, meta)
+			c.RopeWriteKVFused(pq.c, prefix.c, rope, ccache, 0, meta)
+
+			in, err := b.NewStepInputs(16, graphStride)
+			require.NoError(t, err)
+			qkvb, qb, ob := b.Buffer(n, w), b.Buffer(n, qw), b.Buffer(n, qw)
+			b.Fill(ob, float32(math.NaN()))
+			placeholder := &ops.AttnMetadata{Positions: make([]int32, n), SlotMapping: make([]int32, n),
+				QueryStart: make([]int32, n+1), SeqLens: make([]int32, n), BlockTables: make([]int32, n), BlockTableStride: 1}
+			pass := func() {
+				b.RopeWriteKVFused(qb, qkvb, rope, gcache, 0, placeholder)
+				b.Attention(ob, qb, gcache, 0, placeholder, a)
+			}
+			var g *Graph
+			for step := 0; step < 2; step++ {
+				fillMeta(meta, tables, stride, blockSize, func(s int) int { return seqs[s].ctx + step }, func(int) int { return 1 })
+				k0 := meta.NumTokens()
+				vals := randVals(dt, n*w, 1)
+				b.WriteRows(qkvb, vals)
+				require.NoError(t, b.LoadDecode(in, n, make([]int32, k0), meta, gcache))
+				if g == nil {
+					require.NoError(t, b.BindStepInputs(in, n, gcache))
+					pass() // warm-up: the same inputs, written again to the same slots by the replay
+					g, err = b.Capture(pass)
+					b.UnbindStepInputs()
+					require.NoError(t, err)
+				}
+				require.NoError(t, g.Launch())
+				cqkv := cpu.FromFloat32(append([]float32(nil), vals[:k0*w]...), k0, w)
+				cq, cout := c.Buffer(k0, qw), c.Buffer(k0, qw)
+				c.RopeWriteKVFused(cq, cqkv, rope, ccache, 0, meta)
+				c.Attention(cout, cq, ccache, 0, meta, a)
+				got := make([]float32, k0*qw)
+				b.ReadRows(ob, got)
+				compare(t, fmt.Sprintf("GraphRopeFused %v step %d", dt, step), dt, got, cout.(*cpu.Tensor).Float32())
+			}
+		})
+	}
+}
+
+// TestLinearSwiGLU compares the down projection from the fused gate|up rows with the cpu
+// backend, on the skinny kernel (SwiGLU on its input loads: m <= 4, k % 8 == 0) and on the
+// SiLU-and-multiply + GEMM path (larger m, odd k, float32, the skinny kernel off), with rows
+// that cross the kernel's row groups and k slices.
+func TestLinearSwiGLU(t *testing.T) {
+	for _, dt := range testDTypes {
+		for _, maxM := range []int{16, 0} { // skinny kernel allowed up to m = 16 (SwiGLU to 4), then off
+			t.Run(fmt.Sprintf("%v gemv max m %d", dt, maxM), func(t *testing.T) {
+				b, c := newGPU(t, dt), newCPU(t)
+				require.NoError(t, b.SetGemvMaxM(maxM))
+				for _, sh := range []struct{ n, k int }{{4096, 14336}, {37, 264}, {130, 1000}, {64, 36}} {
+					w := weight(t, b, c, randVals(dt, sh.n*sh.k, 0.05), sh.n, sh.k)
+					for _, m := range []int{1, 2, 3, 4, 5, 9} {
+						gu := activation(b, randVals(dt, m*2*sh.k, 1), m, 2*sh.k)
+						act := output(b, c, m, sh.k)
+						out := output(b, c, m, sh.n)
+						b.LinearSwiGLU(out.g, gu.g, act.g, w.g)
+						c.LinearSwiGLU(out.c, gu.c, act.c, w.c)
+						compare(t, fmt.Sprintf("LinearSwiGLU n=%d k=%d m=%d max m %d", sh.n, sh.k, m, maxM), dt, read(b, out.g), out.c.Float32())
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestPerfLinearSwiGLU times the 8B down projection at m = 1 (set ATOM_GO_PERF=1) fused
+// (LinearSwiGLU) and unfused (SiluMulFused + Linear); the fused one should save about one
+// small kernel's time (3-4 µs in a stream of launches).
+func TestPerfLinearSwiGLU(t *testing.T) {
+	if os.Getenv("ATOM_GO_PERF") == "" {
+		t.Skip("set ATOM_GO_PERF=1 to time the ops")
+	}
+	b := newGPU(t, ops.BF16)
+	l := b.lib
+	start, err := l.EventCreate()
+	require.NoError(t, err)
+	end, err := l.EventCreate()
+	require.NoError(t, err)
+	const n, k = 4096, 14336
+	w, gu, act, out := b.Buffer(n, k), b.Buffer(1, 2*k), b.Buffer(1, k), b.Buffer(1, n)
+	b.Fill(w, 0.01)
+	b.Fill(gu, 0.5)
+	for _, path := range []struct {
+		name string
+		fn   func()
+	}{
+		{"fused", func() { b.LinearSwiGLU(out, gu, act, w) }},
+		{"unfused", func() { b.SiluMulFused(act, gu); b.Linear(out, act, w, nil) }},
+	} {
+		ms := make([]float64, 9)
+		for i := -2; i < len(ms); i++ {
+			require.NoError(t, l.EventRecord(start, b.stream))
+			for j := 0; j < 10; j++ {
+				path.fn()
+			}
+			require.NoError(t, l.EventRecord(end, b.stream))
+			require.NoError(t, l.EventSync(end))
+			v, err := l.EventElapsed(start, end)
+			require.NoError(t, err)
+			if i >= 0 {
+				ms[i] = float64(v) / 10
+			}
+		}
+		sort.Float64s(ms)
+		record("%-44s %-8v %8.4f ms", "perf LinearSwiGLU down m=1 "+path.name, ops.BF16, ms[4])
+	}
+}
