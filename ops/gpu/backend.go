@@ -56,6 +56,7 @@ type Backend struct {
 	ids      devBuf
 	rows     devBuf
 	attnWork devBuf
+	sampling devBuf // SampleRows: the rows' params, then their tokens and logprobs
 	meta     metaCache
 	ropes    map[*ops.RoPE]hipkernels.Ptr
 	allocs   map[hipkernels.Ptr]int

@@ -4,47 +4,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
-	"weak"
 
 	"github.com/atom-go/atom/hipkernels"
 	"github.com/atom-go/atom/ops"
 )
 
 var _ ops.DeviceSampler = (*Backend)(nil)
-
-// sampleBufs is a backend's device buffer for SampleRows: the rows' params, then their tokens
-// (int32), then their logprobs (float32). It grows with the largest batch and is freed by Close
-// (it comes from Backend.alloc).
-type sampleBufs struct{ dev devBuf }
-
-// sampleState keeps each backend's sampleBufs beside the Backend struct (owned by backend.go).
-// Keys are weak, and an entry goes when its backend is collected.
-var sampleState struct {
-	sync.Mutex
-	m map[weak.Pointer[Backend]]*sampleBufs
-}
-
-func (b *Backend) sampleBufs() *sampleBufs {
-	sampleState.Lock()
-	defer sampleState.Unlock()
-	if sampleState.m == nil {
-		sampleState.m = map[weak.Pointer[Backend]]*sampleBufs{}
-	}
-	k := weak.Make(b)
-	s, ok := sampleState.m[k]
-	if !ok {
-		s = &sampleBufs{}
-		sampleState.m[k] = s
-		runtime.AddCleanup(b, func(k weak.Pointer[Backend]) {
-			sampleState.Lock()
-			delete(sampleState.m, k)
-			sampleState.Unlock()
-		}, k)
-	}
-	return s
-}
 
 // SampleRows draws a token for each of the first len(params) rows of logits on the device
 // (see ops.DeviceSampler and ops.SampleRow): the params go up through the staging ring, one
@@ -59,18 +24,18 @@ func (b *Backend) SampleRows(logits ops.Tensor, params []ops.RowSampling, out []
 	if rows == 0 {
 		return
 	}
-	s := b.sampleBufs()
+	s := &b.sampling
 	pb := rows * hipkernels.SamplingParamsBytes
-	b.must("SampleRows", b.ensure(&s.dev, pb+8*rows))
-	b.must("SampleRows", b.stage(s.dev.ptr, pb, func(buf []byte) {
+	b.must("SampleRows", b.ensure(s, pb+8*rows))
+	b.must("SampleRows", b.stage(s.ptr, pb, func(buf []byte) {
 		for i, p := range params {
 			kp := hipkernels.SamplingParams{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, MinP: p.MinP, Seed: p.Seed, Offset: p.Offset}
 			kp.Put(buf[i*hipkernels.SamplingParamsBytes:])
 		}
 	}))
-	toks := s.dev.ptr + hipkernels.Ptr(pb)
+	toks := s.ptr + hipkernels.Ptr(pb)
 	lps := toks + hipkernels.Ptr(4*rows)
-	b.must("SampleRows", b.lib.SampleRows(hipkernels.DType(x.dt), toks, lps, x.ptr, s.dev.ptr, rows, vocab, b.stream))
+	b.must("SampleRows", b.lib.SampleRows(hipkernels.DType(x.dt), toks, lps, x.ptr, s.ptr, rows, vocab, b.stream))
 	b.must("SampleRows", b.growPinned(&b.readback, 8*rows))
 	b.must("SampleRows", b.lib.MemcpyD2H(b.readback.ptr, toks, 8*rows, b.stream))
 	b.must("SampleRows", b.lib.StreamSync(b.stream))
