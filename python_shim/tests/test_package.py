@@ -80,7 +80,9 @@ _PROBE = textwrap.dedent(
         out["async"] = cfg.scheduler_config.async_scheduling
         out["device"] = str(cfg.device_config.device)
         refused = {}
-        for name, kw in {"tp": {"tensor_parallel_size": 2}, "kv_dtype": {"kv_cache_dtype": "fp8"},
+        tp = EngineArgs(model=sys.argv[1], dtype="bfloat16", tensor_parallel_size=2).create_engine_config()
+        out["tp"] = tp.parallel_config.tensor_parallel_size  # accepted: atom-go splits the model itself
+        for name, kw in {"pp": {"pipeline_parallel_size": 2}, "kv_dtype": {"kv_cache_dtype": "fp8"},
                          "quant": {"quantization": "fp8"}}.items():
             try:
                 EngineArgs(model=sys.argv[1], dtype="bfloat16", **kw).create_engine_config()
@@ -123,7 +125,8 @@ def test_vllm_selects_atom_go_only_when_asked(model_dir: str) -> None:
     assert on["device"] == "cpu"
     refused = on["refused"]
     assert isinstance(refused, dict)
-    assert "tensor_parallel_size=2" in str(refused["tp"])
+    assert on["tp"] == 2
+    assert "ipeline" in str(refused["pp"])  # refused (by vLLM itself, before atom-go is asked)
     assert "--kv-cache-dtype fp8" in str(refused["kv_dtype"])
     assert "quantization fp8" in str(refused["quant"])
     assert str(on["validate"]).startswith("VLLMValidationError: logit_bias")
