@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -189,11 +188,6 @@ func TestPerfLinearSwiGLU(t *testing.T) {
 		t.Skip("set ATOM_GO_PERF=1 to time the ops")
 	}
 	b := newGPU(t, ops.BF16)
-	l := b.lib
-	start, err := l.EventCreate()
-	require.NoError(t, err)
-	end, err := l.EventCreate()
-	require.NoError(t, err)
 	const n, k = 4096, 14336
 	w, gu, act, out := b.Buffer(n, k), b.Buffer(1, 2*k), b.Buffer(1, k), b.Buffer(1, n)
 	b.Fill(w, 0.01)
@@ -205,21 +199,12 @@ func TestPerfLinearSwiGLU(t *testing.T) {
 		{"fused", func() { b.LinearSwiGLU(out, gu, act, w) }},
 		{"unfused", func() { b.SiluMulFused(act, gu); b.Linear(out, act, w, nil) }},
 	} {
-		ms := make([]float64, 9)
-		for i := -2; i < len(ms); i++ {
-			require.NoError(t, l.EventRecord(start, b.stream))
+		// Ten calls per timing, so the time is that of a stream of launches.
+		ms := medianMs(t, b, 9, func() {
 			for j := 0; j < 10; j++ {
 				path.fn()
 			}
-			require.NoError(t, l.EventRecord(end, b.stream))
-			require.NoError(t, l.EventSync(end))
-			v, err := l.EventElapsed(start, end)
-			require.NoError(t, err)
-			if i >= 0 {
-				ms[i] = float64(v) / 10
-			}
-		}
-		sort.Float64s(ms)
-		record("%-44s %-8v %8.4f ms", "perf LinearSwiGLU down m=1 "+path.name, ops.BF16, ms[4])
+		}) / 10
+		record("%-44s %-8v %8.4f ms", "perf LinearSwiGLU down m=1 "+path.name, ops.BF16, ms)
 	}
 }

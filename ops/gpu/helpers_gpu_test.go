@@ -209,3 +209,31 @@ func compare(t *testing.T, name string, dt ops.DType, got, want []float32) {
 	recordErr(result{kind: strings.Fields(name)[0], name: name, dt: dt, val: e, limit: tol})
 	require.LessOrEqualf(t, e, tol, "%s (%v): relative error %.3e over %.0e", name, dt, e, tol)
 }
+
+// medianMs times fn with device events: warm-up runs, then the median of reps.
+func medianMs(t *testing.T, b *Backend, reps int, fn func()) float64 {
+	l := b.lib
+	start, err := l.EventCreate()
+	require.NoError(t, err)
+	end, err := l.EventCreate()
+	require.NoError(t, err)
+	defer func() {
+		require.NoError(t, l.EventDestroy(start))
+		require.NoError(t, l.EventDestroy(end))
+	}()
+	for i := 0; i < 3; i++ {
+		fn()
+	}
+	ms := make([]float64, reps)
+	for i := range ms {
+		require.NoError(t, l.EventRecord(start, b.stream))
+		fn()
+		require.NoError(t, l.EventRecord(end, b.stream))
+		require.NoError(t, l.EventSync(end))
+		v, err := l.EventElapsed(start, end)
+		require.NoError(t, err)
+		ms[i] = float64(v)
+	}
+	sort.Float64s(ms)
+	return ms[reps/2]
+}

@@ -5,7 +5,6 @@ package gpu
 import (
 	"fmt"
 	"os"
-	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,28 +22,7 @@ func TestPerfGemv(t *testing.T) {
 		t.Skip("set ATOM_GO_PERF=1 to time the ops")
 	}
 	b := newGPU(t, ops.BF16)
-	l := b.lib
-	start, err := l.EventCreate()
-	require.NoError(t, err)
-	end, err := l.EventCreate()
-	require.NoError(t, err)
-	median := func(reps int, fn func()) float64 {
-		for i := 0; i < 3; i++ {
-			fn()
-		}
-		ms := make([]float64, reps)
-		for i := range ms {
-			require.NoError(t, l.EventRecord(start, b.stream))
-			fn()
-			require.NoError(t, l.EventRecord(end, b.stream))
-			require.NoError(t, l.EventSync(end))
-			v, err := l.EventElapsed(start, end)
-			require.NoError(t, err)
-			ms[i] = float64(v)
-		}
-		sort.Float64s(ms)
-		return ms[reps/2]
-	}
+	median := func(reps int, fn func()) float64 { return medianMs(t, b, reps, fn) }
 	defer func() { require.NoError(t, b.SetGemvMaxM(-1)) }()
 	x := b.Buffer(32, 14336)
 	b.Fill(x, 0.01)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sort"
 	"testing"
 	"time"
 
@@ -24,28 +23,7 @@ func TestPerfSnapshot(t *testing.T) {
 		t.Skip("set ATOM_GO_PERF=1 to time the ops")
 	}
 	b := newGPU(t, ops.BF16)
-	l := b.lib
-	start, err := l.EventCreate()
-	require.NoError(t, err)
-	end, err := l.EventCreate()
-	require.NoError(t, err)
-	median := func(reps int, fn func()) float64 {
-		for i := 0; i < 3; i++ {
-			fn()
-		}
-		ms := make([]float64, reps)
-		for i := range ms {
-			require.NoError(t, l.EventRecord(start, b.stream))
-			fn()
-			require.NoError(t, l.EventRecord(end, b.stream))
-			require.NoError(t, l.EventSync(end))
-			v, err := l.EventElapsed(start, end)
-			require.NoError(t, err)
-			ms[i] = float64(v)
-		}
-		sort.Float64s(ms)
-		return ms[reps/2]
-	}
+	median := func(reps int, fn func()) float64 { return medianMs(t, b, reps, fn) }
 	perf := func(name string, ms float64, what string) {
 		record("%-44s %-8v %8.3f ms  %s", "perf "+name, ops.BF16, ms, what)
 	}
@@ -88,7 +66,7 @@ func TestPerfSnapshot(t *testing.T) {
 		require.NoError(t, err)
 		kv := cache.(*KVCache)
 		for _, p := range []hipkernels.Ptr{kv.k[0], kv.v[0]} { // the kernel's time does not depend on the values
-			require.NoError(t, l.Fill(b.kdt, p, seqs*blocksPer*bs*kvHeads*hd, 0.25, b.stream))
+			require.NoError(t, b.lib.Fill(b.kdt, p, seqs*blocksPer*bs*kvHeads*hd, 0.25, b.stream))
 		}
 		meta := &ops.AttnMetadata{BlockTableStride: blocksPer, QueryStart: []int32{0}}
 		for s := 0; s < seqs; s++ {

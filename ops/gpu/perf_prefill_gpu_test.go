@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -96,32 +95,4 @@ func perfMeta(seqs []seqSpec, bs int) (*ops.AttnMetadata, int) {
 	meta := &ops.AttnMetadata{}
 	fillMeta(meta, tables, stride, bs, func(s int) int { return seqs[s].ctx }, func(s int) int { return seqs[s].n })
 	return meta, len(seqs) * stride
-}
-
-// medianMs times fn with device events: warm-up runs, then the median of reps.
-func medianMs(t *testing.T, b *Backend, reps int, fn func()) float64 {
-	l := b.lib
-	start, err := l.EventCreate()
-	require.NoError(t, err)
-	end, err := l.EventCreate()
-	require.NoError(t, err)
-	defer func() {
-		require.NoError(t, l.EventDestroy(start))
-		require.NoError(t, l.EventDestroy(end))
-	}()
-	for i := 0; i < 3; i++ {
-		fn()
-	}
-	ms := make([]float64, reps)
-	for i := range ms {
-		require.NoError(t, l.EventRecord(start, b.stream))
-		fn()
-		require.NoError(t, l.EventRecord(end, b.stream))
-		require.NoError(t, l.EventSync(end))
-		v, err := l.EventElapsed(start, end)
-		require.NoError(t, err)
-		ms[i] = float64(v)
-	}
-	sort.Float64s(ms)
-	return ms[reps/2]
 }
