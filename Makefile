@@ -89,6 +89,8 @@ python-test: python-wheel python-lint
 	$(PY_BIN)/pip check
 	cd / && ATOM_GO_EXPECT_PACKAGED_BINARY=1 $(PY_BIN)/pytest -c $(CURDIR)/python_shim/pyproject.toml \
 		--rootdir $(CURDIR)/python_shim --ignore=$(CURDIR)/python_shim/tests/sglang $(CURDIR)/python_shim/tests
+	@# CI sets DROP_PY_VENV: the suite has passed and the SGLang venv needs the disk space next.
+	$(if $(DROP_PY_VENV),rm -rf $(PY_VENV))
 
 # ---------------------------------------------------------------------------------------------
 # SGLang plugin (python_shim/atom_go/sglang, tests in python_shim/tests/sglang): its own venv with
