@@ -15,6 +15,7 @@ __device__ __forceinline__ float silu(float g) { return g / (1.f + expf(-g)); }
 // (vec true), the rest one by one.
 template <typename T>
 __global__ void silu_mul_kernel(T* out, const T* gate, const T* up, size_t n, bool vec) {
+    ATOMK_PDL_ENTER();
     constexpr int N = Vec<T>::N;
     size_t done = 0;
     if (vec) {
@@ -38,6 +39,7 @@ __global__ void silu_mul_kernel(T* out, const T* gate, const T* up, size_t n, bo
 // cols is a multiple of N and the loop runs over vectors.
 template <typename T>
 __global__ void silu_mul_fused_kernel(T* out, const T* gu, int rows, int cols, bool vec) {
+    ATOMK_PDL_ENTER();
     if (vec) {
         constexpr int N = Vec<T>::N;
         const int cv = cols / N;
@@ -62,6 +64,7 @@ __global__ void silu_mul_fused_kernel(T* out, const T* gu, int rows, int cols, b
 // out[r, c] += bias[c] over [rows, cols]; with vec, cols is a multiple of N.
 template <typename T>
 __global__ void add_bias_kernel(T* out, const T* bias, int rows, int cols, bool vec) {
+    ATOMK_PDL_ENTER();
     if (vec) {
         constexpr int N = Vec<T>::N;
         const int cv = cols / N;
@@ -81,6 +84,7 @@ __global__ void add_bias_kernel(T* out, const T* bias, int rows, int cols, bool 
 // width is a whole number of vectors (widths then counted in vectors), else T.
 template <typename U>
 __global__ void split_cols_kernel(U* a, U* b, U* c, const U* src, int rows, int ca, int cb, int cc) {
+    ATOMK_PDL_ENTER();
     const int w = ca + cb + cc;
     ATOMK_GRID_LOOP(i, (size_t)rows * w) {
         const size_t r = i / w;
@@ -101,7 +105,7 @@ int atomk_silu_mul(int dtype, void* out, const void* gate, const void* up, int r
     const int threads = 256;
     const bool vec = atomk_aligned16(out) && atomk_aligned16(gate) && atomk_aligned16(up);
     ATOMK_DISPATCH(dtype, "atomk_silu_mul",
-                   silu_mul_kernel<T><<<atomk_grid(vec ? n / Vec<T>::N + 1 : n, threads), threads, 0, ATOMK_STREAM(stream)>>>(
+                   atomk_launch(silu_mul_kernel<T>, atomk_grid(vec ? n / Vec<T>::N + 1 : n, threads), threads, 0, ATOMK_STREAM(stream),
                        static_cast<T*>(out), static_cast<const T*>(gate), static_cast<const T*>(up), n, vec));
     ATOMK_LAUNCHED("silu_mul");
     return ATOMK_OK;
@@ -115,7 +119,7 @@ int atomk_silu_mul_fused(int dtype, void* out, const void* gate_up, int rows, in
     const bool aligned = atomk_aligned16(out) && atomk_aligned16(gate_up);
     ATOMK_DISPATCH(dtype, "atomk_silu_mul_fused", {
         const bool vec = aligned && cols % Vec<T>::N == 0;
-        silu_mul_fused_kernel<T><<<atomk_grid(vec ? n / Vec<T>::N : n, threads), threads, 0, ATOMK_STREAM(stream)>>>(
+        atomk_launch(silu_mul_fused_kernel<T>, atomk_grid(vec ? n / Vec<T>::N : n, threads), threads, 0, ATOMK_STREAM(stream),
             static_cast<T*>(out), static_cast<const T*>(gate_up), rows, cols, vec);
     });
     ATOMK_LAUNCHED("silu_mul_fused");
@@ -130,7 +134,7 @@ int atomk_add_bias(int dtype, void* out, const void* bias, int rows, int cols, v
     const bool aligned = atomk_aligned16(out) && atomk_aligned16(bias);
     ATOMK_DISPATCH(dtype, "atomk_add_bias", {
         const bool vec = aligned && cols % Vec<T>::N == 0;
-        add_bias_kernel<T><<<atomk_grid(vec ? n / Vec<T>::N : n, threads), threads, 0, ATOMK_STREAM(stream)>>>(
+        atomk_launch(add_bias_kernel<T>, atomk_grid(vec ? n / Vec<T>::N : n, threads), threads, 0, ATOMK_STREAM(stream),
             static_cast<T*>(out), static_cast<const T*>(bias), rows, cols, vec);
     });
     ATOMK_LAUNCHED("add_bias");
@@ -149,11 +153,11 @@ int atomk_split_cols(int dtype, void* a, void* b, void* c, const void* src, int 
         constexpr int N = Vec<T>::N;
         if (aligned && ca % N == 0 && cb % N == 0 && cc % N == 0) {
             typedef Vec<T> U;
-            split_cols_kernel<U><<<atomk_grid(n / N, threads), threads, 0, ATOMK_STREAM(stream)>>>(
+            atomk_launch(split_cols_kernel<U>, atomk_grid(n / N, threads), threads, 0, ATOMK_STREAM(stream),
                 static_cast<U*>(a), static_cast<U*>(b), static_cast<U*>(c), static_cast<const U*>(src), rows, ca / N,
                 cb / N, cc / N);
         } else {
-            split_cols_kernel<T><<<atomk_grid(n, threads), threads, 0, ATOMK_STREAM(stream)>>>(
+            atomk_launch(split_cols_kernel<T>, atomk_grid(n, threads), threads, 0, ATOMK_STREAM(stream),
                 static_cast<T*>(a), static_cast<T*>(b), static_cast<T*>(c), static_cast<const T*>(src), rows, ca, cb, cc);
         }
     });

@@ -36,6 +36,33 @@ int atomk_fail(int status, const char* fmt, ...) __attribute__((format(printf, 2
 
 #define ATOMK_STREAM(s) static_cast<gpuStream_t>(s)
 
+// Whether kernels are launched with programmatic dependent launch: on CUDA devices of compute
+// capability 9.0 and later, unless ATOM_GO_PDL=0 (read once per process; for measurements).
+bool atomk_pdl_enabled();
+
+// Launches kernel like kernel<<<grid, block, smem, s>>>(args...), with programmatic stream
+// serialization where atomk_pdl_enabled (the kernel must start with ATOMK_PDL_ENTER). Failures
+// are left for ATOMK_LAUNCHED, as with <<<>>>.
+template <typename... Params, typename... Args>
+static inline void atomk_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
+                                Args... args) {
+#if defined(ATOMK_CUDA)
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = atomk_pdl_enabled() ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+#else
+    hipLaunchKernelGGL(kernel, grid, block, smem, s, static_cast<Params>(args)...);
+#endif
+}
+
 // Threads for a per-row kernel: the row width rounded up to whole warps, at most 1024.
 static inline int atomk_row_threads(int cols) {
     int t = ((cols + ATOMK_WARP_SIZE - 1) / ATOMK_WARP_SIZE) * ATOMK_WARP_SIZE;

@@ -134,6 +134,24 @@ template <> __device__ __forceinline__ float atomk_from_float<float>(float x) { 
 template <> __device__ __forceinline__ atomk_f16 atomk_from_float<atomk_f16>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ atomk_bf16 atomk_from_float<atomk_bf16>(float x) { return __float2bfloat16(x); }  // round to nearest even on both vendors
 
+// Programmatic dependent launch (Hopper and later, CUDA only). A kernel launched with
+// atomk_launch may start while its predecessor in the stream is still running, so every kernel
+// begins with ATOMK_PDL_ENTER: wait until the predecessor grid has finished and its writes are
+// visible, then let the successor's blocks be scheduled. Waiting before anything is read or
+// written keeps every read-after-write and write-after-read order of plain stream semantics;
+// what is gained is the successor's launch and block scheduling, hidden behind this kernel.
+// Waiting first also bounds the overlap to two grids. Without PDL (HIP, older GPUs, a launch
+// without the attribute) both instructions are no-ops.
+// A kernel may load data no kernel writes (weights) before ATOMK_PDL_ENTER: that is the
+// overlap worth having for a weight stream.
+__device__ __forceinline__ void atomk_pdl_enter() {
+#if defined(ATOMK_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+#define ATOMK_PDL_ENTER() atomk_pdl_enter()
+
 // Sum of v over the warp; every lane receives the total.
 __device__ __forceinline__ float atomk_warp_sum(float v) {
 #pragma unroll

@@ -40,6 +40,7 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
                        const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                        const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
                        int head_dim, int block_size, float scale, int partition) {
+    ATOMK_PDL_ENTER();
     extern __shared__ float smem[];  // acc [kWarps][G][head_dim], then m [kWarps][G], l [kWarps][G]
     float* merge_acc = smem;
     float* merge_m = smem + kWarps * G * head_dim;
@@ -163,6 +164,7 @@ template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
 attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const float* part_l, int head_dim,
                        int splits) {
+    ATOMK_PDL_ENTER();
     __shared__ float sums[kMergeThreads];
     __shared__ float scratch[kMergeThreads / ATOMK_WARP_SIZE];
     const size_t row = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
@@ -247,7 +249,7 @@ int launch_portable(const AttnLaunch& L, T* out, const T* q, const T* kc, const 
     // Shared memory per unit of G: warps' acc (head_dim floats) plus their m and l.
     const size_t smem = (size_t)kWarps * (L.head_dim + 2) * sizeof(float);
 #define ATOMK_ATTN(G)                                                                                          \
-    paged_attention_kernel<T, DPL, G><<<L.grid, kWarps * ATOMK_WARP_SIZE, smem * G, L.stream>>>(                \
+    atomk_launch(paged_attention_kernel<T, DPL, G>, L.grid, kWarps * ATOMK_WARP_SIZE, smem * G, L.stream,                 \
         out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,            \
         L.num_kv_heads, L.hpb, L.head_dim, L.block_size, L.scale, L.partition)
     if (L.hpb == 1) ATOMK_ATTN(1);
@@ -275,7 +277,7 @@ int launch_decode(const AttnLaunch& L, T* out, const T* q, const T* kc, const T*
     if constexpr (sizeof(T) == 2) {
         if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % 16 != 0) return ATOMK_ERR_UNSUPPORTED;
 #define ATOMK_DECODE(D)                                                                                       \
-    decode_attention_kernel<T, D><<<L.grid, kWarps * 32, 0, L.stream>>>(                                      \
+    atomk_launch(decode_attention_kernel<T, D>, L.grid, kWarps * 32, 0, L.stream,                                       \
         out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,          \
         L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition)
         if (L.head_dim == 64) ATOMK_DECODE(64);
@@ -299,8 +301,8 @@ int launch_attention(const AttnLaunch& L, void* out, const void* q, const void* 
     int st = launch_decode<T>(L, o, qt, kt, vt);
     if (st == ATOMK_ERR_UNSUPPORTED) st = launch_portable_dpl<T>(L, o, qt, kt, vt);
     if (st != ATOMK_OK || splits <= 1) return st;
-    attention_merge_kernel<T><<<dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream>>>(o, L.pa, L.pm, L.pl,
-                                                                                        L.head_dim, splits);
+    atomk_launch(attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
+                 L.pl, L.head_dim, splits);
     ATOMK_LAUNCHED("attention_merge");
     return ATOMK_OK;
 }

@@ -169,6 +169,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
                         const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
                         int block_size, float scale, int partition) {
+    ATOMK_PDL_ENTER();
     constexpr int KT = DecodeTiles<D>::value, STEP = 8 * KT;
     constexpr int KP = D / 32;  // 16-byte pieces of a key row per lane
     constexpr int VP = D / 64;  // 16-byte pieces of a value row per lane and position

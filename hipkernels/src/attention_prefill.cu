@@ -126,6 +126,7 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
                          const int32_t* __restrict__ seq_lens, const int32_t* __restrict__ block_tables,
                          int bt_stride, const int32_t* __restrict__ tiles, int num_heads, int num_kv_heads,
                          int block_size, float scale_log2) {
+    ATOMK_PDL_ENTER();
     constexpr int CH = D / 8;                     // 16-byte chunks per row
     constexpr int RPP = kThreadsPrefill / CH;     // rows the block fills per pass (thread: one chunk)
     constexpr int KV_ROWS = kBN / RPP;            // K (or V) rows each thread copies per tile
@@ -335,7 +336,7 @@ int launch_prefill(int head_dim, unsigned blocks, gpuStream_t s, void* out, cons
                    int stride, const int32_t* tiles, int num_heads, int num_kv_heads, int block_size,
                    float scale_log2) {
 #define ATOMK_PREFILL(D)                                                                                         \
-    prefill_attention_kernel<T, D><<<blocks, kThreadsPrefill, 0, s>>>(                                           \
+    atomk_launch(prefill_attention_kernel<T, D>, blocks, kThreadsPrefill, 0, s,                                            \
         static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(kc), static_cast<const T*>(vc),   \
         query_start, seq_lens, tables, stride, tiles, num_heads, num_kv_heads, block_size, scale_log2)
     if (head_dim == 64) ATOMK_PREFILL(64);

@@ -9,6 +9,7 @@
 // [0, src_rows) is skipped: the host validates indices before they reach the device.
 template <typename U>
 __global__ void gather_rows_kernel(U* out, const U* src, const int32_t* rows, int units, int src_rows) {
+    ATOMK_PDL_ENTER();
     const int i = blockIdx.x;
     const int r = rows[i];
     if (r < 0 || r >= src_rows) return;
@@ -20,6 +21,7 @@ __global__ void gather_rows_kernel(U* out, const U* src, const int32_t* rows, in
 // dst[0:n] = value, grid-stride.
 template <typename T>
 __global__ void fill_kernel(T* dst, size_t n, float value) {
+    ATOMK_PDL_ENTER();
     const T v = atomk_from_float<T>(value);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = v;
@@ -29,7 +31,7 @@ template <typename U>
 static int launch_gather(void* out, const void* src, const int32_t* rows, int n, size_t row_bytes, int src_rows,
                          gpuStream_t s) {
     const int units = (int)(row_bytes / sizeof(U));
-    gather_rows_kernel<U><<<n, atomk_row_threads(units), 0, s>>>(static_cast<U*>(out), static_cast<const U*>(src),
+    atomk_launch(gather_rows_kernel<U>, n, atomk_row_threads(units), 0, s, static_cast<U*>(out), static_cast<const U*>(src),
                                                                   rows, units, src_rows);
     ATOMK_LAUNCHED("gather_rows");
     return ATOMK_OK;
@@ -60,7 +62,7 @@ int atomk_fill(int dtype, void* dst, size_t n, float value, void* stream) {
     if (n == 0) return ATOMK_OK;
     const int threads = 256;
     ATOMK_DISPATCH(dtype, "atomk_fill",
-                   fill_kernel<T><<<atomk_grid(n, threads), threads, 0, ATOMK_STREAM(stream)>>>(static_cast<T*>(dst), n, value));
+                   atomk_launch(fill_kernel<T>, atomk_grid(n, threads), threads, 0, ATOMK_STREAM(stream), static_cast<T*>(dst), n, value));
     ATOMK_LAUNCHED("fill");
     return ATOMK_OK;
 }

@@ -107,6 +107,22 @@ __device__ __forceinline__ void load_x8(const uint4* x4, int i, int k8, int c, f
         xf[j] = atomk_to_float(atomk_from_float<T>(__fdividef(xf[j], 1.f + __expf(-xf[j])) * up[j]));
 }
 
+// Fetches a lane's first U·R weight chunks (chunks c0, c0 + stride, ... of each row) into L2.
+template <int U, int R>
+__device__ __forceinline__ void prefetch_step(const uint4* const (&wrow)[R], int c0, int stride, int k8) {
+#if defined(ATOMK_CUDA)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * stride;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (c < k8) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[r] + c));
+    }
+#else
+    (void)wrow, (void)c0, (void)stride, (void)k8;
+#endif
+}
+
 // One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
 // out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row.
 template <typename T, int M, bool G>
@@ -131,6 +147,12 @@ __global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* 
         for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
 
     const int stride = kw * ATOMK_WARP_SIZE;  // chunks between one lane's consecutive chunks
+    // The first step's weights are fetched into L2 before the wait for the previous kernel
+    // (weights are never a kernel's output): under programmatic dependent launch the fetch
+    // overlaps that kernel's tail. Only at the m the skinny kernel serves by default: the larger
+    // tiles are short of registers already (the prefetch addresses made ptxas spill).
+    if constexpr (M <= 2) prefetch_step<U, R>(wrow, slice * ATOMK_WARP_SIZE + lane, stride, k8);
+    ATOMK_PDL_ENTER();
     for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
         // All U·R weight loads first, so they are in flight together.
         uint4 wv[U][R];
@@ -203,7 +225,7 @@ int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStrea
     const int k8 = k / 8, groups = (n + Tile<M>::R - 1) / Tile<M>::R;
     const int kw = warps_per_group(groups, k8), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    gemv_kernel<T, M, G><<<blocks, kThreads, 0, s>>>(out, x, w, bias, n, k8, kw);
+    atomk_launch(gemv_kernel<T, M, G>, blocks, kThreads, 0, s, out, x, w, bias, n, k8, kw);
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
 }

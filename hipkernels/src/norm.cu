@@ -25,6 +25,7 @@ __device__ __forceinline__ float add_square(U& v, const U& add, bool sum) {
 
 template <typename T, typename U>
 __global__ void rms_norm_kernel(T* out, const T* x, T* residual, const T* w, int cols, int width, float eps) {
+    ATOMK_PDL_ENTER();
     __shared__ float scratch[1024 / ATOMK_WARP_SIZE];
     constexpr int N = sizeof(U) / sizeof(T);
     const size_t base = (size_t)blockIdx.x * cols;  // cols counts units of U
@@ -60,6 +61,7 @@ __global__ void rms_norm_kernel(T* out, const T* x, T* residual, const T* w, int
 // One warp per head of x [rows, heads*head_dim], normalised in place with w [head_dim].
 template <typename T>
 __global__ void head_rms_norm_kernel(T* x, const T* w, size_t total_heads, int head_dim, float eps) {
+    ATOMK_PDL_ENTER();
     const size_t h = (size_t)blockIdx.x * (blockDim.x / ATOMK_WARP_SIZE) + threadIdx.x / ATOMK_WARP_SIZE;
     if (h >= total_heads) return;  // the whole warp leaves together
     const int lane = threadIdx.x % ATOMK_WARP_SIZE;
@@ -84,11 +86,11 @@ int atomk_rms_norm(int dtype, void* out, const void* x, void* residual, const vo
     ATOMK_DISPATCH(dtype, "atomk_rms_norm", {
         constexpr int N = Vec<T>::N;
         if (aligned && cols % N == 0) {
-            rms_norm_kernel<T, Vec<T>><<<rows, atomk_row_threads(cols / N), 0, ATOMK_STREAM(stream)>>>(
+            atomk_launch(rms_norm_kernel<T, Vec<T>>, rows, atomk_row_threads(cols / N), 0, ATOMK_STREAM(stream),
                 static_cast<T*>(out), static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(w),
                 cols / N, cols, eps);
         } else {
-            rms_norm_kernel<T, T><<<rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream)>>>(
+            atomk_launch(rms_norm_kernel<T, T>, rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream),
                 static_cast<T*>(out), static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(w),
                 cols, cols, eps);
         }
@@ -105,7 +107,7 @@ int atomk_head_rms_norm(int dtype, void* x, const void* w, int rows, int heads, 
     const int threads = 256, per_block = threads / ATOMK_WARP_SIZE;
     const unsigned blocks = (unsigned)((total + per_block - 1) / per_block);
     ATOMK_DISPATCH(dtype, "atomk_head_rms_norm",
-                   head_rms_norm_kernel<T><<<blocks, threads, 0, ATOMK_STREAM(stream)>>>(
+                   atomk_launch(head_rms_norm_kernel<T>, blocks, threads, 0, ATOMK_STREAM(stream),
                        static_cast<T*>(x), static_cast<const T*>(w), total, head_dim, eps));
     ATOMK_LAUNCHED("head_rms_norm");
     return ATOMK_OK;

@@ -31,6 +31,7 @@ template <typename T>
 __global__ void rope_write_kv_kernel(RopeRows<T> io, T* k_cache, T* v_cache, const int32_t* positions,
                                      const int32_t* slots, const float* inv_freq, float attn_factor, int q_heads,
                                      int kv_heads, int head_dim, int rotary_dim, int64_t num_slots) {
+    ATOMK_PDL_ENTER();
     extern __shared__ float cs[];  // cos[half], then sin[half]
     const int t = blockIdx.x, half = rotary_dim / 2, pass = head_dim - rotary_dim;
     const float pos = (float)positions[t];
@@ -96,7 +97,7 @@ int launch_rope(const char* name, RopeRows<T> io, void* k_cache, void* v_cache, 
                 int head_dim, int rotary_dim, int64_t num_slots, void* stream) {
     const int threads = 128;
     const size_t smem = (size_t)rotary_dim * sizeof(float);
-    rope_write_kv_kernel<T><<<tokens, threads, smem, ATOMK_STREAM(stream)>>>(
+    atomk_launch(rope_write_kv_kernel<T>, tokens, threads, smem, ATOMK_STREAM(stream),
         io, static_cast<T*>(k_cache), static_cast<T*>(v_cache), positions, slots, inv_freq, attn_factor, q_heads,
         kv_heads, head_dim, rotary_dim, num_slots);
     ATOMK_LAUNCHED(name);

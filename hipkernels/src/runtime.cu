@@ -3,6 +3,7 @@
 // runtime and turns a failure into a status with a message.
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "atomk_internal.h"
@@ -15,6 +16,22 @@ int atomk_fail(int status, const char* fmt, ...) {
     vsnprintf(atomk_msg, sizeof atomk_msg, fmt, ap);
     va_end(ap);
     return status;
+}
+
+bool atomk_pdl_enabled() {
+#if defined(ATOMK_CUDA)
+    static const bool on = [] {
+        const char* e = getenv("ATOM_GO_PDL");
+        if (e && strcmp(e, "0") == 0) return false;
+        int dev = 0, major = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess) return false;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+        return major >= 9;
+    }();
+    return on;
+#else
+    return false;
+#endif
 }
 
 extern "C" {

@@ -17,6 +17,7 @@ __device__ __forceinline__ bool atomk_better(float v, int i, float bv, int bi) {
 // reduces (value, index) pairs, first within warps by shuffles, then across warps in shared memory.
 template <typename T>
 __global__ void argmax_rows_kernel(int32_t* out, const T* x, int cols) {
+    ATOMK_PDL_ENTER();
     __shared__ float sv[1024 / ATOMK_WARP_SIZE];
     __shared__ int si[1024 / ATOMK_WARP_SIZE];
     const T* row = x + (size_t)blockIdx.x * cols;
@@ -60,7 +61,7 @@ int atomk_argmax_rows(int dtype, int32_t* out, const void* x, int rows, int cols
     if (rows < 0 || cols <= 0) return atomk_fail(ATOMK_ERR_INVALID, "atomk_argmax_rows: rows=%d cols=%d", rows, cols);
     if (rows == 0) return ATOMK_OK;
     ATOMK_DISPATCH(dtype, "atomk_argmax_rows",
-                   argmax_rows_kernel<T><<<rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream)>>>(
+                   atomk_launch(argmax_rows_kernel<T>, rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream),
                        out, static_cast<const T*>(x), cols));
     ATOMK_LAUNCHED("argmax_rows");
     return ATOMK_OK;
@@ -351,6 +352,7 @@ __device__ int sample_draw(const T* row, int cols, const atomk_sampling_params& 
 template <typename T>
 __global__ void __launch_bounds__(kSampleThreads)
 sample_rows_kernel(int32_t* tokens, float* logprobs, const T* x, const atomk_sampling_params* params, int cols) {
+    ATOMK_PDL_ENTER();
     __shared__ SampleShared sm;
     const T* row = x + (size_t)blockIdx.x * cols;
     const atomk_sampling_params p = params[blockIdx.x];
@@ -379,7 +381,7 @@ int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, const void* l
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_sample_rows: rows=%d vocab=%d", rows, vocab);
     if (rows == 0) return ATOMK_OK;
     ATOMK_DISPATCH(dtype, "atomk_sample_rows",
-                   sample_rows_kernel<T><<<rows, kSampleThreads, 0, ATOMK_STREAM(stream)>>>(
+                   atomk_launch(sample_rows_kernel<T>, rows, kSampleThreads, 0, ATOMK_STREAM(stream),
                        tokens, logprobs, static_cast<const T*>(logits), params, vocab));
     ATOMK_LAUNCHED("sample_rows");
     return ATOMK_OK;
