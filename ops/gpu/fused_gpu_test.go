@@ -208,3 +208,43 @@ func TestPerfLinearSwiGLU(t *testing.T) {
 		record("%-44s %-8v %8.4f ms", "perf LinearSwiGLU down m=1 "+path.name, ops.BF16, ms)
 	}
 }
+
+// TestLinearNorm checks the projection + pre-norm pair (out, the updated residual and the
+// normed row) against the cpu backend: at m = 1 with whole vectors the skinny kernel's norm
+// epilogue, elsewhere the two kernels. Each call starts from poisoned outputs, so an epilogue
+// that did not run (its arrival counter not reset by the previous call) fails.
+func TestLinearNorm(t *testing.T) {
+	for _, dt := range testDTypes {
+		for _, swiglu := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v swiglu %v", dt, swiglu), func(t *testing.T) {
+				b, c := newGPU(t, dt), newCPU(t)
+				for _, sh := range []struct{ n, k int }{{4096, 14336}, {4096, 4096}, {136, 264}, {37, 264}, {1024, 1000}} {
+					w := weight(t, b, c, randVals(dt, sh.n*sh.k, 0.05), sh.n, sh.k)
+					nw := weight(t, b, c, randVals(dt, sh.n, 1), sh.n)
+					for _, m := range []int{1, 1, 2, 5} {
+						in := sh.k
+						if swiglu {
+							in = 2 * sh.k
+						}
+						x := activation(b, randVals(dt, m*in, 1), m, in)
+						act, out, normed := output(b, c, m, sh.k), output(b, c, m, sh.n), output(b, c, m, sh.n)
+						res := activation(b, randVals(dt, m*sh.n, 1), m, sh.n)
+						name := fmt.Sprintf("LinearNorm n=%d k=%d m=%d swiglu=%v", sh.n, sh.k, m, swiglu)
+						gn := ops.ResidualNorm{Normed: normed.g, Residual: res.g, Weight: nw.g, Eps: 1e-5}
+						cn := ops.ResidualNorm{Normed: normed.c, Residual: res.c, Weight: nw.c, Eps: 1e-5}
+						if swiglu {
+							b.LinearSwiGLUNorm(out.g, x.g, act.g, w.g, gn)
+							c.LinearSwiGLUNorm(out.c, x.c, act.c, w.c, cn)
+						} else {
+							b.LinearNorm(out.g, x.g, w.g, gn)
+							c.LinearNorm(out.c, x.c, w.c, cn)
+						}
+						compare(t, name+" out", dt, read(b, out.g), out.c.Float32())
+						compare(t, name+" residual", dt, read(b, res.g), res.c.Float32())
+						compare(t, name+" normed", dt, read(b, normed.g), normed.c.Float32())
+					}
+				}
+			})
+		}
+	}
+}
