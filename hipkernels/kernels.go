@@ -56,7 +56,7 @@ func (l *Lib) GemmResidualNorm(h Blas, s Stream, dt DType, out, x, w, act Ptr, s
 }
 
 // SetGemvMaxM sets the largest m that h's GEMMs send to the skinny kernel (0: never; negative:
-// the default, 8 or $ATOM_GO_GEMV_MAX_M).
+// the default, 1 or $ATOM_GO_GEMV_MAX_M).
 func (l *Lib) SetGemvMaxM(h Blas, maxM int) error {
 	return l.call("atomk_blas_set_gemv_max_m", func() int32 { return l.f.setGemvMaxM(uintptr(h), int32(maxM)) })
 }

@@ -166,9 +166,11 @@ int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, const void* l
 
 /* ---- skinny GEMM and fused projections ---- */
 /* atomk_gemm plus an optional bias (NULL: none): out[m,n] = x[m,k] · w[n,k]ᵀ + bias[n]. Up to a
- * threshold of m (8, or ATOM_GO_GEMV_MAX_M read once per process) 16-bit GEMMs with k % 8 == 0
- * and 16-byte aligned x and w run on a skinny kernel that streams w at close to the copy
- * bandwidth (the bias in its epilogue); others through the BLAS and atomk_add_bias. */
+ * threshold of m (1, or ATOM_GO_GEMV_MAX_M read once per process) and of n (4096), 16-bit GEMMs
+ * with k % 8 == 0 and 16-byte aligned x and w run on a skinny kernel that streams w at close to
+ * the copy bandwidth (the bias in its epilogue); others through the BLAS and atomk_add_bias.
+ * The skinny kernel may read w before the previous kernel on the stream has finished
+ * (programmatic dependent launch): w must not be that kernel's output. */
 int atomk_gemm_bias(void* handle, void* stream, int dtype, void* out, const void* x, const void* w,
                     const void* bias, int m, int n, int k);
 /* Sets this handle's skinny-kernel threshold of m (0: always the BLAS; negative: the default). */
