@@ -115,6 +115,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_PLUGIN", "", "python shim: path of the atom-plugin binary"},
 	{"ATOM_GO_HOST_SAMPLING", "", "set to sample on the host even where the backend samples on the device (A/B checks)"},
 	{"ATOM_GO_GEMV_MAX_M", "1", "gpu: largest batch whose GEMMs use atom-go's skinny kernel instead of cuBLASLt (read by libatomk)"},
+	{"ATOM_GO_PROFILE_GRAPH_LAUNCH", "", "gpu: bracket the N-th CUDA graph launch of the process with cudaProfilerStart/Stop (ncu --profile-from-start off; read by libatomk)"},
 	{"ATOM_GO_PDL", "1", "gpu: 0 launches kernels without programmatic dependent launch (Hopper and later; read by libatomk)"},
 }
 
