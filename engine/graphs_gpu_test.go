@@ -216,3 +216,42 @@ func TestEngineGraphsOnGPU(t *testing.T) {
 	fmt.Printf("engine graphs vs eager: %d/%d greedy tokens equal, %d graph steps\n", same, total, replayed)
 	require.GreaterOrEqual(t, float64(same), 0.8*float64(total))
 }
+
+// TestHostSessionGraphsOnGPU: a host session whose block size differs from the engine's gets
+// its own runner and KV cache; its decode steps replay graphs captured over that cache, and
+// its greedy tokens equal those of the same session under --enforce-eager.
+func TestHostSessionGraphsOnGPU(t *testing.T) {
+	prompts := mixedPrompts(3, 24)
+	run := func(eager bool) ([][]int32, *Runner) {
+		e := newTestEngine(t, "llama-bf16", func(c *Config) {
+			c.Device, c.EnforceEager, c.NumKVBlocks, c.MaxModelLen = "gpu", eager, 256, 256
+		})
+		h, err := e.StartHostSession(e.NumKVBlocks()/2, 2*e.Config().BlockSize)
+		require.NoError(t, err)
+		require.NotSame(t, e.runner, h.runner, "another block size gets its own runner")
+		s := newSimHost(t, h, 32)
+		reqs := make([]*simReq, len(prompts))
+		for i, p := range prompts {
+			reqs[i] = &simReq{id: fmt.Sprint("req-", i), prompt: p, params: greedy(0), want: 5 + i}
+			s.running = append(s.running, reqs[i])
+		}
+		for step := 0; len(s.running) > 0 || len(s.finished) > 0; step++ {
+			require.Less(t, step, 200)
+			s.step()
+		}
+		out := make([][]int32, len(reqs))
+		for i, r := range reqs {
+			require.Len(t, r.out, 5+i)
+			out[i] = r.out
+		}
+		return out, h.runner
+	}
+	eager, er := run(true)
+	require.Empty(t, er.GraphSizes(), "--enforce-eager captures nothing")
+	graphs, gr := run(false)
+	require.NotEmpty(t, gr.GraphSizes())
+	replayed, _ := gr.StepCounts()
+	require.Positive(t, replayed, "the host's decode steps replayed graphs")
+	require.Equal(t, eager, graphs)
+	fmt.Printf("host session with its own KV cache: %d graph steps, tokens equal to eager\n", replayed)
+}

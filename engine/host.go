@@ -132,6 +132,10 @@ func (e *Engine) startHost(numBlocks, blockSize int) (*HostSession, error) {
 		if err != nil {
 			return nil, fmt.Errorf("allocate the host's KV cache: %w", err)
 		}
+		// The host's decode steps replay graphs as the engine's would: captured over its cache.
+		if err := setupGraphs(e.cfg, r, e.maxModelLen, e.log); err != nil {
+			return nil, fmt.Errorf("capture decode graphs for the host's KV cache: %w", err)
+		}
 		h.runner = r
 	default:
 		return nil, fmt.Errorf("%w: %d KV blocks of %d tokens exceed the cache the engine was loaded with (%d blocks of %d); load with a larger --num-kv-blocks or --kv-cache-memory",
