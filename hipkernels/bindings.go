@@ -58,8 +58,6 @@ type fns struct {
 	ropeWriteKV func(dt int32, q, k, v, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
 		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
 	gemmSwiGLU func(h, s uintptr, dt int32, out, gateUp, w, act uintptr, m, n, k int32) int32
-	gemmNorm   func(h, s uintptr, dt int32, out, x, w, act uintptr, swiglu, m, n, k int32,
-		residual, normW, normed uintptr, eps float32) int32
 	// batch-1 decode fusions (rope_kv.cu, gemv.cu)
 	ropeWriteKVFused func(dt int32, qOut, qkv, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
 		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
@@ -130,7 +128,6 @@ func (f *fns) table() []binding {
 		{&f.ropeWriteKV, "atomk_rope_write_kv"},
 		{&f.ropeWriteKVFused, "atomk_rope_write_kv_fused"},
 		{&f.gemmSwiGLU, "atomk_gemm_swiglu"},
-		{&f.gemmNorm, "atomk_gemm_residual_norm"},
 		{&f.attnWorkspace, "atomk_paged_attention_workspace"},
 		{&f.pagedAttention, "atomk_paged_attention"},
 		{&f.argmaxRows, "atomk_argmax_rows"},

@@ -39,22 +39,6 @@ func (l *Lib) GemmSwiGLU(h Blas, s Stream, dt DType, out, gateUp, w, act Ptr, m,
 	})
 }
 
-// GemmResidualNorm queues a sublayer's output projection and the next sublayer's pre-norm:
-// out[m,n] = x · w[n,k]ᵀ (swiglu: as GemmSwiGLU, x = gate|up [m, 2k], act as there), then
-// residual += out and normed = RMSNorm(residual)·normW. One kernel at m = 1 on the skinny path.
-// Calls on one Blas handle must use one stream.
-func (l *Lib) GemmResidualNorm(h Blas, s Stream, dt DType, out, x, w, act Ptr, swiglu bool, m, n, k int,
-	residual, normW, normed Ptr, eps float32) error {
-	sw := int32(0)
-	if swiglu {
-		sw = 1
-	}
-	return l.call("atomk_gemm_residual_norm", func() int32 {
-		return l.f.gemmNorm(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(x), uintptr(w), uintptr(act), sw,
-			int32(m), int32(n), int32(k), uintptr(residual), uintptr(normW), uintptr(normed), eps)
-	})
-}
-
 // SetGemvMaxM sets the largest m that h's GEMMs send to the skinny kernel (0: never; negative:
 // the default, 1 or $ATOM_GO_GEMV_MAX_M).
 func (l *Lib) SetGemvMaxM(h Blas, maxM int) error {

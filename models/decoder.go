@@ -175,26 +175,18 @@ func (d *decoder) NewKVCache(numBlocks, blockSize int) (ops.KVCache, error) {
 func (d *decoder) SetLayerHook(fn func(int, []float32, int)) { d.hook = fn }
 
 // Forward runs every layer. The residual stream lives in res; x carries each sublayer's output,
-// which the next RMSNorm adds into res (the fused residual add). Without tensor parallelism
-// (no all-reduce in between) and without a layer hook, each output projection carries the
-// following norm (LinearNorm, LinearSwiGLUNorm): at batch 1 the gpu backend then runs the two
-// as one kernel.
+// which the next RMSNorm adds into res (the fused residual add).
 func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) ops.Tensor {
 	be, n, eps := d.be, len(ids), float32(d.cfg.RMSNormEps)
 	x, res, q, k, v, ao := be.View(d.x, n), be.View(d.res, n), be.View(d.q, n), be.View(d.k, n), be.View(d.v, n), be.View(d.ao, n)
 	qkv, gateUp, act, hn := be.View(d.qkv, n), be.View(d.gateUp, n), be.View(d.act, n), be.View(d.hidden, n)
-	fused := d.shard.group == nil && d.hook == nil
-	norm := func(w ops.Tensor) ops.ResidualNorm {
-		return ops.ResidualNorm{Normed: hn, Residual: res, Weight: w, Eps: eps}
-	}
 	be.Embedding(res, d.embed, ids)
 	d.dumpLayer(0, res, nil)
 	for i := range d.layers {
 		l := &d.layers[i]
-		switch {
-		case i == 0:
+		if i == 0 {
 			be.RMSNorm(hn, res, nil, l.inNorm, eps)
-		case !fused: // fused: the previous layer's down projection left hn normalised
+		} else {
 			be.RMSNorm(hn, x, res, l.inNorm, eps)
 		}
 		be.Linear(qkv, hn, l.qkv, l.qkvBias)
@@ -207,29 +199,15 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 			be.RopeWriteKVFused(q, qkv, d.rope, cache, i, meta)
 		}
 		be.Attention(ao, q, cache, i, meta, d.attn)
-		if fused {
-			be.LinearNorm(x, ao, l.o, norm(l.postNorm))
-		} else {
-			be.Linear(x, ao, l.o, nil)
-			d.allReduce(x)
-			be.RMSNorm(hn, x, res, l.postNorm, eps)
-		}
+		be.Linear(x, ao, l.o, nil)
+		d.allReduce(x)
+		be.RMSNorm(hn, x, res, l.postNorm, eps)
 		be.Linear(gateUp, hn, l.gateUp, nil)
-		if fused {
-			next := d.norm
-			if i+1 < len(d.layers) {
-				next = d.layers[i+1].inNorm
-			}
-			be.LinearSwiGLUNorm(x, gateUp, act, l.down, norm(next))
-			continue
-		}
 		be.LinearSwiGLU(x, gateUp, act, l.down)
 		d.allReduce(x)
 		d.dumpLayer(i+1, res, x)
 	}
-	if !fused {
-		be.RMSNorm(hn, x, res, d.norm, eps)
-	}
+	be.RMSNorm(hn, x, res, d.norm, eps)
 	return hn
 }
 

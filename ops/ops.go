@@ -90,12 +90,6 @@ type Backend interface {
 	// SiluMulFused then Linear, which a backend may fuse. act [rows, c] is scratch the backend
 	// may write the activation to.
 	LinearSwiGLU(out, gateUp, act, w Tensor)
-	// LinearNorm is Linear(out, x, w, nil) followed by next's pre-norm,
-	// RMSNorm(next.Normed, out, next.Residual, next.Weight, next.Eps): a sublayer's output
-	// projection and the following norm, which a backend may fuse.
-	LinearNorm(out, x, w Tensor, next ResidualNorm)
-	// LinearSwiGLUNorm is LinearSwiGLU(out, gateUp, act, w) followed by next's pre-norm.
-	LinearSwiGLUNorm(out, gateUp, act, w Tensor, next ResidualNorm)
 	// SplitCols copies consecutive column ranges of each row of src into dst[0], dst[1], ... in
 	// order (the outputs of the fused q|k|v projection); the widths of dst add up to src's and
 	// each dst has at least src's rows. Backends support two or three parts.
@@ -116,13 +110,6 @@ type Backend interface {
 	ReadRows(t Tensor, dst []float32)
 	// WriteRows copies host float32 values into the first len(src) elements of t.
 	WriteRows(t Tensor, src []float32)
-}
-
-// ResidualNorm is the pre-norm step that follows a sublayer's output projection x: Residual +=
-// x, then Normed = RMSNorm(Residual)·Weight (see Backend.RMSNorm).
-type ResidualNorm struct {
-	Normed, Residual, Weight Tensor
-	Eps                      float32
 }
 
 // Group is a tensor-parallel group of ranks, each with its own backend. AllReduce replaces t

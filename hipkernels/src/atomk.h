@@ -218,15 +218,6 @@ int atomk_rope_write_kv_fused(int dtype, void* q_out, const void* qkv, void* k_c
  * act is not touched; otherwise act [m, k] receives silu(gate)*up and the GEMM reads it. */
 int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const void* gate_up, const void* w,
                       void* act, int m, int n, int k);
-/* A sublayer's output projection followed by the next sublayer's pre-norm: out[m,n] = x · w[n,k]ᵀ
- * (swiglu != 0: as atomk_gemm_swiglu, x = gate_up [m, 2k], act as there), then residual += out
- * and normed = RMSNorm(residual)·norm_w, as atomk_rms_norm(dtype, normed, out, residual, norm_w,
- * m, n, eps). Where the skinny kernel serves m = 1 (and n % 8 == 0, every operand 16-byte
- * aligned) the norm runs in its epilogue: one kernel. Calls on one handle must be queued on one
- * stream (the epilogue keeps a counter in the handle). */
-int atomk_gemm_residual_norm(void* handle, void* stream, int dtype, void* out, const void* x, const void* w,
-                             void* act, int swiglu, int m, int n, int k, void* residual, const void* norm_w,
-                             void* normed, float eps);
 
 #ifdef __cplusplus
 }

@@ -84,11 +84,6 @@
 int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const void* w, const void* bias, int m,
                       int n, int k, int swiglu);
 
-// The same at m = 1 with the norm epilogue of atomk_gemm_residual_norm (arrived: a counter at 0).
-int atomk_gemv_norm_launch(void* stream, int dtype, void* out, const void* x, const void* w, int n, int k,
-                           int swiglu, void* residual, const void* norm_w, void* normed, float eps,
-                           unsigned* arrived);
-
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
@@ -128,7 +123,6 @@ struct Blas {
     std::unordered_map<uint64_t, Plan> plans;
     int gemv_max_m = 0;
     bool gemv_forced = false;  // set by atomk_blas_set_gemv_max_m: the width limit is off too
-    unsigned* arrived = nullptr;  // the skinny kernel's norm epilogue counter (device, zero)
 };
 
 // Whether the skinny kernel serves this GEMM: a small m of a 16-bit dtype, whole 16-byte chunks
@@ -210,16 +204,6 @@ int atomk_blas_create(void** handle) {
         delete h;
         return atomk_fail(ATOMK_ERR_RUNTIME, "blas workspace of %zu bytes: %s", kWorkspaceBytes, gpuGetErrorString(e));
     }
-    e = gpuMalloc((void**)&h->arrived, sizeof(unsigned));
-    if (e == gpuSuccess) e = gpuMemsetAsync(h->arrived, 0, sizeof(unsigned), nullptr);
-    if (e == gpuSuccess) e = gpuDeviceSynchronize();
-    if (e != gpuSuccess) {
-        gpuFree(h->arrived);
-        gpuFree(h->workspace);
-        LtDestroy(h->lt);
-        delete h;
-        return atomk_fail(ATOMK_ERR_RUNTIME, "blas epilogue counter: %s", gpuGetErrorString(e));
-    }
     *handle = h;
     return ATOMK_OK;
 }
@@ -228,7 +212,6 @@ int atomk_blas_destroy(void* handle) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h) return ATOMK_OK;
     for (auto& kv : h->plans) destroy_plan(kv.second);
-    gpuFree(h->arrived);
     gpuFree(h->workspace);
     LtDestroy(h->lt);
     delete h;
@@ -288,28 +271,6 @@ int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const vo
     int st = atomk_silu_mul_fused(dtype, act, gate_up, m, k, stream);
     if (st != ATOMK_OK) return st;
     return atomk_gemm_bias(handle, stream, dtype, out, act, w, nullptr, m, n, k);
-}
-
-// One kernel where the skinny kernel serves m = 1 and the norm's operands are whole aligned
-// vectors; otherwise the projection and atomk_rms_norm one after the other.
-int atomk_gemm_residual_norm(void* handle, void* stream, int dtype, void* out, const void* x, const void* w, void* act,
-                             int swiglu, int m, int n, int k, void* residual, const void* norm_w, void* normed,
-                             float eps) {
-    Blas* h = static_cast<Blas*>(handle);
-    if (!h) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual_norm: null handle");
-    if (!out || !x || !w || !residual || !norm_w || !normed)
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual_norm: null operand");
-    if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual_norm: shape m=%d n=%d k=%d outside (0, 2^20)", m,
-                          n, k);
-    const bool aligned = (((uintptr_t)out | (uintptr_t)residual | (uintptr_t)norm_w | (uintptr_t)normed) % 16) == 0;
-    if (m == 1 && n % 8 == 0 && aligned && use_gemv(h, dtype, m, n, k, x, w))
-        return atomk_gemv_norm_launch(stream, dtype, out, x, w, n, k, swiglu, residual, norm_w, normed, eps,
-                                      h->arrived);
-    int st = swiglu ? atomk_gemm_swiglu(handle, stream, dtype, out, x, w, act, m, n, k)
-                    : atomk_gemm_bias(handle, stream, dtype, out, x, w, nullptr, m, n, k);
-    if (st != ATOMK_OK) return st;
-    return atomk_rms_norm(dtype, normed, out, residual, norm_w, m, n, eps, stream);
 }
 
 }  // extern "C"

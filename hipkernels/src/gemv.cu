@@ -61,17 +61,6 @@ __device__ __forceinline__ uint4 load_cached(const uint4* p) {
 #endif
 }
 
-// A load that sees another block's writes of this kernel (after a fence): around L1.
-__device__ __forceinline__ uint4 load_coherent(const uint4* p) {
-#if defined(ATOMK_CUDA)
-    return __ldcg(p);
-#else
-    const unsigned* u = reinterpret_cast<const unsigned*>(p);
-    return make_uint4(__atomic_load_n(u, __ATOMIC_RELAXED), __atomic_load_n(u + 1, __ATOMIC_RELAXED),
-                      __atomic_load_n(u + 2, __ATOMIC_RELAXED), __atomic_load_n(u + 3, __ATOMIC_RELAXED));
-#endif
-}
-
 // Two packed 16-bit values to floats (the low half is the element at the lower address).
 template <typename T> __device__ __forceinline__ float2 unpack2(uint32_t u);
 template <> __device__ __forceinline__ float2 unpack2<atomk_bf16>(uint32_t u) {
@@ -134,71 +123,12 @@ __device__ __forceinline__ void prefetch_step(const uint4* const (&wrow)[R], int
 #endif
 }
 
-// The pre-norm step that may follow a projection at m = 1 (E = true): residual += out, then
-// normed = RMSNorm(residual)·weight, in T exactly as atomk_rms_norm rounds. arrived is a
-// counter at zero between launches.
-template <typename T> struct NormEpilogue {
-    T* residual;
-    const T* weight;
-    T* normed;
-    unsigned* arrived;
-    float eps;
-};
-
-// Run by every block after writing its outputs: the last block to arrive reads the whole out
-// row (written by all blocks; the fences order each block's writes before its arrival and the
-// last block's reads after it, and the reads go around L1) and does the norm for the next
-// sublayer, which saves that kernel's launch and its round trip. n % 8 == 0, 16-byte aligned.
-template <typename T>
-__device__ __forceinline__ void norm_epilogue(const T* out, int n, const NormEpilogue<T>& ep) {
-    __shared__ bool last;
-    __shared__ float scratch[1024 / ATOMK_WARP_SIZE];
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ep.arrived, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int n8 = n / 8;
-    const uint4* o4 = reinterpret_cast<const uint4*>(out);
-    uint4* r4 = reinterpret_cast<uint4*>(ep.residual);
-    float ss = 0.f;
-    for (int c = threadIdx.x; c < n8; c += blockDim.x) {
-        const uint4 ov = load_coherent(o4 + c);
-        uint4 rv = load_coherent(r4 + c);
-        const T* oe = reinterpret_cast<const T*>(&ov);
-        T* re = reinterpret_cast<T*>(&rv);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            re[j] = atomk_from_float<T>(atomk_to_float(re[j]) + atomk_to_float(oe[j]));
-            const float f = atomk_to_float(re[j]);
-            ss += f * f;
-        }
-        r4[c] = rv;
-    }
-    const float inv = rsqrtf(atomk_block_sum(ss, scratch) / (float)n + ep.eps);
-    const uint4* w4 = reinterpret_cast<const uint4*>(ep.weight);
-    uint4* h4 = reinterpret_cast<uint4*>(ep.normed);
-    for (int c = threadIdx.x; c < n8; c += blockDim.x) {  // each thread re-reads what it wrote
-        const uint4 rv = r4[c], wv = w4[c];
-        const T* re = reinterpret_cast<const T*>(&rv);
-        const T* we = reinterpret_cast<const T*>(&wv);
-        uint4 hv;
-        T* he = reinterpret_cast<T*>(&hv);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) he[j] = atomk_from_float<T>(atomk_to_float(re[j]) * inv * atomk_to_float(we[j]));
-        h4[c] = hv;
-    }
-    if (threadIdx.x == 0) *ep.arrived = 0;  // ready for the next launch
-}
-
 // One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
 // out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row.
-template <typename T, int M, bool G, bool E>
+template <typename T, int M, bool G>
 __global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
-                                                        int n, int k8, int kw, NormEpilogue<T> ep) {
-    static_assert(!E || M == 1, "the norm epilogue is for one row");
+                                                        int n, int k8, int kw) {
     constexpr int R = Tile<M>::R, U = Tile<M>::U;
     __shared__ float partial[kWarps][M * R];
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
@@ -269,19 +199,17 @@ __global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* 
                         for (int s = 1; s < kw; ++s) acc[i][r] += partial[warp + s][i * R + r];
         }
     }
-    if (slice == 0) {
+    if (slice != 0) return;
 #pragma unroll
-        for (int i = 0; i < M; ++i)
+    for (int i = 0; i < M; ++i)
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                const int row = row0 + r;
-                if (lane == (i * R + r) % ATOMK_WARP_SIZE && row < n) {
-                    const float b = bias ? atomk_to_float(bias[row]) : 0.f;
-                    out[(size_t)i * n + row] = atomk_from_float<T>(acc[i][r] + b);
-                }
+        for (int r = 0; r < R; ++r) {
+            const int row = row0 + r;
+            if (lane == (i * R + r) % ATOMK_WARP_SIZE && row < n) {
+                const float b = bias ? atomk_to_float(bias[row]) : 0.f;
+                out[(size_t)i * n + row] = atomk_from_float<T>(acc[i][r] + b);
             }
-    }
-    if constexpr (E) norm_epilogue<T>(out, n, ep);
+        }
 }
 
 // Warps per row group: the fewest (1, 2, 4 ... kWarps) that give the grid kTargetWarps warps,
@@ -292,12 +220,12 @@ int warps_per_group(int groups, int k8) {
     return kw;
 }
 
-template <typename T, int M, bool G, bool E = false>
-int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s, NormEpilogue<T> ep = {}) {
+template <typename T, int M, bool G>
+int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s) {
     const int k8 = k / 8, groups = (n + Tile<M>::R - 1) / Tile<M>::R;
     const int kw = warps_per_group(groups, k8), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    atomk_launch(gemv_kernel<T, M, G, E>, blocks, kThreads, 0, s, out, x, w, bias, n, k8, kw, ep);
+    atomk_launch(gemv_kernel<T, M, G>, blocks, kThreads, 0, s, out, x, w, bias, n, k8, kw);
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
 }
@@ -341,28 +269,6 @@ int launch_slice(void* out, const void* x, const void* w, const void* bias, int 
 }
 
 }  // namespace
-
-// atomk_gemv_norm_launch queues the skinny kernel at m = 1 with the norm epilogue (see
-// atomk_gemm_residual_norm). Internal, like atomk_gemv_launch; its caller has also checked
-// n % 8 == 0 and the 16-byte alignment of out, residual, norm_w and normed.
-int atomk_gemv_norm_launch(void* stream, int dtype, void* out, const void* x, const void* w, int n, int k,
-                           int swiglu, void* residual, const void* norm_w, void* normed, float eps,
-                           unsigned* arrived) {
-    gpuStream_t s = ATOMK_STREAM(stream);
-#define ATOMK_GEMV_NORM(T)                                                                                  \
-    {                                                                                                     \
-        const NormEpilogue<T> ep{static_cast<T*>(residual), static_cast<const T*>(norm_w), static_cast<T*>(normed), \
-                                 arrived, eps};                                                           \
-        T* o = static_cast<T*>(out);                                                                      \
-        const T *xs = static_cast<const T*>(x), *ws = static_cast<const T*>(w);                           \
-        return swiglu ? launch<T, 1, true, true>(o, xs, ws, nullptr, n, k, s, ep)                         \
-                      : launch<T, 1, false, true>(o, xs, ws, nullptr, n, k, s, ep);                       \
-    }
-    if (dtype == ATOMK_BF16) ATOMK_GEMV_NORM(atomk_bf16)
-    if (dtype == ATOMK_F16) ATOMK_GEMV_NORM(atomk_f16)
-#undef ATOMK_GEMV_NORM
-    return atomk_fail(ATOMK_ERR_UNSUPPORTED, "gemv norm: dtype %d", dtype);
-}
 
 // atomk_gemv_launch queues out = x·wᵀ (+ bias) with the skinny kernel; with swiglu, x is the
 // fused gate|up output [m, 2k] and the GEMM's input is silu(gate)·up. Internal (declared in

@@ -152,18 +152,6 @@ func (b *Backend) LinearSwiGLU(out, gateUp, act, w ops.Tensor) {
 	b.Linear(out, act, w, nil)
 }
 
-// LinearNorm is Linear, then the pre-norm of next.
-func (b *Backend) LinearNorm(out, x, w ops.Tensor, next ops.ResidualNorm) {
-	b.Linear(out, x, w, nil)
-	b.RMSNorm(next.Normed, out, next.Residual, next.Weight, next.Eps)
-}
-
-// LinearSwiGLUNorm is LinearSwiGLU, then the pre-norm of next.
-func (b *Backend) LinearSwiGLUNorm(out, gateUp, act, w ops.Tensor, next ops.ResidualNorm) {
-	b.LinearSwiGLU(out, gateUp, act, w)
-	b.RMSNorm(next.Normed, out, next.Residual, next.Weight, next.Eps)
-}
-
 // SplitCols copies consecutive column ranges of each row of src into the dst tensors.
 func (b *Backend) SplitCols(src ops.Tensor, dst ...ops.Tensor) {
 	s := src.(*Tensor)

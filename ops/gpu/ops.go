@@ -124,43 +124,6 @@ func (b *Backend) LinearSwiGLU(out, gateUp, act, w ops.Tensor) {
 	b.must("LinearSwiGLU", b.lib.GemmSwiGLU(b.blas, b.stream, b.kdt, o.ptr, gu.ptr, wt.ptr, at.ptr, m, n, k))
 }
 
-// LinearNorm is Linear then next's pre-norm: one skinny kernel with the norm in its epilogue
-// at batch 1, else the GEMM and the RMSNorm kernel.
-func (b *Backend) LinearNorm(out, x, w ops.Tensor, next ops.ResidualNorm) {
-	o, xt, wt := out.(*Tensor), x.(*Tensor), w.(*Tensor)
-	m, k, n := xt.rows(), xt.cols(), wt.rows()
-	if len(wt.shape) != 2 || wt.cols() != k || o.cols() != n || o.rows() < m {
-		shapeErr("LinearNorm", "out %v = x %v · w %vᵀ", o.shape, xt.shape, wt.shape)
-	}
-	b.linearNorm("LinearNorm", o, xt, wt, nil, false, m, n, k, next)
-}
-
-// LinearSwiGLUNorm is LinearSwiGLU then next's pre-norm, fused like LinearNorm at batch 1.
-func (b *Backend) LinearSwiGLUNorm(out, gateUp, act, w ops.Tensor, next ops.ResidualNorm) {
-	o, gu, at, wt := out.(*Tensor), gateUp.(*Tensor), act.(*Tensor), w.(*Tensor)
-	m, k, n := gu.rows(), wt.cols(), wt.rows()
-	if len(wt.shape) != 2 || gu.cols() != 2*k || at.cols() != k || at.rows() < m || o.cols() != n || o.rows() < m {
-		shapeErr("LinearSwiGLUNorm", "out %v = silu·up of %v (act %v) · w %vᵀ", o.shape, gu.shape, at.shape, wt.shape)
-	}
-	b.linearNorm("LinearSwiGLUNorm", o, gu, wt, at, true, m, n, k, next)
-}
-
-func (b *Backend) linearNorm(op string, o, x, w, act *Tensor, swiglu bool, m, n, k int, next ops.ResidualNorm) {
-	h, r, nw := next.Normed.(*Tensor), next.Residual.(*Tensor), next.Weight.(*Tensor)
-	if h.cols() != n || h.rows() < m || r.cols() != n || r.rows() < m || nw.elems() != n {
-		shapeErr(op, "normed %v, residual %v, weight %v for out %v", h.shape, r.shape, nw.shape, o.shape)
-	}
-	if m == 0 {
-		return
-	}
-	var ap hipkernels.Ptr
-	if act != nil {
-		ap = act.ptr
-	}
-	b.must(op, b.lib.GemmResidualNorm(b.blas, b.stream, b.kdt, o.ptr, x.ptr, w.ptr, ap, swiglu, m, n, k,
-		r.ptr, nw.ptr, h.ptr, next.Eps))
-}
-
 // SiluMul writes out = silu(gate) * up.
 func (b *Backend) SiluMul(out, gate, up ops.Tensor) {
 	o, g, u := out.(*Tensor), gate.(*Tensor), up.(*Tensor)
