@@ -229,16 +229,7 @@ func TestHostSessionGraphsOnGPU(t *testing.T) {
 		h, err := e.StartHostSession(e.NumKVBlocks()/2, 2*e.Config().BlockSize)
 		require.NoError(t, err)
 		require.NotSame(t, e.runner, h.runner, "another block size gets its own runner")
-		s := newSimHost(t, h, 32)
-		reqs := make([]*simReq, len(prompts))
-		for i, p := range prompts {
-			reqs[i] = &simReq{id: fmt.Sprint("req-", i), prompt: p, params: greedy(0), want: 5 + i}
-			s.running = append(s.running, reqs[i])
-		}
-		for step := 0; len(s.running) > 0 || len(s.finished) > 0; step++ {
-			require.Less(t, step, 200)
-			s.step()
-		}
+		reqs := runGreedySim(t, h, prompts)
 		out := make([][]int32, len(reqs))
 		for i, r := range reqs {
 			require.Len(t, r.out, 5+i)

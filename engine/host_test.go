@@ -104,6 +104,22 @@ func (s *simHost) step() {
 	s.running = still
 }
 
+// runGreedySim runs prompt i as a greedy request of 5+i tokens through a simulated host on h
+// until every request has finished.
+func runGreedySim(t *testing.T, h *HostSession, prompts [][]int32) []*simReq {
+	s := newSimHost(t, h, 32)
+	reqs := make([]*simReq, len(prompts))
+	for i, p := range prompts {
+		reqs[i] = &simReq{id: fmt.Sprint("req-", i), prompt: p, params: greedy(0), want: 5 + i}
+		s.running = append(s.running, reqs[i])
+	}
+	for step := 0; len(s.running) > 0 || len(s.finished) > 0; step++ {
+		require.Less(t, step, 200)
+		s.step()
+	}
+	return reqs
+}
+
 func newHostSession(t *testing.T, e *Engine) *HostSession {
 	h, err := e.StartHostSession(e.NumKVBlocks(), e.Config().BlockSize)
 	require.NoError(t, err)

@@ -119,16 +119,7 @@ func TestHostSessionDeviceSampling(t *testing.T) {
 	}
 	e := newTestEngine(t, "llama-bf16", nil)
 	f := withFakeSampler(t, e)
-	s := newSimHost(t, newHostSession(t, e), 32)
-	reqs := make([]*simReq, len(prompts))
-	for i, p := range prompts {
-		reqs[i] = &simReq{id: fmt.Sprint("req-", i), prompt: p, params: greedy(0), want: 5 + i}
-		s.running = append(s.running, reqs[i])
-	}
-	for step := 0; len(s.running) > 0 || len(s.finished) > 0; step++ {
-		require.Less(t, step, 200)
-		s.step()
-	}
+	reqs := runGreedySim(t, newHostSession(t, e), prompts)
 	for i, r := range reqs {
 		require.Equal(t, want[i], r.out, "request %d", i)
 	}
