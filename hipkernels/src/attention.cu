@@ -249,7 +249,7 @@ int launch_portable(const AttnLaunch& L, T* out, const T* q, const T* kc, const 
     // Shared memory per unit of G: warps' acc (head_dim floats) plus their m and l.
     const size_t smem = (size_t)kWarps * (L.head_dim + 2) * sizeof(float);
 #define ATOMK_ATTN(G)                                                                                          \
-    atomk_launch(paged_attention_kernel<T, DPL, G>, L.grid, kWarps * ATOMK_WARP_SIZE, smem * G, L.stream,                 \
+    atomk_launch(paged_attention_kernel<T, DPL, G>, L.grid, kWarps * ATOMK_WARP_SIZE, smem * G, L.stream, \
         out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,            \
         L.num_kv_heads, L.hpb, L.head_dim, L.block_size, L.scale, L.partition)
     if (L.hpb == 1) ATOMK_ATTN(1);
@@ -277,7 +277,7 @@ int launch_decode(const AttnLaunch& L, T* out, const T* q, const T* kc, const T*
     if constexpr (sizeof(T) == 2) {
         if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % 16 != 0) return ATOMK_ERR_UNSUPPORTED;
 #define ATOMK_DECODE(D)                                                                                       \
-    atomk_launch(decode_attention_kernel<T, D>, L.grid, kWarps * 32, 0, L.stream,                                       \
+    atomk_launch(decode_attention_kernel<T, D>, L.grid, kWarps * 32, 0, L.stream, \
         out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,          \
         L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition)
         if (L.head_dim == 64) ATOMK_DECODE(64);

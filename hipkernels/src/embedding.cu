@@ -31,8 +31,8 @@ template <typename U>
 static int launch_gather(void* out, const void* src, const int32_t* rows, int n, size_t row_bytes, int src_rows,
                          gpuStream_t s) {
     const int units = (int)(row_bytes / sizeof(U));
-    atomk_launch(gather_rows_kernel<U>, n, atomk_row_threads(units), 0, s, static_cast<U*>(out), static_cast<const U*>(src),
-                                                                  rows, units, src_rows);
+    atomk_launch(gather_rows_kernel<U>, n, atomk_row_threads(units), 0, s, static_cast<U*>(out),
+                 static_cast<const U*>(src), rows, units, src_rows);
     ATOMK_LAUNCHED("gather_rows");
     return ATOMK_OK;
 }
