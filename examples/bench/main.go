@@ -44,6 +44,7 @@ type options struct {
 	conc                           []int
 	memUtil                        float64
 	report, skipForward, eager     bool
+	skipEngine                     bool
 	verbose                        bool
 }
 
@@ -70,6 +71,7 @@ func run(args []string) error {
 	concs := fs.String("concurrency", "1,16,64,256", "concurrent requests of the throughput runs")
 	fs.BoolVar(&o.report, "report", false, "only merge --out and --hf-json and print the table")
 	fs.BoolVar(&o.skipForward, "skip-forward", false, "skip the runner-only timings")
+	fs.BoolVar(&o.skipEngine, "skip-engine", false, "skip the engine workloads (runner-only timings)")
 	fs.BoolVar(&o.eager, "enforce-eager", false, "engine without CUDA graphs")
 	fs.BoolVar(&o.verbose, "v", false, "engine logs at info level")
 	if err := fs.Parse(args); err != nil {
@@ -125,6 +127,9 @@ func measure(o options) (*Result, error) {
 			return res, fmt.Errorf("runner phase: %w", err)
 		}
 		checkpoint(res)
+	}
+	if o.skipEngine {
+		return res, nil
 	}
 	logf("engine phase")
 	if err := measureEngine(o, res, x); err != nil {
