@@ -33,6 +33,7 @@ typedef __hip_bfloat16 atomk_bf16;
 #define gpuDeviceSynchronize hipDeviceSynchronize
 #define gpuDeviceGetAttribute hipDeviceGetAttribute
 #define gpuDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+#define gpuOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 #define gpuMemGetInfo hipMemGetInfo
 #define gpuMalloc hipMalloc
 #define gpuFree hipFree
@@ -92,6 +93,7 @@ typedef __nv_bfloat16 atomk_bf16;
 #define gpuDeviceSynchronize cudaDeviceSynchronize
 #define gpuDeviceGetAttribute cudaDeviceGetAttribute
 #define gpuDevAttrMultiProcessorCount cudaDevAttrMultiProcessorCount
+#define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
 #define gpuMemGetInfo cudaMemGetInfo
 #define gpuMalloc cudaMalloc
 #define gpuFree cudaFree
@@ -136,21 +138,42 @@ template <> __device__ __forceinline__ atomk_bf16 atomk_from_float<atomk_bf16>(f
 
 // Programmatic dependent launch (Hopper and later, CUDA only). A kernel launched with
 // atomk_launch may start while its predecessor in the stream is still running, so every kernel
-// begins with ATOMK_PDL_ENTER: wait until the predecessor grid has finished and its writes are
-// visible, then let the successor's blocks be scheduled. Waiting before anything is read or
-// written keeps every read-after-write and write-after-read order of plain stream semantics;
-// what is gained is the successor's launch and block scheduling, hidden behind this kernel.
-// Waiting first also bounds the overlap to two grids. Without PDL (HIP, older GPUs, a launch
-// without the attribute) both instructions are no-ops.
+// begins with ATOMK_PDL_ENTER: let the successor's blocks be scheduled, then wait until the
+// predecessor grid has finished and its writes are visible. Waiting before anything is read or
+// written keeps every read-after-write and write-after-read order of plain stream semantics
+// (the successor waits for this grid, which finished only after its own predecessor did).
+// Triggering before the wait lets a chain of short kernels all be resident ahead of time, so
+// the next weight stream's prefetch (below) runs under the latency-bound kernels before it:
+// same-call A/B on an H200, batch-1 step 4.91 ms against 5.06 with wait-then-trigger
+// (docs/bench-results.md, 2026-12-03). A successor launches only once every block of this grid
+// has started, so waiting blocks never keep a predecessor's blocks off the GPU.
+// -DATOMK_PDL_WAIT_FIRST restores wait-then-trigger (for measurements). Without PDL (HIP, older
+// GPUs, a launch without the attribute) both instructions are no-ops.
 // A kernel may load data no kernel writes (weights) before ATOMK_PDL_ENTER: that is the
 // overlap worth having for a weight stream.
 __device__ __forceinline__ void atomk_pdl_enter() {
 #if defined(ATOMK_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#if defined(ATOMK_PDL_WAIT_FIRST)
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#else
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 #endif
 }
 #define ATOMK_PDL_ENTER() atomk_pdl_enter()
+
+// Asks for the 128-byte line at p to be fetched into L2 (no register, no wait). Used before
+// ATOMK_PDL_ENTER on data no preceding kernel of the step writes, or writes only through L2
+// (L2 is the point of coherence, so a prefetch can never make a later load stale). HIP: no-op.
+__device__ __forceinline__ void atomk_prefetch_l2(const void* p) {
+#if defined(ATOMK_CUDA)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
 
 // Sum of v over the warp; every lane receives the total.
 __device__ __forceinline__ float atomk_warp_sum(float v) {

@@ -18,7 +18,7 @@
 
 namespace {
 
-constexpr int kMinPartition = 256;     // context positions per split, at least
+constexpr int kMinPartition = 64;      // context positions per split, at least
 constexpr int kBlocksPerSM = 4;        // split until the grid has about this many blocks per SM
 constexpr int kMergeThreads = 512;     // threads of the merge kernel's blocks
 

@@ -169,7 +169,6 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
                         const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
                         int block_size, float scale, int partition) {
-    ATOMK_PDL_ENTER();
     constexpr int KT = DecodeTiles<D>::value, STEP = 8 * KT;
     constexpr int KP = D / 32;  // 16-byte pieces of a key row per lane
     constexpr int VP = D / 64;  // 16-byte pieces of a value row per lane and position
@@ -188,6 +187,16 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
     const size_t kv_row = (size_t)num_kv_heads * D;
     // Cache slot of position p, -1 past the partition (slots fit int32: the slot mapping is int32).
     auto slot_of = [&](int p) { return p < end ? table[p / block_size] * block_size + p % block_size : -1; };
+    // The block's K and V rows go to L2 while the previous kernel (RoPE, writing this step's
+    // rows through L2) finishes: the metadata is uploaded before the step's kernels, and L2 is
+    // coherent, so nothing read after the wait can be stale.
+    for (int p = begin + threadIdx.x; p < end; p += blockDim.x) {
+        const char* kp = reinterpret_cast<const char*>(k_head + (size_t)slot_of(p) * kv_row);
+        const char* vp = reinterpret_cast<const char*>(v_head + (size_t)slot_of(p) * kv_row);
+#pragma unroll
+        for (int b = 0; b < D * (int)sizeof(T); b += 128) atomk_prefetch_l2(kp + b), atomk_prefetch_l2(vp + b);
+    }
+    ATOMK_PDL_ENTER();
 
     // Q of the group, each lane's pieces in the layout of a key row (rows g >= hpb are zero).
     // Kept in shared memory rather than registers, which go to K/V in flight.

@@ -100,14 +100,24 @@ constexpr int kGemvMaxN = 4096;
 // SiLU-and-multiply kernel runs first.
 constexpr int kGemvSwigluMaxM = 4;
 
+// A non-negative integer below 2^20 from the environment variable name, else def (read once per
+// process by each caller's static).
+int env_int(const char* name, int def) {
+    const char* e = getenv(name);
+    if (!e || !*e) return def;
+    char* end = nullptr;
+    long n = strtol(e, &end, 10);
+    return (*end == 0 && n >= 0 && n < (1 << 20)) ? (int)n : def;
+}
+
 int default_gemv_max_m() {
-    static const int v = [] {
-        const char* e = getenv("ATOM_GO_GEMV_MAX_M");
-        if (!e || !*e) return kGemvMaxM;
-        char* end = nullptr;
-        long n = strtol(e, &end, 10);
-        return (*end == 0 && n >= 0 && n < (1 << 20)) ? (int)n : kGemvMaxM;
-    }();
+    static const int v = env_int("ATOM_GO_GEMV_MAX_M", kGemvMaxM);
+    return v;
+}
+
+// The widest output the skinny kernel serves; ATOM_GO_GEMV_MAX_N overrides (for measurements).
+int default_gemv_max_n() {
+    static const int v = env_int("ATOM_GO_GEMV_MAX_N", kGemvMaxN);
     return v;
 }
 
@@ -128,7 +138,7 @@ struct Blas {
 // Whether the skinny kernel serves this GEMM: a small m of a 16-bit dtype, whole 16-byte chunks
 // per row (k % 8 == 0) and 16-byte aligned x and w (so every row start is aligned).
 bool use_gemv(const Blas* h, int dtype, int m, int n, int k, const void* x, const void* w) {
-    return m <= h->gemv_max_m && (n <= kGemvMaxN || h->gemv_forced) && (dtype == ATOMK_BF16 || dtype == ATOMK_F16) && k % 8 == 0 &&
+    return m <= h->gemv_max_m && (n <= default_gemv_max_n() || h->gemv_forced) && (dtype == ATOMK_BF16 || dtype == ATOMK_F16) && k % 8 == 0 &&
            ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
 }
 

@@ -21,7 +21,10 @@
 // saves the SiLU-and-multiply kernel and its round trip through memory at decode sizes.
 // The caller (atomk_gemm in blas.cu) guarantees k % 8 == 0 and 16-byte aligned x and w; m above
 // kMaxM is processed kMaxM rows at a time.
+#include <stdlib.h>
 #include <string.h>
+
+#include <atomic>
 
 #include "atomk_internal.h"
 
@@ -128,7 +131,7 @@ __device__ __forceinline__ void prefetch_step(const uint4* const (&wrow)[R], int
 template <typename T, int M, bool G>
 __global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
-                                                        int n, int k8, int kw) {
+                                                        int n, int k8, int kw, int prefetch) {
     constexpr int R = Tile<M>::R, U = Tile<M>::U;
     __shared__ float partial[kWarps][M * R];
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
@@ -151,7 +154,8 @@ __global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* 
     // (weights are never a kernel's output): under programmatic dependent launch the fetch
     // overlaps that kernel's tail. Only at the m the skinny kernel serves by default: the larger
     // tiles are short of registers already (the prefetch addresses made ptxas spill).
-    if constexpr (M <= 2) prefetch_step<U, R>(wrow, slice * ATOMK_WARP_SIZE + lane, stride, k8);
+    if constexpr (M <= 2)
+        for (int p = 0; p < prefetch; ++p) prefetch_step<U, R>(wrow, slice * ATOMK_WARP_SIZE + lane + p * U * stride, stride, k8);
     ATOMK_PDL_ENTER();
     for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
         // All U·R weight loads first, so they are in flight together.
@@ -212,20 +216,65 @@ __global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* 
         }
 }
 
-// Warps per row group: the fewest (1, 2, 4 ... kWarps) that give the grid kTargetWarps warps,
-// without slicing k finer than one chunk per lane.
-int warps_per_group(int groups, int k8) {
-    int kw = 1;
-    while (kw < kWarps && (long)groups * kw < kTargetWarps && (long)(2 * kw) * ATOMK_WARP_SIZE <= k8) kw *= 2;
-    return kw;
+// Blocks of one gemv_kernel instance resident on the whole device at once (its occupancy
+// times the multiprocessors), per device; 0 if the runtime cannot say.
+template <typename T, int M, bool G>
+int resident_blocks() {
+    constexpr int kDevices = 16;
+    static std::atomic<int> cache[kDevices];
+    int dev = 0;
+    if (gpuGetDevice(&dev) != gpuSuccess) return 0;
+    const int i = dev >= 0 && dev < kDevices ? dev : 0;
+    int r = cache[i].load(std::memory_order_relaxed);
+    if (r > 0) return r;
+    int per_sm = 0, sms = 0;
+    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, G>, kThreads, 0) != gpuSuccess ||
+        gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, dev) != gpuSuccess)
+        return 0;
+    r = per_sm * sms;
+    cache[i].store(r, std::memory_order_relaxed);
+    return r;
+}
+
+// Warps per row group (1, 2, 4 ... kWarps; k is never sliced finer than one chunk per lane).
+// The grid is a whole number of waves of resident blocks or close to it: a last wave a third
+// full costs as much time as a full one (measured: the 6144-wide q|k|v at 1.45 waves moved
+// 2.9 TB/s against 3.9 at 0.97). A larger kw (more, shorter warps) is taken only when it
+// fills the waves at least 5% better, since each split of k costs a reduction.
+int warps_per_group(int groups, int k8, int resident) {
+    auto fill = [&](int kw) {  // fraction of the waves' block slots the grid uses
+        const long blocks = (groups + kWarps / kw - 1) / (kWarps / kw);
+        const long waves = (blocks + resident - 1) / resident;
+        return (double)blocks / (double)(waves * resident);
+    };
+    if (resident <= 0) {  // no occupancy figure: enough warps to cover the latency
+        int kw = 1;
+        while (kw < kWarps && (long)groups * kw < kTargetWarps && (long)(2 * kw) * ATOMK_WARP_SIZE <= k8) kw *= 2;
+        return kw;
+    }
+    int best = 1;
+    for (int kw = 2; kw <= kWarps && (long)kw * ATOMK_WARP_SIZE <= k8; kw *= 2)
+        if (fill(kw) > 1.05 * fill(best)) best = kw;
+    return best;
+}
+
+// Loop steps of weights each lane fetches into L2 before waiting for the previous kernel: 1, or
+// ATOM_GO_GEMV_PREFETCH (0-64, read once; for measurements).
+int prefetch_steps() {
+    static const int v = [] {
+        const char* e = getenv("ATOM_GO_GEMV_PREFETCH");
+        const int n = e && *e ? atoi(e) : 1;
+        return n < 0 ? 0 : n > 64 ? 64 : n;
+    }();
+    return v;
 }
 
 template <typename T, int M, bool G>
 int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s) {
     const int k8 = k / 8, groups = (n + Tile<M>::R - 1) / Tile<M>::R;
-    const int kw = warps_per_group(groups, k8), per_block = kWarps / kw;
+    const int kw = warps_per_group(groups, k8, resident_blocks<T, M, G>()), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    atomk_launch(gemv_kernel<T, M, G>, blocks, kThreads, 0, s, out, x, w, bias, n, k8, kw);
+    atomk_launch(gemv_kernel<T, M, G>, blocks, kThreads, 0, s, out, x, w, bias, n, k8, kw, prefetch_steps());
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
 }

@@ -25,6 +25,9 @@ __device__ __forceinline__ float add_square(U& v, const U& add, bool sum) {
 
 template <typename T, typename U>
 __global__ void rms_norm_kernel(T* out, const T* x, T* residual, const T* w, int cols, int width, float eps) {
+    // The weights are no kernel's output: fetched into L2 while the previous kernel finishes.
+    for (int b = threadIdx.x * 128; b < width * (int)sizeof(T); b += blockDim.x * 128)
+        atomk_prefetch_l2(reinterpret_cast<const char*>(w) + b);
     ATOMK_PDL_ENTER();
     __shared__ float scratch[1024 / ATOMK_WARP_SIZE];
     constexpr int N = sizeof(U) / sizeof(T);

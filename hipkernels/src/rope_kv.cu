@@ -20,84 +20,70 @@ template <typename T> struct RopeRows {
     int64_t q_in_stride, q_out_stride, k_in_stride, k_out_stride, v_stride;
 };
 
-// One block per token t at position pos. First the block computes, into shared memory, cos and
-// sin of pos * inv_freq[i] (times attn_factor) for the rotary_dim/2 frequencies. Then each head
-// of q and k is rotated: dims i and i + rotary_dim/2 form the pair
-//   (x1, x2) -> (x1*cos - x2*sin, x2*cos + x1*sin),
-// dims at or past rotary_dim stay (and are copied when q is written elsewhere). The rotated k
-// head and the v head are copied into the caches at row slots[t] (skipped when the slot is
-// negative or past num_slots). Each thread reads the pair it writes, so in place is safe.
+// One block per (token t, head): blockIdx.y < q_heads rotates that q head; the others rotate
+// kv head y - q_heads and store it, with the v head, into the caches at row slots[t] (skipped
+// when the slot is negative or past num_slots). Rotary dims i and i + rotary_dim/2 form the pair
+//   (x1, x2) -> (x1*cos - x2*sin, x2*cos + x1*sin),  angle pos * inv_freq[i], times attn_factor,
+// dims at or past rotary_dim stay (and are copied when the head is written elsewhere). A block
+// per head rather than per token keeps a decode step's few tokens from serialising the heads'
+// load-store round trips in one block (in place, the compiler cannot overlap them). Each thread
+// reads the pair it writes, so in place is safe.
 template <typename T>
 __global__ void rope_write_kv_kernel(RopeRows<T> io, T* k_cache, T* v_cache, const int32_t* positions,
                                      const int32_t* slots, const float* inv_freq, float attn_factor, int q_heads,
                                      int kv_heads, int head_dim, int rotary_dim, int64_t num_slots) {
-    ATOMK_PDL_ENTER();
-    extern __shared__ float cs[];  // cos[half], then sin[half]
-    const int t = blockIdx.x, half = rotary_dim / 2, pass = head_dim - rotary_dim;
+    const int t = blockIdx.x, head = blockIdx.y, half = rotary_dim / 2;
+    // Positions and slots are uploaded before the step's kernels and inv_freq once: none is a
+    // kernel's output, so they are read while the previous kernel finishes.
     const float pos = (float)positions[t];
+    const int64_t slot = slots[t];
+    if (threadIdx.x * 32 < half) atomk_prefetch_l2(inv_freq + threadIdx.x * 32);
+    ATOMK_PDL_ENTER();
+    const bool is_q = head < q_heads;
+    const int off = (is_q ? head : head - q_heads) * head_dim;
+    const bool store = !is_q && slot >= 0 && slot < num_slots;
+    const int64_t kvw = (int64_t)kv_heads * head_dim;
+    const T* in = is_q ? io.q_in + t * io.q_in_stride + off : io.k_in + t * io.k_in_stride + off;
+    T* out = is_q ? io.q_out + t * io.q_out_stride + off : (io.k_out ? io.k_out + t * io.k_out_stride + off : nullptr);
+    T* kc = store ? k_cache + slot * kvw + off : nullptr;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float s, c;
         sincosf(pos * inv_freq[i], &s, &c);
-        cs[i] = c * attn_factor;
-        cs[half + i] = s * attn_factor;
-    }
-    __syncthreads();
-
-    const T* qi = io.q_in + t * io.q_in_stride;
-    T* qo = io.q_out + t * io.q_out_stride;
-    for (int j = threadIdx.x; j < q_heads * half; j += blockDim.x) {
-        const int off = (j / half) * head_dim, i = j % half;
-        const float x1 = atomk_to_float(qi[off + i]), x2 = atomk_to_float(qi[off + i + half]);
-        qo[off + i] = atomk_from_float<T>(x1 * cs[i] - x2 * cs[half + i]);
-        qo[off + i + half] = atomk_from_float<T>(x2 * cs[i] + x1 * cs[half + i]);
-    }
-    if (qo != qi) {  // uniform over the block
-        for (int j = threadIdx.x; j < q_heads * pass; j += blockDim.x) {
-            const int d = (j / pass) * head_dim + rotary_dim + j % pass;
-            qo[d] = qi[d];
+        c *= attn_factor;
+        s *= attn_factor;
+        const float x1 = atomk_to_float(in[i]), x2 = atomk_to_float(in[i + half]);
+        const T y1 = atomk_from_float<T>(x1 * c - x2 * s);
+        const T y2 = atomk_from_float<T>(x2 * c + x1 * s);
+        if (out) {
+            out[i] = y1;
+            out[i + half] = y2;
+        }
+        if (kc) {
+            kc[i] = y1;
+            kc[i + half] = y2;
         }
     }
-
-    const int kvw = kv_heads * head_dim;
-    const int64_t slot = slots[t];
-    const bool store = slot >= 0 && slot < num_slots;
-    const T* ki = io.k_in + t * io.k_in_stride;
-    T* ko = io.k_out ? io.k_out + t * io.k_out_stride : nullptr;
-    T* kc = k_cache + (store ? slot : 0) * kvw;
-    for (int j = threadIdx.x; j < kv_heads * half; j += blockDim.x) {
-        const int off = (j / half) * head_dim, i = j % half;
-        const float x1 = atomk_to_float(ki[off + i]), x2 = atomk_to_float(ki[off + i + half]);
-        const T y1 = atomk_from_float<T>(x1 * cs[i] - x2 * cs[half + i]);
-        const T y2 = atomk_from_float<T>(x2 * cs[i] + x1 * cs[half + i]);
-        if (ko) {
-            ko[off + i] = y1;
-            ko[off + i + half] = y2;
-        }
-        if (store) {
-            kc[off + i] = y1;
-            kc[off + i + half] = y2;
-        }
+    for (int d = rotary_dim + threadIdx.x; d < head_dim; d += blockDim.x) {
+        if (out && out != in) out[d] = in[d];
+        if (kc) kc[d] = in[d];
     }
     if (!store) return;
-    for (int j = threadIdx.x; j < kv_heads * pass; j += blockDim.x) {
-        const int d = (j / pass) * head_dim + rotary_dim + j % pass;
-        kc[d] = ki[d];
-    }
-    const T* vt = io.v + t * io.v_stride;
-    T* vc = v_cache + slot * kvw;
-    for (int j = threadIdx.x; j < kvw; j += blockDim.x) vc[j] = vt[j];
+    const T* vt = io.v + t * io.v_stride + off;
+    T* vc = v_cache + slot * kvw + off;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) vc[d] = vt[d];
 }
 
 namespace {
 
-// Checks the shape shared by both entry points and launches one block per token.
+// Checks the shape shared by both entry points and launches one block per (token, head).
 template <typename T>
 int launch_rope(const char* name, RopeRows<T> io, void* k_cache, void* v_cache, const int32_t* positions,
                 const int32_t* slots, const float* inv_freq, float attn_factor, int tokens, int q_heads, int kv_heads,
                 int head_dim, int rotary_dim, int64_t num_slots, void* stream) {
-    const int threads = 128;
-    const size_t smem = (size_t)rotary_dim * sizeof(float);
-    atomk_launch(rope_write_kv_kernel<T>, tokens, threads, smem, ATOMK_STREAM(stream),
+    if (q_heads + kv_heads > 65535)
+        return atomk_fail(ATOMK_ERR_INVALID, "%s: %d q + %d kv heads (at most 65535)", name, q_heads, kv_heads);
+    const int threads = atomk_row_threads(rotary_dim / 2 < 256 ? rotary_dim / 2 : 256);
+    atomk_launch(rope_write_kv_kernel<T>, dim3(tokens, q_heads + kv_heads), threads, 0, ATOMK_STREAM(stream),
         io, static_cast<T*>(k_cache), static_cast<T*>(v_cache), positions, slots, inv_freq, attn_factor, q_heads,
         kv_heads, head_dim, rotary_dim, num_slots);
     ATOMK_LAUNCHED(name);
