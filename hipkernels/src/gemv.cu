@@ -150,10 +150,10 @@ __global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* 
         for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
 
     const int stride = kw * ATOMK_WARP_SIZE;  // chunks between one lane's consecutive chunks
-    // The first step's weights are fetched into L2 before the wait for the previous kernel
-    // (weights are never a kernel's output): under programmatic dependent launch the fetch
-    // overlaps that kernel's tail. Only at the m the skinny kernel serves by default: the larger
-    // tiles are short of registers already (the prefetch addresses made ptxas spill).
+    // The first `prefetch` steps' weights may be fetched into L2 before the wait for the
+    // previous kernel (weights are never a kernel's output); off by default (prefetch_steps).
+    // Only at the m the skinny kernel serves by default: the larger tiles are short of
+    // registers already (the prefetch addresses made ptxas spill).
     if constexpr (M <= 2)
         for (int p = 0; p < prefetch; ++p) prefetch_step<U, R>(wrow, slice * ATOMK_WARP_SIZE + lane + p * U * stride, stride, k8);
     ATOMK_PDL_ENTER();
@@ -258,12 +258,15 @@ int warps_per_group(int groups, int k8, int resident) {
     return best;
 }
 
-// Loop steps of weights each lane fetches into L2 before waiting for the previous kernel: 1, or
-// ATOM_GO_GEMV_PREFETCH (0-64, read once; for measurements).
+// Loop steps of weights each lane fetches into L2 before waiting for the previous kernel: 0, or
+// ATOM_GO_GEMV_PREFETCH (0-64, read once; for measurements). With the trigger before the wait
+// (atomk_pdl_enter) the next kernels are resident early and a prefetch competes with the
+// running GEMV's stream: same-call runner step at batch 1, 4.74 ms with none, 4.95 with one
+// step, 4.89 with four (H200, 4635e81).
 int prefetch_steps() {
     static const int v = [] {
         const char* e = getenv("ATOM_GO_GEMV_PREFETCH");
-        const int n = e && *e ? atoi(e) : 1;
+        const int n = e && *e ? atoi(e) : 0;
         return n < 0 ? 0 : n > 64 ? 64 : n;
     }();
     return v;
