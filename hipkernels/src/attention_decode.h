@@ -164,12 +164,40 @@ __device__ __forceinline__ uint4 lds16(const uint4* p) {
 // flight, but a 64 x 2048 decode (512 blocks) would no longer fit in one wave of 132 SMs.
 template <int D> struct DecodeTiles { static constexpr int value = D <= 64 ? 4 : 1; };
 
+// Fetches the K and V rows of one cache slot (one head's D values each) into L2.
+template <typename T, int D>
+__device__ __forceinline__ void prefetch_kv_row(const T* k_head, const T* v_head, size_t kv_row, int slot) {
+    const char* kp = reinterpret_cast<const char*>(k_head + (size_t)slot * kv_row);
+    const char* vp = reinterpret_cast<const char*>(v_head + (size_t)slot * kv_row);
+#pragma unroll
+    for (int b = 0; b < D * (int)sizeof(T); b += 128) atomk_prefetch_l2(kp + b), atomk_prefetch_l2(vp + b);
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kWarps * 32, D >= 256 ? 2 : 4)
 decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, const T* q, const T* k_cache,
                         const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
                         int block_size, float scale, int partition) {
+    // With split contexts (small decode batches) the block's first K and V rows go to L2 while
+    // the previous kernel (RoPE, writing this step's rows through L2) finishes: the metadata is
+    // uploaded before the step's kernels, and L2 is coherent, so nothing read after the wait can
+    // be stale. Only then, and only the first kPrefetchPositions: at batch 64-256 (one split,
+    // whole contexts per block) prefetching everything doubled the KV traffic (runner step at
+    // batch 256: 27.7 ms against 22.8, 2026-12-03). Everything is computed again after the
+    // wait: values kept across it made ptxas spill in the main loop.
+    if (gridDim.z > 1 && threadIdx.x < kPrefetchPositions) {
+        int b, e;
+        split_range(positions[blockIdx.x] + 1, blockIdx.z, gridDim.z, partition, 8 * DecodeTiles<D>::value * kWarps, &b, &e);
+        const int p = b + threadIdx.x;
+        if (p < e) {
+            const int32_t* tb = block_tables + (size_t)token_seq[blockIdx.x] * bt_stride;
+            const size_t kvh = (size_t)(blockIdx.y * hpb / (num_heads / num_kv_heads));
+            prefetch_kv_row<T, D>(k_cache + kvh * D, v_cache + kvh * D, (size_t)num_kv_heads * D,
+                                  tb[p / block_size] * block_size + p % block_size);
+        }
+    }
+    ATOMK_PDL_ENTER();
     constexpr int KT = DecodeTiles<D>::value, STEP = 8 * KT;
     constexpr int KP = D / 32;  // 16-byte pieces of a key row per lane
     constexpr int VP = D / 64;  // 16-byte pieces of a value row per lane and position
@@ -188,20 +216,6 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
     const size_t kv_row = (size_t)num_kv_heads * D;
     // Cache slot of position p, -1 past the partition (slots fit int32: the slot mapping is int32).
     auto slot_of = [&](int p) { return p < end ? table[p / block_size] * block_size + p % block_size : -1; };
-    // With split contexts (small decode batches) the block's first K and V rows go to L2 while
-    // the previous kernel (RoPE, writing this step's rows through L2) finishes: the metadata is
-    // uploaded before the step's kernels, and L2 is coherent, so nothing read after the wait can
-    // be stale. Only then, and only the first kPrefetchPositions: at batch 64-256 (one split,
-    // whole contexts per block) prefetching everything doubled the KV traffic (runner step at
-    // batch 256: 27.7 ms against 22.8, 2026-12-03).
-    const int prefetch_end = splits > 1 ? min(end, begin + kPrefetchPositions) : begin;
-    for (int p = begin + threadIdx.x; p < prefetch_end; p += blockDim.x) {
-        const char* kp = reinterpret_cast<const char*>(k_head + (size_t)slot_of(p) * kv_row);
-        const char* vp = reinterpret_cast<const char*>(v_head + (size_t)slot_of(p) * kv_row);
-#pragma unroll
-        for (int b = 0; b < D * (int)sizeof(T); b += 128) atomk_prefetch_l2(kp + b), atomk_prefetch_l2(vp + b);
-    }
-    ATOMK_PDL_ENTER();
 
     // Q of the group, each lane's pieces in the layout of a key row (rows g >= hpb are zero).
     // Kept in shared memory rather than registers, which go to K/V in flight.
