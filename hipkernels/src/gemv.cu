@@ -237,10 +237,11 @@ int resident_blocks() {
 }
 
 // Warps per row group (1, 2, 4 ... kWarps; k is never sliced finer than one chunk per lane).
-// The grid is a whole number of waves of resident blocks or close to it: a last wave a third
-// full costs as much time as a full one (measured: the 6144-wide q|k|v at 1.45 waves moved
-// 2.9 TB/s against 3.9 at 0.97). A larger kw (more, shorter warps) is taken only when it
-// fills the waves at least 5% better, since each split of k costs a reduction.
+// The grid is a whole number of waves of resident blocks or close to it: a last wave half
+// full costs nearly as much time as a full one. H200, m = 1 (TestPerfGemv, 2026-12-03): the
+// 6144-wide q|k|v at 1.45 waves moved 2.86 TB/s, at 2.9 waves (kw 4) 3.73; gate|up 4.01 ->
+// 4.11. A larger kw (more, shorter warps) is taken only when it fills the waves at least 5%
+// better, since each split of k costs a reduction.
 int warps_per_group(int groups, int k8, int resident) {
     auto fill = [&](int kw) {  // fraction of the waves' block slots the grid uses
         const long blocks = (groups + kWarps / kw - 1) / (kWarps / kw);
