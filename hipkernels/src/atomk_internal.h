@@ -3,6 +3,8 @@
 #ifndef ATOMK_INTERNAL_H
 #define ATOMK_INTERNAL_H
 
+#include <stdlib.h>
+
 #include "atomk_port.h"
 #include "atomk.h"
 
@@ -61,6 +63,17 @@ static inline void atomk_launch(void (*kernel)(Params...), dim3 grid, dim3 block
 #else
     hipLaunchKernelGGL(kernel, grid, block, smem, s, static_cast<Params>(args)...);
 #endif
+}
+
+// The integer in environment variable name when it is one in [lo, hi], else def. For the
+// library's measurement knobs (ATOM_GO_GEMV_*, ATOM_GO_PDL, ...), each read once by its
+// caller's static.
+static inline int atomk_env_int(const char* name, int def, int lo, int hi) {
+    const char* e = getenv(name);
+    if (!e || !*e) return def;
+    char* end = nullptr;
+    const long n = strtol(e, &end, 10);
+    return (*end == 0 && n >= lo && n <= hi) ? (int)n : def;
 }
 
 // Threads for a per-row kernel: the row width rounded up to whole warps, at most 1024.

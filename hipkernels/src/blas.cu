@@ -100,24 +100,14 @@ constexpr int kGemvMaxN = 4096;
 // SiLU-and-multiply kernel runs first.
 constexpr int kGemvSwigluMaxM = 4;
 
-// A non-negative integer below 2^20 from the environment variable name, else def (read once per
-// process by each caller's static).
-int env_int(const char* name, int def) {
-    const char* e = getenv(name);
-    if (!e || !*e) return def;
-    char* end = nullptr;
-    long n = strtol(e, &end, 10);
-    return (*end == 0 && n >= 0 && n < (1 << 20)) ? (int)n : def;
-}
-
 int default_gemv_max_m() {
-    static const int v = env_int("ATOM_GO_GEMV_MAX_M", kGemvMaxM);
+    static const int v = atomk_env_int("ATOM_GO_GEMV_MAX_M", kGemvMaxM, 0, (1 << 20) - 1);
     return v;
 }
 
 // The widest output the skinny kernel serves; ATOM_GO_GEMV_MAX_N overrides (for measurements).
 int default_gemv_max_n() {
-    static const int v = env_int("ATOM_GO_GEMV_MAX_N", kGemvMaxN);
+    static const int v = atomk_env_int("ATOM_GO_GEMV_MAX_N", kGemvMaxN, 0, (1 << 20) - 1);
     return v;
 }
 

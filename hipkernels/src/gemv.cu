@@ -21,7 +21,6 @@
 // saves the SiLU-and-multiply kernel and its round trip through memory at decode sizes.
 // The caller (atomk_gemm in blas.cu) guarantees k % 8 == 0 and 16-byte aligned x and w; m above
 // kMaxM is processed kMaxM rows at a time.
-#include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
@@ -265,11 +264,7 @@ int warps_per_group(int groups, int k8, int resident) {
 // running GEMV's stream: same-call runner step at batch 1, 4.74 ms with none, 4.95 with one
 // step, 4.89 with four (H200, 4635e81).
 int prefetch_steps() {
-    static const int v = [] {
-        const char* e = getenv("ATOM_GO_GEMV_PREFETCH");
-        const int n = e && *e ? atoi(e) : 0;
-        return n < 0 ? 0 : n > 64 ? 64 : n;
-    }();
+    static const int v = atomk_env_int("ATOM_GO_GEMV_PREFETCH", 0, 0, 64);
     return v;
 }
 

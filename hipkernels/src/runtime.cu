@@ -31,8 +31,7 @@ int atomk_fail(int status, const char* fmt, ...) {
 bool atomk_pdl_enabled() {
 #if defined(ATOMK_CUDA)
     static const bool on = [] {
-        const char* e = getenv("ATOM_GO_PDL");
-        if (e && strcmp(e, "0") == 0) return false;
+        if (atomk_env_int("ATOM_GO_PDL", 1, 0, 1) == 0) return false;
         int dev = 0, major = 0;
         if (cudaGetDevice(&dev) != cudaSuccess) return false;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
@@ -49,10 +48,7 @@ bool atomk_pdl_enabled() {
 // --graph-profiling node` times each kernel of one replayed step and nothing else. CUDA only.
 static bool profile_this_launch() {
 #if defined(ATOMK_CUDA)
-    static const long target = [] {
-        const char* e = getenv("ATOM_GO_PROFILE_GRAPH_LAUNCH");
-        return e ? strtol(e, nullptr, 10) : 0L;
-    }();
+    static const long target = atomk_env_int("ATOM_GO_PROFILE_GRAPH_LAUNCH", 0, 0, 1 << 30);
     static std::atomic<long> launches{0};
     return target > 0 && launches.fetch_add(1) + 1 == target;
 #else
