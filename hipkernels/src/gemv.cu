@@ -109,20 +109,16 @@ __device__ __forceinline__ void load_x8(const uint4* x4, int i, int k8, int c, f
         xf[j] = atomk_to_float(atomk_from_float<T>(__fdividef(xf[j], 1.f + __expf(-xf[j])) * up[j]));
 }
 
-// Fetches a lane's first U·R weight chunks (chunks c0, c0 + stride, ... of each row) into L2.
+// Fetches U·R weight chunks of a lane (chunks c0, c0 + stride, ... of each row) into L2.
 template <int U, int R>
 __device__ __forceinline__ void prefetch_step(const uint4* const (&wrow)[R], int c0, int stride, int k8) {
-#if defined(ATOMK_CUDA)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const int c = c0 + u * stride;
 #pragma unroll
         for (int r = 0; r < R; ++r)
-            if (c < k8) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[r] + c));
+            if (c < k8) atomk_prefetch_l2(wrow[r] + c);
     }
-#else
-    (void)wrow, (void)c0, (void)stride, (void)k8;
-#endif
 }
 
 // One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
