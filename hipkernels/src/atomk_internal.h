@@ -76,6 +76,19 @@ static inline int atomk_env_int(const char* name, int def, int lo, int hi) {
     return (*end == 0 && n >= lo && n <= hi) ? (int)n : def;
 }
 
+// Multiprocessors of the current device (cached per thread and device; 132, an H100/H200's,
+// if the runtime cannot say).
+static inline int atomk_sm_count() {
+    static thread_local int dev = -1, sms = 0;
+    int d = 0;
+    if (gpuGetDevice(&d) != gpuSuccess) return 132;
+    if (d != dev) {
+        if (gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, d) != gpuSuccess) sms = 132;
+        dev = d;
+    }
+    return sms;
+}
+
 // Threads for a per-row kernel: the row width rounded up to whole warps, at most 1024.
 static inline int atomk_row_threads(int cols) {
     int t = ((cols + ATOMK_WARP_SIZE - 1) / ATOMK_WARP_SIZE) * ATOMK_WARP_SIZE;

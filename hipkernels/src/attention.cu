@@ -199,18 +199,6 @@ attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const
     }
 }
 
-// Multiprocessors of the current device (cached per thread and device).
-int sm_count() {
-    static thread_local int dev = -1, sms = 0;
-    int d = 0;
-    if (gpuGetDevice(&d) != gpuSuccess) return 132;
-    if (d != dev) {
-        if (gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, d) != gpuSuccess) sms = 132;
-        dev = d;
-    }
-    return sms;
-}
-
 // Query heads per block: the whole group when it fits, else the largest power of two <= kMaxGroup
 // dividing it.
 int heads_per_block(int group) {
@@ -226,7 +214,7 @@ int heads_per_block(int group) {
 // wave of resident blocks would leave a tail of a few blocks running alone).
 int attention_splits(int tokens, int head_blocks, int max_ctx) {
     const long base = (long)tokens * head_blocks;
-    const long target = (long)kBlocksPerSM * sm_count();
+    const long target = (long)kBlocksPerSM * atomk_sm_count();
     if (2 * base > target || max_ctx < 2 * kMinPartition) return 1;
     const long want = target / base;
     const long most = max_ctx / kMinPartition;

@@ -222,11 +222,9 @@ int resident_blocks() {
     const int i = dev >= 0 && dev < kDevices ? dev : 0;
     int r = cache[i].load(std::memory_order_relaxed);
     if (r > 0) return r;
-    int per_sm = 0, sms = 0;
-    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, G>, kThreads, 0) != gpuSuccess ||
-        gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, dev) != gpuSuccess)
-        return 0;
-    r = per_sm * sms;
+    int per_sm = 0;
+    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, G>, kThreads, 0) != gpuSuccess) return 0;
+    r = per_sm * atomk_sm_count();
     cache[i].store(r, std::memory_order_relaxed);
     return r;
 }
