@@ -36,10 +36,24 @@ constexpr int kSwigluMaxM = 4;                        // the same with SwiGLU in
 constexpr int kTargetWarps = 4096;                    // grid size that covers the latency of an H200 / MI300
 
 // Rows of w per warp and chunks unrolled per lane, by m: more rows per warp reuse each x chunk
-// more (cache traffic), fewer keep the registers of the M·R accumulators in check.
-template <int M> struct Tile {
-    static constexpr int R = M >= 3 ? 4 : 2;
-    static constexpr int U = M <= 4 ? 4 : 2;
+// more (cache traffic), fewer keep the registers of the M·R accumulators in check. With SwiGLU
+// input (G) each x chunk costs two loads and eight SiLUs, so m = 1 takes 4 rows as well (m = 2
+// would spill at its occupancy): H200, TestPerfLinearSwiGLU (the 8B down projection, m = 1):
+// 0.0346 ms with 2 rows, 0.0320 with 4.
+// U counts the chunks of one loop step; with the preload (below) two steps are in registers,
+// so U is half the single-step depth. -DATOMK_GEMV_NO_PRELOAD and -DATOMK_GEMV_G_ROWS=2
+// restore the previous kernel (for measurements).
+#ifndef ATOMK_GEMV_G_ROWS
+#define ATOMK_GEMV_G_ROWS 4
+#endif
+template <int M, bool G = false> struct Tile {
+    static constexpr int R = G && M == 1 ? ATOMK_GEMV_G_ROWS : M >= 3 ? 4 : 2;
+    static constexpr int kDepth = G && M == 1 ? 8 / ATOMK_GEMV_G_ROWS : M <= 4 ? 4 : 2;  // chunks in flight per row
+#if defined(ATOMK_GEMV_NO_PRELOAD)
+    static constexpr int U = kDepth;
+#else
+    static constexpr int U = kDepth > 1 ? kDepth / 2 : 1;
+#endif
     // Blocks per SM the register allocation must allow: without it ptxas caps the larger M at
     // 128 registers and spills; with it the small M keep their occupancy.
     static constexpr int kMinBlocks = M <= 2 ? 4 : M <= 8 ? 2 : 1;
@@ -121,13 +135,43 @@ __device__ __forceinline__ void prefetch_step(const uint4* const (&wrow)[R], int
     }
 }
 
+// Loads the U·R weight chunks of one loop step (chunks c0, c0 + stride, ... of each row; zero
+// past k8).
+template <int U, int R>
+__device__ __forceinline__ void load_step(uint4 (&wv)[U][R], const uint4* const (&wrow)[R], int c0, int stride, int k8) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * stride;
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[u][r] = c < k8 ? load_stream(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// acc[i][r] += x row i · weight chunks wv[·][r] of one loop step.
+template <typename T, int M, int U, int R, bool G>
+__device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U][R], const uint4* x4, int c0, int stride,
+                                         int k8) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * stride;
+        if (c >= k8) break;
+#pragma unroll
+        for (int i = 0; i < M; ++i) {
+            float xf[8];
+            load_x8<T, G>(x4, i, k8, c, xf);
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[i][r] = dot8<T>(xf, wv[u][r], acc[i][r]);
+        }
+    }
+}
+
 // One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
 // out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row.
 template <typename T, int M, bool G>
-__global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
+__global__ void __launch_bounds__(kThreads, Tile<M, G>::kMinBlocks) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
                                                         int n, int k8, int kw, int prefetch) {
-    constexpr int R = Tile<M>::R, U = Tile<M>::U;
+    constexpr int R = Tile<M, G>::R, U = Tile<M, G>::U;
     __shared__ float partial[kWarps][M * R];
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int slice = warp % kw;                                       // this warp's share of k
@@ -151,29 +195,33 @@ __global__ void __launch_bounds__(kThreads, Tile<M>::kMinBlocks) gemv_kernel(T* 
     // registers already (the prefetch addresses made ptxas spill).
     if constexpr (M <= 2)
         for (int p = 0; p < prefetch; ++p) prefetch_step<U, R>(wrow, slice * ATOMK_WARP_SIZE + lane + p * U * stride, stride, k8);
+#if !defined(ATOMK_GEMV_NO_PRELOAD)
+    // The first step's weights are loaded before the wait for the previous kernel (weights are
+    // no kernel's output), and every later step's loads are issued before the arithmetic of
+    // the step before: a warp never waits on memory with nothing in flight. H200 (TestPerfGemv,
+    // m = 1, against one step at a time): down 0.0309 -> 0.0288 ms, o 0.0078 -> 0.0074, LM
+    // head 0.2389 -> 0.2352, q|k|v 0.0145 -> 0.0150.
+    int c0 = slice * ATOMK_WARP_SIZE + lane;
+    uint4 wv[U][R];
+    load_step<U, R>(wv, wrow, c0, stride, k8);
+    ATOMK_PDL_ENTER();
+    for (; c0 < k8; c0 += U * stride) {
+        uint4 next[U][R];
+        load_step<U, R>(next, wrow, c0 + U * stride, stride, k8);
+        dot_step<T, M, U, R, G>(acc, wv, x4, c0, stride, k8);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
+    }
+#else
     ATOMK_PDL_ENTER();
     for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
-        // All U·R weight loads first, so they are in flight together.
-        uint4 wv[U][R];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int c = c0 + u * stride;
-#pragma unroll
-            for (int r = 0; r < R; ++r) wv[u][r] = c < k8 ? load_stream(wrow[r] + c) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int c = c0 + u * stride;
-            if (c >= k8) break;
-#pragma unroll
-            for (int i = 0; i < M; ++i) {
-                float xf[8];
-                load_x8<T, G>(x4, i, k8, c, xf);
-#pragma unroll
-                for (int r = 0; r < R; ++r) acc[i][r] = dot8<T>(xf, wv[u][r], acc[i][r]);
-            }
-        }
+        uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
+        load_step<U, R>(wv, wrow, c0, stride, k8);
+        dot_step<T, M, U, R, G>(acc, wv, x4, c0, stride, k8);
     }
+#endif
 
     // Reduce over the lanes; with kw > 1 the group's other warps hand their sums to its first.
 #pragma unroll
@@ -264,7 +312,7 @@ int prefetch_steps() {
 
 template <typename T, int M, bool G>
 int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s) {
-    const int k8 = k / 8, groups = (n + Tile<M>::R - 1) / Tile<M>::R;
+    const int k8 = k / 8, groups = (n + Tile<M, G>::R - 1) / Tile<M, G>::R;
     const int kw = warps_per_group(groups, k8, resident_blocks<T, M, G>()), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
     atomk_launch(gemv_kernel<T, M, G>, blocks, kThreads, 0, s, out, x, w, bias, n, k8, kw, prefetch_steps());
