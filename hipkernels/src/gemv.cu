@@ -40,19 +40,19 @@ constexpr int kTargetWarps = 4096;                    // grid size that covers t
 // input (G) each x chunk costs two loads and eight SiLUs, so m = 1 takes 4 rows as well (m = 2
 // would spill at its occupancy): H200, TestPerfLinearSwiGLU (the 8B down projection, m = 1):
 // 0.0346 ms with 2 rows, 0.0320 with 4.
-// U counts the chunks of one loop step; with the preload (below) two steps are in registers,
-// so U is half the single-step depth. -DATOMK_GEMV_NO_PRELOAD and -DATOMK_GEMV_G_ROWS=2
-// restore the previous kernel (for measurements).
+// U counts the chunks of one loop step; the pipelined loop (-DATOMK_GEMV_PIPELINE, below) holds
+// two steps in registers, so its U is half the depth. -DATOMK_GEMV_G_ROWS=2 restores the
+// previous SwiGLU tile (for measurements).
 #ifndef ATOMK_GEMV_G_ROWS
 #define ATOMK_GEMV_G_ROWS 4
 #endif
 template <int M, bool G = false> struct Tile {
     static constexpr int R = G && M == 1 ? ATOMK_GEMV_G_ROWS : M >= 3 ? 4 : 2;
     static constexpr int kDepth = G && M == 1 ? 8 / ATOMK_GEMV_G_ROWS : M <= 4 ? 4 : 2;  // chunks in flight per row
-#if defined(ATOMK_GEMV_NO_PRELOAD)
-    static constexpr int U = kDepth;
-#else
+#if defined(ATOMK_GEMV_PIPELINE)
     static constexpr int U = kDepth > 1 ? kDepth / 2 : 1;
+#else
+    static constexpr int U = kDepth;
 #endif
     // Blocks per SM the register allocation must allow: without it ptxas caps the larger M at
     // 128 registers and spills; with it the small M keep their occupancy.
@@ -195,16 +195,22 @@ __global__ void __launch_bounds__(kThreads, Tile<M, G>::kMinBlocks) gemv_kernel(
     // registers already (the prefetch addresses made ptxas spill).
     if constexpr (M <= 2)
         for (int p = 0; p < prefetch; ++p) prefetch_step<U, R>(wrow, slice * ATOMK_WARP_SIZE + lane + p * U * stride, stride, k8);
-#if !defined(ATOMK_GEMV_NO_PRELOAD)
-    // The first step's weights are loaded before the wait for the previous kernel (weights are
-    // no kernel's output), and every later step's loads are issued before the arithmetic of
-    // the step before: a warp never waits on memory with nothing in flight. H200 (TestPerfGemv,
-    // m = 1, against one step at a time): down 0.0309 -> 0.0288 ms, o 0.0078 -> 0.0074, LM
-    // head 0.2389 -> 0.2352, q|k|v 0.0145 -> 0.0150.
+#if defined(ATOMK_GEMV_PIPELINE)
+    // Measured and left off: the first step's weights loaded before the wait for the previous
+    // kernel (weights are no kernel's output), and every later step's loads issued before the
+    // arithmetic of the step before. Back-to-back (TestPerfGemv, H200, m = 1) it is faster
+    // (down 0.0309 -> 0.0288 ms, o 0.0078 -> 0.0074, LM head 0.2389 -> 0.2352), but in the
+    // decode graph the early loads compete with the kernels still running: runner step at
+    // batch 1, same call, 4.74 ms against 4.68 without (docs/gpu-notes.md, 2026-12-03).
     int c0 = slice * ATOMK_WARP_SIZE + lane;
     uint4 wv[U][R];
-    load_step<U, R>(wv, wrow, c0, stride, k8);
+#if defined(ATOMK_GEMV_PIPELINE_LATE)
     ATOMK_PDL_ENTER();
+#endif
+    load_step<U, R>(wv, wrow, c0, stride, k8);
+#if !defined(ATOMK_GEMV_PIPELINE_LATE)
+    ATOMK_PDL_ENTER();
+#endif
     for (; c0 < k8; c0 += U * stride) {
         uint4 next[U][R];
         load_step<U, R>(next, wrow, c0 + U * stride, stride, k8);
