@@ -107,7 +107,9 @@ func parseInts(s string) ([]int, error) {
 // EnvVar is an environment variable atom-go reads.
 type EnvVar struct{ Name, Default, Usage string }
 
-// EnvVars lists every ATOM_GO_* variable; nothing reads one that is not here.
+// EnvVars lists every ATOM_GO_* variable the engine, the kernel library and the Python shim
+// read; nothing reads one that is not here (TestEnvVarsCoverTheSources checks the sources).
+// DevEnvVars holds the few that only tests and build scripts read.
 var EnvVars = []EnvVar{
 	{"ATOM_GO_DUMP_DIR", "", "write each layer's hidden states of every forward pass to this directory (debugging against transformers)"},
 	{"ATOM_GO_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error"},
@@ -118,7 +120,27 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_PROFILE_GRAPH_LAUNCH", "", "gpu: bracket the N-th CUDA graph launch of the process with cudaProfilerStart/Stop (ncu --profile-from-start off; read by libatomk)"},
 	{"ATOM_GO_PDL", "1", "gpu: 0 launches kernels without programmatic dependent launch (Hopper and later; read by libatomk)"},
 	{"ATOM_GO_GEMV_MAX_N", "4096", "gpu: widest GEMM output the skinny kernel serves (for measurements; read by libatomk)"},
+	{"ATOM_GO_GEMV_PIPELINE", "0", "gpu: skinny GEMM loop at m <= 2: 0 one step at a time, 1 pipelined with the first loads before the PDL wait, 2 as 1 except after attention, 3 pipelined after the wait (for measurements; read by libatomk)"},
 	{"ATOM_GO_GEMV_PREFETCH", "0", "gpu: loop steps of weights the skinny kernel fetches into L2 before waiting on its predecessor (0-64; for measurements; read by libatomk)"},
+	{"ATOM_GO_NCCL", "", "gpu: path of the NCCL/RCCL library for tensor parallelism (default: the system's; read by libatomk)"},
+	{"ATOM_GO_PLUGIN_COOKIE", "", "go-plugin handshake cookie, set by the host that starts atom-plugin (bridge.MagicCookieValue)"},
+	{"ATOM_GO_DEVICE", "cpu", "python shim: where atom-go runs the model under vLLM or SGLang (cpu or gpu)"},
+	{"ATOM_GO_ENGINE_ARGS", "", "python shim: extra atom-plugin engine flags, shell-quoted (e.g. --tensor-parallel-size=2)"},
+	{"ATOM_GO_AUTO_MTLS", "", "python shim: 1 turns on go-plugin AutoMTLS on the plugin connection"},
+	{"ATOM_GO_VLLM", "", "python shim: 1 activates the vLLM platform plugin (set by it for vLLM's child processes)"},
+	{"ATOM_GO_VISIBLE_DEVICES", "", "python shim: the device-control variable vLLM sets for the atom-go platform"},
+	{"ATOM_GO_SGLANG", "", "python shim: 1 activates the SGLang plugin, 0 turns it off whatever SGLANG_PLUGINS says"},
+	{"ATOM_GO_SGLANG_ANY_VERSION", "", "python shim: 1 lets the SGLang plugin try an SGLang release it was not built against"},
+	{"ATOM_GO_KV_SLOTS", "", "python shim: KV slots (tokens) under SGLang when --max-total-tokens is not given"},
+}
+
+// DevEnvVars are the ATOM_GO_* variables that only tests and build scripts read.
+var DevEnvVars = []EnvVar{
+	{"ATOM_GO_PERF", "", "gpu tests: 1 runs the timing tests (TestPerf*)"},
+	{"ATOM_GO_REQUIRE_SGLANG", "", "python tests: 1 fails, instead of skipping, when SGLang cannot be installed"},
+	{"ATOM_GO_EXPECT_PACKAGED_BINARY", "", "python tests: 1 requires the wheel's bundled atom-plugin"},
+	{"ATOM_GO_KEEP_LOGS", "", "python tests: keep the vLLM server logs of the end-to-end tests"},
+	{"ATOM_GO_PROTOC_VENV", "", "bridge/generate.sh: virtual environment holding grpcio-tools"},
 }
 
 // Env returns the value of an ATOM_GO_* variable from EnvVars, or its default.

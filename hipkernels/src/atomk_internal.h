@@ -89,6 +89,11 @@ static inline int atomk_sm_count() {
     return sms;
 }
 
+// True after atomk_paged_attention queued its kernels on this thread, until the next skinny GEMM
+// launch reads and clears it (ATOM_GO_GEMV_PIPELINE=2 tells the projection of the attention
+// output apart; for measurements only).
+extern thread_local bool atomk_attention_launched;
+
 // Threads for a per-row kernel: the row width rounded up to whole warps, at most 1024.
 static inline int atomk_row_threads(int cols) {
     int t = ((cols + ATOMK_WARP_SIZE - 1) / ATOMK_WARP_SIZE) * ATOMK_WARP_SIZE;

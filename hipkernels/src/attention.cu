@@ -300,6 +300,8 @@ int launch_attention(const AttnLaunch& L, void* out, const void* q, const void* 
 
 }  // namespace
 
+thread_local bool atomk_attention_launched = false;
+
 extern "C" {
 
 int atomk_paged_attention_workspace(int tokens, int num_heads, int num_kv_heads, int head_dim, int max_ctx,
@@ -356,6 +358,7 @@ int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cac
     int st = ATOMK_OK;
     ATOMK_DISPATCH(dtype, "atomk_paged_attention",
                    st = launch_attention<T>(L, out, q, k_cache, v_cache, tokens, splits));
+    atomk_attention_launched = st == ATOMK_OK;
     return st;
 }
 

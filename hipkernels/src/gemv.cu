@@ -40,20 +40,16 @@ constexpr int kTargetWarps = 4096;                    // grid size that covers t
 // input (G) each x chunk costs two loads and eight SiLUs, so m = 1 takes 4 rows as well (m = 2
 // would spill at its occupancy): H200, TestPerfLinearSwiGLU (the 8B down projection, m = 1):
 // 0.0346 ms with 2 rows, 0.0320 with 4.
-// U counts the chunks of one loop step; the pipelined loop (-DATOMK_GEMV_PIPELINE, below) holds
-// two steps in registers, so its U is half the depth. -DATOMK_GEMV_G_ROWS=2 restores the
-// previous SwiGLU tile (for measurements).
+// U counts the chunks of one loop step; the pipelined loop (P > 0, see pipeline_mode) holds two
+// steps in registers, so its U is half the depth. -DATOMK_GEMV_G_ROWS=2 restores the previous
+// SwiGLU tile (for measurements).
 #ifndef ATOMK_GEMV_G_ROWS
 #define ATOMK_GEMV_G_ROWS 4
 #endif
-template <int M, bool G = false> struct Tile {
+template <int M, bool G = false, int P = 0> struct Tile {
     static constexpr int R = G && M == 1 ? ATOMK_GEMV_G_ROWS : M >= 3 ? 4 : 2;
     static constexpr int kDepth = G && M == 1 ? 8 / ATOMK_GEMV_G_ROWS : M <= 4 ? 4 : 2;  // chunks in flight per row
-#if defined(ATOMK_GEMV_PIPELINE)
-    static constexpr int U = kDepth > 1 ? kDepth / 2 : 1;
-#else
-    static constexpr int U = kDepth;
-#endif
+    static constexpr int U = P == 0 ? kDepth : kDepth > 1 ? kDepth / 2 : 1;
     // Blocks per SM the register allocation must allow: without it ptxas caps the larger M at
     // 128 registers and spills; with it the small M keep their occupancy.
     static constexpr int kMinBlocks = M <= 2 ? 4 : M <= 8 ? 2 : 1;
@@ -166,12 +162,14 @@ __device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U
 }
 
 // One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
-// out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row.
-template <typename T, int M, bool G>
-__global__ void __launch_bounds__(kThreads, Tile<M, G>::kMinBlocks) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
+// out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row. P selects the loop:
+// 0 one step at a time, 1 pipelined with the first step loaded before the PDL wait, 2
+// pipelined with every load after it (see pipeline_mode).
+template <typename T, int M, bool G, int P = 0>
+__global__ void __launch_bounds__(kThreads, (Tile<M, G, P>::kMinBlocks)) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
                                                         int n, int k8, int kw, int prefetch) {
-    constexpr int R = Tile<M, G>::R, U = Tile<M, G>::U;
+    constexpr int R = Tile<M, G, P>::R, U = Tile<M, G, P>::U;
     __shared__ float partial[kWarps][M * R];
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int slice = warp % kw;                                       // this warp's share of k
@@ -195,39 +193,32 @@ __global__ void __launch_bounds__(kThreads, Tile<M, G>::kMinBlocks) gemv_kernel(
     // registers already (the prefetch addresses made ptxas spill).
     if constexpr (M <= 2)
         for (int p = 0; p < prefetch; ++p) prefetch_step<U, R>(wrow, slice * ATOMK_WARP_SIZE + lane + p * U * stride, stride, k8);
-#if defined(ATOMK_GEMV_PIPELINE)
-    // Measured and left off: the first step's weights loaded before the wait for the previous
-    // kernel (weights are no kernel's output), and every later step's loads issued before the
-    // arithmetic of the step before. Back-to-back (TestPerfGemv, H200, m = 1) it is faster
-    // (down 0.0309 -> 0.0288 ms, o 0.0078 -> 0.0074, LM head 0.2389 -> 0.2352), but in the
-    // decode graph the early loads compete with the kernels still running: runner step at
-    // batch 1, same call, 4.74 ms against 4.68 without (docs/gpu-notes.md, 2026-12-03).
-    int c0 = slice * ATOMK_WARP_SIZE + lane;
-    uint4 wv[U][R];
-#if defined(ATOMK_GEMV_PIPELINE_LATE)
-    ATOMK_PDL_ENTER();
-#endif
-    load_step<U, R>(wv, wrow, c0, stride, k8);
-#if !defined(ATOMK_GEMV_PIPELINE_LATE)
-    ATOMK_PDL_ENTER();
-#endif
-    for (; c0 < k8; c0 += U * stride) {
-        uint4 next[U][R];
-        load_step<U, R>(next, wrow, c0 + U * stride, stride, k8);
-        dot_step<T, M, U, R, G>(acc, wv, x4, c0, stride, k8);
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
-    }
-#else
-    ATOMK_PDL_ENTER();
-    for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
-        uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
+    if constexpr (P != 0) {
+        // Every step's loads are issued before the arithmetic of the step before, so a warp
+        // never waits on memory with nothing in flight; with P = 1 the first step's weights are
+        // loaded before the wait for the previous kernel (weights are no kernel's output).
+        int c0 = slice * ATOMK_WARP_SIZE + lane;
+        uint4 wv[U][R];
+        if constexpr (P == 2) ATOMK_PDL_ENTER();
         load_step<U, R>(wv, wrow, c0, stride, k8);
-        dot_step<T, M, U, R, G>(acc, wv, x4, c0, stride, k8);
+        if constexpr (P == 1) ATOMK_PDL_ENTER();
+        for (; c0 < k8; c0 += U * stride) {
+            uint4 next[U][R];
+            load_step<U, R>(next, wrow, c0 + U * stride, stride, k8);
+            dot_step<T, M, U, R, G>(acc, wv, x4, c0, stride, k8);
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
+        }
+    } else {
+        ATOMK_PDL_ENTER();
+        for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
+            uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
+            load_step<U, R>(wv, wrow, c0, stride, k8);
+            dot_step<T, M, U, R, G>(acc, wv, x4, c0, stride, k8);
+        }
     }
-#endif
 
     // Reduce over the lanes; with kw > 1 the group's other warps hand their sums to its first.
 #pragma unroll
@@ -267,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, Tile<M, G>::kMinBlocks) gemv_kernel(
 
 // Blocks of one gemv_kernel instance resident on the whole device at once (its occupancy
 // times the multiprocessors), per device; 0 if the runtime cannot say.
-template <typename T, int M, bool G>
+template <typename T, int M, bool G, int P>
 int resident_blocks() {
     constexpr int kDevices = 16;
     static std::atomic<int> cache[kDevices];
@@ -277,7 +268,7 @@ int resident_blocks() {
     int r = cache[i].load(std::memory_order_relaxed);
     if (r > 0) return r;
     int per_sm = 0;
-    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, G>, kThreads, 0) != gpuSuccess) return 0;
+    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, G, P>, kThreads, 0) != gpuSuccess) return 0;
     r = per_sm * atomk_sm_count();
     cache[i].store(r, std::memory_order_relaxed);
     return r;
@@ -316,14 +307,44 @@ int prefetch_steps() {
     return v;
 }
 
-template <typename T, int M, bool G>
-int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s) {
-    const int k8 = k / 8, groups = (n + Tile<M, G>::R - 1) / Tile<M, G>::R;
-    const int kw = warps_per_group(groups, k8, resident_blocks<T, M, G>()), per_block = kWarps / kw;
+// The loop of the next launch at m <= 2 (ATOM_GO_GEMV_PIPELINE, read once; for measurements):
+// 0 one step at a time (the default); 1 pipelined, first loads before the PDL wait; 2 as 1,
+// except the first launch after an attention launch on this thread (the projection of the
+// attention output, whose early loads would compete with the attention's KV reads); 3
+// pipelined, every load after the wait. H200, same call, runner step at batch 1 (2026-12-03):
+// mode 1 4.74 ms against 4.68 with mode 0; back-to-back (TestPerfGemv, m = 1) mode 1 is the
+// faster one (down 0.0309 -> 0.0288 ms, o 0.0078 -> 0.0074, LM head 0.2389 -> 0.2352).
+int pipeline_mode(bool after_attention) {
+    static const int mode = atomk_env_int("ATOM_GO_GEMV_PIPELINE", 0, 0, 3);
+    switch (mode) {
+        case 1: return 1;
+        case 2: return after_attention ? 0 : 1;
+        case 3: return 2;
+    }
+    return 0;
+}
+
+template <typename T, int M, bool G, int P>
+int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s) {
+    const int k8 = k / 8, groups = (n + Tile<M, G, P>::R - 1) / Tile<M, G, P>::R;
+    const int kw = warps_per_group(groups, k8, resident_blocks<T, M, G, P>()), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    atomk_launch(gemv_kernel<T, M, G>, blocks, kThreads, 0, s, out, x, w, bias, n, k8, kw, prefetch_steps());
+    atomk_launch(gemv_kernel<T, M, G, P>, blocks, kThreads, 0, s, out, x, w, bias, n, k8, kw, prefetch_steps());
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
+}
+
+template <typename T, int M, bool G>
+int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s) {
+    const bool after_attention = atomk_attention_launched;
+    atomk_attention_launched = false;
+    if constexpr (M <= 2) {  // the decode sizes; larger tiles have no registers to spare
+        switch (pipeline_mode(after_attention)) {
+            case 1: return launch_loop<T, M, G, 1>(out, x, w, bias, n, k, s);
+            case 2: return launch_loop<T, M, G, 2>(out, x, w, bias, n, k, s);
+        }
+    }
+    return launch_loop<T, M, G, 0>(out, x, w, bias, n, k, s);
 }
 
 // Rows of x at once, by a switch over the template instances 1..kMaxM (1..kSwigluMaxM with

@@ -1,0 +1,67 @@
+package engine
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestEnvVarsCoverTheSources reads the repository's sources for ATOM_GO_* names: every name the
+// product reads (Go outside tests, the kernel library, the Python shim's package) must be in
+// EnvVars, and every name anywhere (tests and scripts too) in EnvVars or DevEnvVars.
+func TestEnvVarsCoverTheSources(t *testing.T) {
+	known, dev := map[string]bool{}, map[string]bool{}
+	for _, e := range EnvVars {
+		require.False(t, known[e.Name], "%s listed twice", e.Name)
+		known[e.Name] = true
+	}
+	for _, e := range DevEnvVars {
+		require.False(t, known[e.Name] || dev[e.Name], "%s listed twice", e.Name)
+		dev[e.Name] = true
+	}
+	name := regexp.MustCompile(`ATOM_GO_[A-Z0-9_]*[A-Z0-9]\b`)
+	seen := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		base := d.Name()
+		if d.IsDir() {
+			if path != ".." && (strings.HasPrefix(base, ".") || base == "testdata" || base == "build" || base == "node_modules" ||
+				base == "__pycache__" || strings.HasPrefix(base, "venv")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		ext := filepath.Ext(base)
+		if filepath.ToSlash(path) == "../engine/config.go" { // the lists themselves
+			return nil
+		}
+		if ext != ".go" && ext != ".cu" && ext != ".h" && ext != ".py" && ext != ".sh" && base != "Makefile" {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		slash := filepath.ToSlash(path)
+		product := (ext == ".go" && !strings.HasSuffix(base, "_test.go")) || strings.HasPrefix(slash, "../hipkernels/src/") && (ext == ".cu" || ext == ".h") ||
+			strings.HasPrefix(slash, "../python_shim/atom_go/")
+		for _, n := range name.FindAllString(string(src), -1) {
+			seen++
+			if product {
+				require.True(t, known[n], "%s reads %s, which EnvVars does not list", path, n)
+			} else {
+				require.True(t, known[n] || dev[n], "%s reads %s, which neither EnvVars nor DevEnvVars lists", path, n)
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, seen, 50, "the walk found too few names: wrong root?")
+}
