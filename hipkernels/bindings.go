@@ -58,6 +58,8 @@ type fns struct {
 	ropeWriteKV func(dt int32, q, k, v, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
 		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
 	gemmSwiGLU func(h, s uintptr, dt int32, out, gateUp, w, act uintptr, m, n, k int32) int32
+	gemmNorm   func(h, s uintptr, dt int32, out, resOut, residual, add, normW uintptr, eps float32, w, bias uintptr,
+		m, n, k int32, fused *int32) int32
 	// batch-1 decode fusions (rope_kv.cu, gemv.cu)
 	ropeWriteKVFused func(dt int32, qOut, qkv, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
 		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
@@ -128,6 +130,7 @@ func (f *fns) table() []binding {
 		{&f.ropeWriteKV, "atomk_rope_write_kv"},
 		{&f.ropeWriteKVFused, "atomk_rope_write_kv_fused"},
 		{&f.gemmSwiGLU, "atomk_gemm_swiglu"},
+		{&f.gemmNorm, "atomk_gemm_rms_norm"},
 		{&f.attnWorkspace, "atomk_paged_attention_workspace"},
 		{&f.pagedAttention, "atomk_paged_attention"},
 		{&f.argmaxRows, "atomk_argmax_rows"},

@@ -39,6 +39,20 @@ func (l *Lib) GemmSwiGLU(h Blas, s Stream, dt DType, out, gateUp, w, act Ptr, m,
 	})
 }
 
+// GemmRMSNorm queues out[1,n] = (norm(r)·normW) · w[n,k]ᵀ (+ bias) in one skinny kernel, r =
+// residual + add stored to resOut (add 0: r = residual, resOut unused), and reports true. Where
+// the kernel does not serve the shape it queues nothing and reports false (see
+// atomk_gemm_rms_norm in src/atomk.h): the caller runs RMSNorm and GemmBias instead.
+func (l *Lib) GemmRMSNorm(h Blas, s Stream, dt DType, out, resOut, residual, add, normW Ptr, eps float32, w, bias Ptr,
+	m, n, k int) (bool, error) {
+	var fused int32
+	err := l.call("atomk_gemm_rms_norm", func() int32 {
+		return l.f.gemmNorm(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(resOut), uintptr(residual), uintptr(add),
+			uintptr(normW), eps, uintptr(w), uintptr(bias), int32(m), int32(n), int32(k), &fused)
+	})
+	return fused == 1, err
+}
+
 // SetGemvMaxM sets the largest m that h's GEMMs send to the skinny kernel (0: never; negative:
 // the default, 1 or $ATOM_GO_GEMV_MAX_M).
 func (l *Lib) SetGemvMaxM(h Blas, maxM int) error {

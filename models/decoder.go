@@ -175,21 +175,21 @@ func (d *decoder) NewKVCache(numBlocks, blockSize int) (ops.KVCache, error) {
 func (d *decoder) SetLayerHook(fn func(int, []float32, int)) { d.hook = fn }
 
 // Forward runs every layer. The residual stream lives in res; x carries each sublayer's output,
-// which the next RMSNorm adds into res (the fused residual add).
+// which the next NormLinear adds into the residual (the fused residual add). NormLinear may
+// leave the sum in spare instead of res: the two then swap roles.
 func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) ops.Tensor {
 	be, n, eps := d.be, len(ids), float32(d.cfg.RMSNormEps)
 	x, res, q, k, v, ao := be.View(d.x, n), be.View(d.res, n), be.View(d.q, n), be.View(d.k, n), be.View(d.v, n), be.View(d.ao, n)
-	qkv, gateUp, act, hn := be.View(d.qkv, n), be.View(d.gateUp, n), be.View(d.act, n), be.View(d.hidden, n)
+	qkv, gateUp, act, spare := be.View(d.qkv, n), be.View(d.gateUp, n), be.View(d.act, n), be.View(d.hidden, n)
 	be.Embedding(res, d.embed, ids)
 	d.dumpLayer(0, res, nil)
 	for i := range d.layers {
 		l := &d.layers[i]
+		add := x
 		if i == 0 {
-			be.RMSNorm(hn, res, nil, l.inNorm, eps)
-		} else {
-			be.RMSNorm(hn, x, res, l.inNorm, eps)
+			add = nil
 		}
-		be.Linear(qkv, hn, l.qkv, l.qkvBias)
+		res, spare = d.normLinear(qkv, ops.PreNorm{X: add, Res: res, Spare: spare, Weight: l.inNorm, Eps: eps}, l.qkv, l.qkvBias)
 		if d.opt.qkNorm { // Qwen3 normalises q and k heads before RoPE: split first
 			be.SplitCols(qkv, q, k, v)
 			be.HeadRMSNorm(q, l.qNorm, d.cfg.HeadDim, eps)
@@ -201,14 +201,22 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 		be.Attention(ao, q, cache, i, meta, d.attn)
 		be.Linear(x, ao, l.o, nil)
 		d.allReduce(x)
-		be.RMSNorm(hn, x, res, l.postNorm, eps)
-		be.Linear(gateUp, hn, l.gateUp, nil)
+		res, spare = d.normLinear(gateUp, ops.PreNorm{X: x, Res: res, Spare: spare, Weight: l.postNorm, Eps: eps}, l.gateUp, nil)
 		be.LinearSwiGLU(x, gateUp, act, l.down)
 		d.allReduce(x)
 		d.dumpLayer(i+1, res, x)
 	}
-	be.RMSNorm(hn, x, res, d.norm, eps)
-	return hn
+	be.RMSNorm(spare, x, res, d.norm, eps)
+	return spare
+}
+
+// normLinear runs NormLinear and returns the buffers of the residual stream and of the spare
+// after it.
+func (d *decoder) normLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) (res, spare ops.Tensor) {
+	if r := d.be.NormLinear(out, p, w, bias); r != p.Res {
+		return r, p.Res
+	}
+	return p.Res, p.Spare
 }
 
 // allReduce sums a row-parallel layer's partial output across ranks.

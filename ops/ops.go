@@ -77,6 +77,11 @@ type Backend interface {
 	// RMSNorm: when residual is nil, out = norm(x)*w. Otherwise residual += x first and
 	// out = norm(residual)*w (the fused pre-norm residual add of every decoder layer).
 	RMSNorm(out, x, residual, w Tensor, eps float32)
+	// NormLinear is RMSNorm then Linear: the residual add, pre-norm and first projection of a
+	// decoder sublayer, out = (norm(r)*p.Weight)·wᵀ (+ bias) with r = p.Res + p.X (r = p.Res
+	// when p.X is nil). It returns the tensor that holds r afterwards, p.Res or p.Spare (see
+	// PreNorm); the caller carries the residual stream on in that one and may reuse the other.
+	NormLinear(out Tensor, p PreNorm, w, bias Tensor) Tensor
 	// HeadRMSNorm normalises each headDim-wide head of x in place (Qwen3's q/k norm).
 	HeadRMSNorm(x, w Tensor, headDim int, eps float32)
 	// Linear writes out = x·wᵀ (+ bias); w is [outFeatures, inFeatures] as in PyTorch.
@@ -110,6 +115,15 @@ type Backend interface {
 	ReadRows(t Tensor, dst []float32)
 	// WriteRows copies host float32 values into the first len(src) elements of t.
 	WriteRows(t Tensor, src []float32)
+}
+
+// PreNorm holds the operands of NormLinear's residual add and RMSNorm.
+type PreNorm struct {
+	X      Tensor // the previous sublayer's output, added into the residual; nil: nothing to add
+	Res    Tensor // the residual stream
+	Spare  Tensor // a buffer of Res's shape: the backend writes either norm(r)*Weight into it (and r into Res, as RMSNorm does) or r (leaving Res as it was)
+	Weight Tensor // the norm's weight
+	Eps    float32
 }
 
 // Group is a tensor-parallel group of ranks, each with its own backend. AllReduce replaces t

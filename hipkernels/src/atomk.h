@@ -218,6 +218,17 @@ int atomk_rope_write_kv_fused(int dtype, void* q_out, const void* qkv, void* k_c
  * act is not touched; otherwise act [m, k] receives silu(gate)*up and the GEMM reads it. */
 int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const void* gate_up, const void* w,
                       void* act, int m, int n, int k);
+/* The pre-norm of a decoder sublayer fused with its first projection, at decode size: with add
+ * non-NULL, r = residual + add (rounded to dtype, as atomk_rms_norm stores it) is written to
+ * res_out (which must overlap neither input); with add NULL, r = residual and res_out is
+ * unused. out[1,n] = (r * rsqrt(mean(r²) + eps) * norm_w) · w[n,k]ᵀ (+ bias); residual and add
+ * are not written. *fused = 1 when the kernel was queued; 0, with nothing queued, where the
+ * skinny kernel does not serve it (m != 1 or above the handle's skinny limit, a 32-bit dtype,
+ * k % 8, k > 16384, an operand not 16-byte aligned, or $ATOM_GO_GEMV_NORM not 1): the caller
+ * then runs atomk_rms_norm and atomk_gemm_bias. */
+int atomk_gemm_rms_norm(void* handle, void* stream, int dtype, void* out, void* res_out, const void* residual,
+                        const void* add, const void* norm_w, float eps, const void* w, const void* bias, int m, int n,
+                        int k, int* fused);
 
 #ifdef __cplusplus
 }

@@ -84,6 +84,10 @@
 int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const void* w, const void* bias, int m,
                       int n, int k, int swiglu);
 
+// The skinny kernel with the RMSNorm prologue (m = 1; see atomk_gemm_rms_norm).
+int atomk_gemv_norm_launch(void* stream, int dtype, void* out, void* res_out, const void* residual, const void* add,
+                           const void* norm_w, float eps, const void* w, const void* bias, int n, int k);
+
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
@@ -99,6 +103,8 @@ constexpr int kGemvMaxN = 4096;
 // The skinny kernel takes SwiGLU input up to this m (kSwigluMaxM in gemv.cu); beyond, the
 // SiLU-and-multiply kernel runs first.
 constexpr int kGemvSwigluMaxM = 4;
+// The widest input the RMSNorm prologue stages in shared memory (kNormMaxK in gemv.cu).
+constexpr int kGemvNormMaxK = 16384;
 
 int default_gemv_max_m() {
     static const int v = atomk_env_int("ATOM_GO_GEMV_MAX_M", kGemvMaxM, 0, (1 << 20) - 1);
@@ -108,6 +114,13 @@ int default_gemv_max_m() {
 // The widest output the skinny kernel serves; ATOM_GO_GEMV_MAX_N overrides (for measurements).
 int default_gemv_max_n() {
     static const int v = atomk_env_int("ATOM_GO_GEMV_MAX_N", kGemvMaxN, 0, (1 << 20) - 1);
+    return v;
+}
+
+// Whether atomk_gemm_rms_norm fuses at all: ATOM_GO_GEMV_NORM=1 (read once). Off until it is
+// measured in the decode graph (written 2026-12-03 without a GPU at hand; docs/gpu-notes.md).
+bool gemv_norm_enabled() {
+    static const bool v = atomk_env_int("ATOM_GO_GEMV_NORM", 0, 0, 1) == 1;
     return v;
 }
 
@@ -271,6 +284,34 @@ int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const vo
     int st = atomk_silu_mul_fused(dtype, act, gate_up, m, k, stream);
     if (st != ATOMK_OK) return st;
     return atomk_gemm_bias(handle, stream, dtype, out, act, w, nullptr, m, n, k);
+}
+
+
+// Where the fused kernel does not serve, nothing is queued, *fused says so (not an error: it is
+// the common case at m > 1) and the caller runs atomk_rms_norm and atomk_gemm_bias.
+int atomk_gemm_rms_norm(void* handle, void* stream, int dtype, void* out, void* res_out, const void* residual,
+                        const void* add, const void* norm_w, float eps, const void* w, const void* bias, int m, int n,
+                        int k, int* fused) {
+    Blas* h = static_cast<Blas*>(handle);
+    if (!h || !fused) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_rms_norm: null handle or output");
+    *fused = 0;
+    if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_rms_norm: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
+    if (!out || !residual || !norm_w || !w || (add && !res_out))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_rms_norm: null operand");
+    const size_t row = (size_t)k * (dtype == ATOMK_F32 ? 4 : 2);
+    auto overlaps = [row](const void* a, const void* b) {
+        return b && (uintptr_t)a < (uintptr_t)b + row && (uintptr_t)b < (uintptr_t)a + row;
+    };
+    if (add && (overlaps(res_out, residual) || overlaps(res_out, add)))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_rms_norm: res_out overlaps an input");
+    auto aligned = [](const void* p) { return ((uintptr_t)p % 16) == 0; };
+    if (!gemv_norm_enabled() || m != 1 || m > h->gemv_max_m || (dtype != ATOMK_BF16 && dtype != ATOMK_F16) || k % 8 != 0 || !aligned(residual) ||
+        !aligned(norm_w) || !aligned(w) || (add && (!aligned(add) || !aligned(res_out))) || k > kGemvNormMaxK)
+        return ATOMK_OK;
+    const int st = atomk_gemv_norm_launch(stream, dtype, out, res_out, residual, add, norm_w, eps, w, bias, n, k);
+    *fused = st == ATOMK_OK;
+    return st;
 }
 
 }  // extern "C"

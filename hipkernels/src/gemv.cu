@@ -34,6 +34,14 @@ constexpr int kWarps = kThreads / ATOMK_WARP_SIZE;    // 8 on CUDA, 4 on HIP
 constexpr int kMaxM = 16;                             // rows of x one launch handles
 constexpr int kSwigluMaxM = 4;                        // the same with SwiGLU input (see blas.cu)
 constexpr int kTargetWarps = 4096;                    // grid size that covers the latency of an H200 / MI300
+constexpr int kNormMaxK = 16384;                      // widest input the RMSNorm prologue stages (32 KiB)
+
+// Where a row of the GEMM's input x comes from (the kernel's X parameter).
+enum Input {
+    kPlainX = 0,   // x as given
+    kSwigluX = 1,  // silu(gate)·up of the fused gate|up output (the MLP's down projection)
+    kNormX = 2,    // RMSNorm of the residual stream, staged in shared memory by the prologue
+};
 
 // Rows of w per warp and chunks unrolled per lane, by m: more rows per warp reuse each x chunk
 // more (cache traffic), fewer keep the registers of the M·R accumulators in check. With SwiGLU
@@ -46,7 +54,8 @@ constexpr int kTargetWarps = 4096;                    // grid size that covers t
 #ifndef ATOMK_GEMV_G_ROWS
 #define ATOMK_GEMV_G_ROWS 4
 #endif
-template <int M, bool G = false, int P = 0> struct Tile {
+template <int M, int X = kPlainX, int P = 0> struct Tile {
+    static constexpr bool G = X == kSwigluX;
     static constexpr int R = G && M == 1 ? ATOMK_GEMV_G_ROWS : M >= 3 ? 4 : 2;
     static constexpr int kDepth = G && M == 1 ? 8 / ATOMK_GEMV_G_ROWS : M <= 4 ? 4 : 2;  // chunks in flight per row
     static constexpr int U = P == 0 ? kDepth : kDepth > 1 ? kDepth / 2 : 1;
@@ -101,12 +110,17 @@ template <typename T> __device__ __forceinline__ float dot8(const float xf[8], c
     return acc;
 }
 
-// The 8 x values of chunk c of row i as floats. With G, x is the gate|up output (row stride
-// 2·k8 chunks, up k8 chunks after gate) and the value is silu(gate)·up, rounded to T as the
-// SiLU-and-multiply kernel stores it, so the result matches SiluMulFused + GEMM.
-template <typename T, bool G>
+// The 8 x values of chunk c of row i as floats. With kSwigluX, x is the gate|up output (row
+// stride 2·k8 chunks, up k8 chunks after gate) and the value is silu(gate)·up, rounded to T as
+// the SiLU-and-multiply kernel stores it, so the result matches SiluMulFused + GEMM. With
+// kNormX, x is the normalised row in shared memory.
+template <typename T, int X>
 __device__ __forceinline__ void load_x8(const uint4* x4, int i, int k8, int c, float xf[8]) {
-    if (!G) {
+    if constexpr (X == kNormX) {
+        unpack8<T>(x4[(size_t)i * k8 + c], xf);
+        return;
+    }
+    if constexpr (X == kPlainX) {
         unpack8<T>(load_cached(x4 + (size_t)i * k8 + c), xf);
         return;
     }
@@ -144,7 +158,7 @@ __device__ __forceinline__ void load_step(uint4 (&wv)[U][R], const uint4* const 
 }
 
 // acc[i][r] += x row i · weight chunks wv[·][r] of one loop step.
-template <typename T, int M, int U, int R, bool G>
+template <typename T, int M, int U, int R, int X>
 __device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U][R], const uint4* x4, int c0, int stride,
                                          int k8) {
 #pragma unroll
@@ -154,27 +168,76 @@ __device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U
 #pragma unroll
         for (int i = 0; i < M; ++i) {
             float xf[8];
-            load_x8<T, G>(x4, i, k8, c, xf);
+            load_x8<T, X>(x4, i, k8, c, xf);
 #pragma unroll
             for (int r = 0; r < R; ++r) acc[i][r] = dot8<T>(xf, wv[u][r], acc[i][r]);
         }
     }
 }
 
+// The RMSNorm input of a kNormX launch: r = residual (+ add, rounded to T, when add is not
+// NULL; then r is also stored to res_out), normalised as atomk_rms_norm does.
+template <typename T> struct NormIn {
+    const T* residual;
+    const T* add;
+    const T* w;
+    T* res_out;
+    float eps;
+};
+
+// r · rsqrt(mean(r²) + eps) · w of one row of k8 chunks, into xs (shared memory), by the whole
+// block; res_out chunk c is written by block c % gridDim.x only. Ends with a barrier.
+template <typename T>
+__device__ void norm_prologue(uint4* xs, const NormIn<T>& in, int k8) {
+    __shared__ float scratch[kWarps];
+    const uint4* res = reinterpret_cast<const uint4*>(in.residual);
+    const uint4* add = reinterpret_cast<const uint4*>(in.add);
+    float ss = 0.f;
+    for (int c = threadIdx.x; c < k8; c += kThreads) {
+        uint4 r = load_cached(res + c);
+        T* e = reinterpret_cast<T*>(&r);
+        if (add) {
+            const uint4 a = load_cached(add + c);
+            const T* ae = reinterpret_cast<const T*>(&a);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) e[j] = atomk_from_float<T>(atomk_to_float(e[j]) + atomk_to_float(ae[j]));
+            if (c % gridDim.x == blockIdx.x) reinterpret_cast<uint4*>(in.res_out)[c] = r;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ss += atomk_to_float(e[j]) * atomk_to_float(e[j]);
+        xs[c] = r;
+    }
+    const float inv = rsqrtf(atomk_block_sum(ss, scratch) / (float)(k8 * 8) + in.eps);
+    const uint4* w = reinterpret_cast<const uint4*>(in.w);
+    for (int c = threadIdx.x; c < k8; c += kThreads) {
+        uint4 r = xs[c];
+        const uint4 wv = load_cached(w + c);
+        T* e = reinterpret_cast<T*>(&r);
+        const T* we = reinterpret_cast<const T*>(&wv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) e[j] = atomk_from_float<T>(atomk_to_float(e[j]) * inv * atomk_to_float(we[j]));
+        xs[c] = r;
+    }
+    __syncthreads();
+}
+
 // One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
 // out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row. P selects the loop:
 // 0 one step at a time, 1 pipelined with the first step loaded before the PDL wait, 2
-// pipelined with every load after it (see pipeline_mode).
-template <typename T, int M, bool G, int P = 0>
-__global__ void __launch_bounds__(kThreads, (Tile<M, G, P>::kMinBlocks)) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
+// pipelined with every load after it (see pipeline_mode). X is the Input; with kNormX (M = 1)
+// x is unused and the launch gives k8 * 16 bytes of dynamic shared memory.
+template <typename T, int M, int X, int P = 0>
+__global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
-                                                        int n, int k8, int kw, int prefetch) {
-    constexpr int R = Tile<M, G, P>::R, U = Tile<M, G, P>::U;
+                                                        int n, int k8, int kw, int prefetch, NormIn<T> norm) {
+    static_assert(X != kNormX || M == 1, "the RMSNorm prologue stages one row");
+    constexpr int R = Tile<M, X, P>::R, U = Tile<M, X, P>::U;
+    extern __shared__ uint4 staged[];  // kNormX: the normalised row
     __shared__ float partial[kWarps][M * R];
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int slice = warp % kw;                                       // this warp's share of k
     const int row0 = (blockIdx.x * (kWarps / kw) + warp / kw) * R;     // first row of w of the group
-    const uint4* x4 = reinterpret_cast<const uint4*>(x);
+    const uint4* x4 = X == kNormX ? staged : reinterpret_cast<const uint4*>(x);
     const uint4* wrow[R];
 #pragma unroll
     for (int r = 0; r < R; ++r)  // rows past n read row n-1 (valid memory) and are not written
@@ -202,10 +265,11 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, G, P>::kMinBlocks)) gemv_ke
         if constexpr (P == 2) ATOMK_PDL_ENTER();
         load_step<U, R>(wv, wrow, c0, stride, k8);
         if constexpr (P == 1) ATOMK_PDL_ENTER();
+        if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
         for (; c0 < k8; c0 += U * stride) {
             uint4 next[U][R];
             load_step<U, R>(next, wrow, c0 + U * stride, stride, k8);
-            dot_step<T, M, U, R, G>(acc, wv, x4, c0, stride, k8);
+            dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
 #pragma unroll
             for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -213,10 +277,11 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, G, P>::kMinBlocks)) gemv_ke
         }
     } else {
         ATOMK_PDL_ENTER();
+        if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
         for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
             uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
             load_step<U, R>(wv, wrow, c0, stride, k8);
-            dot_step<T, M, U, R, G>(acc, wv, x4, c0, stride, k8);
+            dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
         }
     }
 
@@ -257,20 +322,22 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, G, P>::kMinBlocks)) gemv_ke
 }
 
 // Blocks of one gemv_kernel instance resident on the whole device at once (its occupancy
-// times the multiprocessors), per device; 0 if the runtime cannot say.
-template <typename T, int M, bool G, int P>
-int resident_blocks() {
+// with smem bytes of dynamic shared memory, times the multiprocessors), per device; 0 if the
+// runtime cannot say. The cache keeps the last smem size asked for (one k per model).
+template <typename T, int M, int X, int P>
+int resident_blocks(size_t smem) {
     constexpr int kDevices = 16;
-    static std::atomic<int> cache[kDevices];
+    static std::atomic<long long> cache[kDevices];  // smem << 20 | blocks
     int dev = 0;
     if (gpuGetDevice(&dev) != gpuSuccess) return 0;
     const int i = dev >= 0 && dev < kDevices ? dev : 0;
-    int r = cache[i].load(std::memory_order_relaxed);
-    if (r > 0) return r;
+    const long long c = cache[i].load(std::memory_order_relaxed);
+    if (c > 0 && (size_t)(c >> 20) == smem) return (int)(c & ((1 << 20) - 1));
     int per_sm = 0;
-    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, G, P>, kThreads, 0) != gpuSuccess) return 0;
-    r = per_sm * atomk_sm_count();
-    cache[i].store(r, std::memory_order_relaxed);
+    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, X, P>, kThreads, smem) != gpuSuccess)
+        return 0;
+    const int r = per_sm * atomk_sm_count();
+    cache[i].store((long long)smem << 20 | r, std::memory_order_relaxed);
     return r;
 }
 
@@ -324,27 +391,30 @@ int pipeline_mode(bool after_attention) {
     return 0;
 }
 
-template <typename T, int M, bool G, int P>
-int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s) {
-    const int k8 = k / 8, groups = (n + Tile<M, G, P>::R - 1) / Tile<M, G, P>::R;
-    const int kw = warps_per_group(groups, k8, resident_blocks<T, M, G, P>()), per_block = kWarps / kw;
+template <typename T, int M, int X, int P>
+int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, const NormIn<T>& norm, gpuStream_t s) {
+    const int k8 = k / 8, groups = (n + Tile<M, X, P>::R - 1) / Tile<M, X, P>::R;
+    const size_t smem = X == kNormX ? (size_t)k8 * sizeof(uint4) : 0;
+    const int kw = warps_per_group(groups, k8, resident_blocks<T, M, X, P>(smem)), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    atomk_launch(gemv_kernel<T, M, G, P>, blocks, kThreads, 0, s, out, x, w, bias, n, k8, kw, prefetch_steps());
+    atomk_launch(gemv_kernel<T, M, X, P>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw, prefetch_steps(), norm);
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
 }
 
-template <typename T, int M, bool G>
-int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s) {
+template <typename T, int M, int X>
+int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s, const NormIn<T>& norm = {}) {
     const bool after_attention = atomk_attention_launched;
     atomk_attention_launched = false;
-    if constexpr (M <= 2) {  // the decode sizes; larger tiles have no registers to spare
+    // The decode sizes only (larger tiles have no registers to spare), and not with the norm
+    // prologue (its pipelined forms spill).
+    if constexpr (M <= 2 && X != kNormX) {
         switch (pipeline_mode(after_attention)) {
-            case 1: return launch_loop<T, M, G, 1>(out, x, w, bias, n, k, s);
-            case 2: return launch_loop<T, M, G, 2>(out, x, w, bias, n, k, s);
+            case 1: return launch_loop<T, M, X, 1>(out, x, w, bias, n, k, norm, s);
+            case 2: return launch_loop<T, M, X, 2>(out, x, w, bias, n, k, norm, s);
         }
     }
-    return launch_loop<T, M, G, 0>(out, x, w, bias, n, k, s);
+    return launch_loop<T, M, X, 0>(out, x, w, bias, n, k, norm, s);
 }
 
 // Rows of x at once, by a switch over the template instances 1..kMaxM (1..kSwigluMaxM with
@@ -354,16 +424,16 @@ int launch_rows(T* out, const T* x, const T* w, const T* bias, int m, int n, int
     if constexpr (G) {
         static_assert(kSwigluMaxM == 4, "one case per m below");
         switch (m) {
-            case 1: return launch<T, 1, G>(out, x, w, bias, n, k, s);
-            case 2: return launch<T, 2, G>(out, x, w, bias, n, k, s);
-            case 3: return launch<T, 3, G>(out, x, w, bias, n, k, s);
-            case 4: return launch<T, 4, G>(out, x, w, bias, n, k, s);
+            case 1: return launch<T, 1, G ? kSwigluX : kPlainX>(out, x, w, bias, n, k, s);
+            case 2: return launch<T, 2, G ? kSwigluX : kPlainX>(out, x, w, bias, n, k, s);
+            case 3: return launch<T, 3, G ? kSwigluX : kPlainX>(out, x, w, bias, n, k, s);
+            case 4: return launch<T, 4, G ? kSwigluX : kPlainX>(out, x, w, bias, n, k, s);
         }
         return atomk_fail(ATOMK_ERR_INVALID, "gemv swiglu: %d rows in one launch", m);
     } else {
         switch (m) {
 #define ATOMK_GEMV_CASE(M) \
-        case M: return launch<T, M, G>(out, x, w, bias, n, k, s);
+        case M: return launch<T, M, kPlainX>(out, x, w, bias, n, k, s);
             ATOMK_GEMV_CASE(1) ATOMK_GEMV_CASE(2) ATOMK_GEMV_CASE(3) ATOMK_GEMV_CASE(4)
             ATOMK_GEMV_CASE(5) ATOMK_GEMV_CASE(6) ATOMK_GEMV_CASE(7) ATOMK_GEMV_CASE(8)
             ATOMK_GEMV_CASE(9) ATOMK_GEMV_CASE(10) ATOMK_GEMV_CASE(11) ATOMK_GEMV_CASE(12)
@@ -383,6 +453,16 @@ int launch_slice(void* out, const void* x, const void* w, const void* bias, int 
     const T* ws = static_cast<const T*>(w);
     const T* bs = static_cast<const T*>(bias);
     return swiglu ? launch_rows<T, true>(o, xs, ws, bs, rows, n, k, s) : launch_rows<T, false>(o, xs, ws, bs, rows, n, k, s);
+}
+
+// One row (m = 1) with the RMSNorm prologue.
+template <typename T>
+int launch_norm(void* out, void* res_out, const void* residual, const void* add, const void* norm_w, float eps,
+                const void* w, const void* bias, int n, int k, gpuStream_t s) {
+    const NormIn<T> in{static_cast<const T*>(residual), static_cast<const T*>(add), static_cast<const T*>(norm_w),
+                       static_cast<T*>(res_out), eps};
+    return launch<T, 1, kNormX>(static_cast<T*>(out), nullptr, static_cast<const T*>(w), static_cast<const T*>(bias), n,
+                                k, s, in);
 }
 
 }  // namespace
@@ -406,4 +486,17 @@ int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const v
         if (st != ATOMK_OK) return st;
     }
     return ATOMK_OK;
+}
+
+// atomk_gemv_norm_launch queues out = (r · rsqrt(mean(r²) + eps) · norm_w) · wᵀ (+ bias) for one
+// row, r = residual + add (stored to res_out) or residual when add is NULL. Internal (declared
+// in blas.cu, whose atomk_gemm_rms_norm has checked dtype, k % 8 == 0, k <= kNormMaxK, the
+// 16-byte alignment of every vector operand and that res_out overlaps neither input).
+int atomk_gemv_norm_launch(void* stream, int dtype, void* out, void* res_out, const void* residual, const void* add,
+                           const void* norm_w, float eps, const void* w, const void* bias, int n, int k) {
+    gpuStream_t s = ATOMK_STREAM(stream);
+    if (k > kNormMaxK) return atomk_fail(ATOMK_ERR_INVALID, "gemv norm: k=%d > %d", k, kNormMaxK);
+    if (dtype == ATOMK_BF16) return launch_norm<atomk_bf16>(out, res_out, residual, add, norm_w, eps, w, bias, n, k, s);
+    if (dtype == ATOMK_F16) return launch_norm<atomk_f16>(out, res_out, residual, add, norm_w, eps, w, bias, n, k, s);
+    return atomk_fail(ATOMK_ERR_UNSUPPORTED, "gemv norm: dtype %d", dtype);
 }

@@ -152,6 +152,17 @@ func (b *Backend) LinearSwiGLU(out, gateUp, act, w ops.Tensor) {
 	b.Linear(out, act, w, nil)
 }
 
+// NormLinear runs RMSNorm into p.Spare, then Linear; r stays in p.Res.
+func (b *Backend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) ops.Tensor {
+	if p.X != nil {
+		b.RMSNorm(p.Spare, p.X, p.Res, p.Weight, p.Eps)
+	} else {
+		b.RMSNorm(p.Spare, p.Res, nil, p.Weight, p.Eps)
+	}
+	b.Linear(out, p.Spare, w, bias)
+	return p.Res
+}
+
 // SplitCols copies consecutive column ranges of each row of src into the dst tensors.
 func (b *Backend) SplitCols(src ops.Tensor, dst ...ops.Tensor) {
 	s := src.(*Tensor)

@@ -79,6 +79,51 @@ func (b *Backend) RMSNorm(out, x, residual, w ops.Tensor, eps float32) {
 	b.must("RMSNorm", b.lib.RMSNorm(b.kdt, o.ptr, xt.ptr, rp, wt.ptr, rows, cols, eps, b.stream))
 }
 
+// NormLinear runs the skinny GEMM with the RMSNorm in its prologue where the library serves it
+// (one row: r goes to p.Spare when p.X is set, p.Res is only read), else RMSNorm into p.Spare
+// and Linear (r in p.Res).
+func (b *Backend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) ops.Tensor {
+	o, rt, st, nw, wt := out.(*Tensor), p.Res.(*Tensor), p.Spare.(*Tensor), p.Weight.(*Tensor), w.(*Tensor)
+	m, k, n := rt.rows(), rt.cols(), wt.rows()
+	if len(wt.shape) != 2 || wt.cols() != k || o.cols() != n || o.rows() < m || nw.elems() != k ||
+		st.cols() != k || st.rows() < m {
+		shapeErr("NormLinear", "out %v = norm(res %v, weight %v, spare %v) · w %vᵀ", o.shape, rt.shape, nw.shape, st.shape, wt.shape)
+	}
+	var xp, resOut, bp hipkernels.Ptr // 0: none
+	if p.X != nil {
+		xt := p.X.(*Tensor)
+		if xt.cols() != k || xt.rows() < m {
+			shapeErr("NormLinear", "x %v for res %v", xt.shape, rt.shape)
+		}
+		xp, resOut = xt.ptr, st.ptr
+	}
+	if bias != nil {
+		bt := bias.(*Tensor)
+		if bt.elems() != n {
+			shapeErr("NormLinear", "bias %v for %d outputs", bt.shape, n)
+		}
+		bp = bt.ptr
+	}
+	if m == 0 {
+		return p.Res
+	}
+	fused, err := b.lib.GemmRMSNorm(b.blas, b.stream, b.kdt, o.ptr, resOut, rt.ptr, xp, nw.ptr, p.Eps, wt.ptr, bp, m, n, k)
+	b.must("NormLinear", err)
+	switch {
+	case fused && p.X != nil:
+		return p.Spare
+	case fused:
+		return p.Res
+	}
+	if p.X != nil {
+		b.RMSNorm(p.Spare, p.X, p.Res, p.Weight, p.Eps)
+	} else {
+		b.RMSNorm(p.Spare, p.Res, nil, p.Weight, p.Eps)
+	}
+	b.Linear(out, p.Spare, w, bias)
+	return p.Res
+}
+
 // HeadRMSNorm normalises each headDim-wide head of x in place.
 func (b *Backend) HeadRMSNorm(x, w ops.Tensor, headDim int, eps float32) {
 	xt, wt := x.(*Tensor), w.(*Tensor)
