@@ -1,0 +1,145 @@
+// gemv_input.h: the skinny GEMM's constants and how its input rows reach the registers: the
+// 16-byte loads, the unpacking of 16-bit pairs, and the three inputs (x as given, the SwiGLU of
+// the fused gate|up output, the RMSNorm of the residual stream staged in shared memory).
+// Included by gemv.cu only (kept apart to keep each file readable).
+#ifndef ATOMK_GEMV_INPUT_H
+#define ATOMK_GEMV_INPUT_H
+
+#include <string.h>
+
+#include "atomk_internal.h"
+
+namespace {
+
+constexpr int kThreads = 256;                         // per block, a multiple of the warp size
+constexpr int kWarps = kThreads / ATOMK_WARP_SIZE;    // 8 on CUDA, 4 on HIP
+constexpr int kMaxM = 16;                             // rows of x one launch handles
+constexpr int kSwigluMaxM = 4;                        // the same with SwiGLU input (see blas.cu)
+constexpr int kTargetWarps = 4096;                    // grid size that covers the latency of an H200 / MI300
+constexpr int kNormMaxK = 16384;                      // widest input the RMSNorm prologue stages (32 KiB)
+
+// Where a row of the GEMM's input x comes from (the kernel's X parameter).
+enum Input {
+    kPlainX = 0,   // x as given
+    kSwigluX = 1,  // silu(gate)·up of the fused gate|up output (the MLP's down projection)
+    kNormX = 2,    // RMSNorm of the residual stream, staged in shared memory by the prologue
+};
+
+// The weights are streamed once: on CUDA a load that does not allocate in L1 (evict-first) keeps
+// the x chunks resident. HIP's plain load already goes around the vector cache well enough.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+#if defined(ATOMK_CUDA)
+    return __ldcs(p);
+#else
+    return *p;
+#endif
+}
+
+__device__ __forceinline__ uint4 load_cached(const uint4* p) {
+#if defined(ATOMK_CUDA)
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
+
+// Two packed 16-bit values to floats (the low half is the element at the lower address).
+template <typename T> __device__ __forceinline__ float2 unpack2(uint32_t u);
+template <> __device__ __forceinline__ float2 unpack2<atomk_bf16>(uint32_t u) {
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+template <> __device__ __forceinline__ float2 unpack2<atomk_f16>(uint32_t u) {
+    __half2 h;
+    static_assert(sizeof h == sizeof u, "half2 is 4 bytes");
+    memcpy(&h, &u, sizeof u);
+    return __half22float2(h);
+}
+
+// The 8 values of one 16-byte chunk as floats.
+template <typename T> __device__ __forceinline__ void unpack8(const uint4& v, float f[8]) {
+    const float2 a = unpack2<T>(v.x), b = unpack2<T>(v.y), c = unpack2<T>(v.z), d = unpack2<T>(v.w);
+    f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+    f[4] = c.x; f[5] = c.y; f[6] = d.x; f[7] = d.y;
+}
+
+// acc += Σ xf[i] · w[i] over one chunk.
+template <typename T> __device__ __forceinline__ float dot8(const float xf[8], const uint4& w, float acc) {
+    float wf[8];
+    unpack8<T>(w, wf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc = fmaf(xf[i], wf[i], acc);
+    return acc;
+}
+
+// The 8 x values of chunk c of row i as floats. With kSwigluX, x is the gate|up output (row
+// stride 2·k8 chunks, up k8 chunks after gate) and the value is silu(gate)·up, rounded to T as
+// the SiLU-and-multiply kernel stores it, so the result matches SiluMulFused + GEMM. With
+// kNormX, x is the normalised row in shared memory.
+template <typename T, int X>
+__device__ __forceinline__ void load_x8(const uint4* x4, int i, int k8, int c, float xf[8]) {
+    if constexpr (X == kNormX) {
+        unpack8<T>(x4[(size_t)i * k8 + c], xf);
+        return;
+    }
+    if constexpr (X == kPlainX) {
+        unpack8<T>(load_cached(x4 + (size_t)i * k8 + c), xf);
+        return;
+    }
+    const uint4* row = x4 + (size_t)i * 2 * k8;
+    float up[8];
+    unpack8<T>(load_cached(row + c), xf);
+    unpack8<T>(load_cached(row + k8 + c), up);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)  // the fast divide: the IEEE one calls a slow path that spills
+        xf[j] = atomk_to_float(atomk_from_float<T>(__fdividef(xf[j], 1.f + __expf(-xf[j])) * up[j]));
+}
+
+// The RMSNorm input of a kNormX launch: r = residual (+ add, rounded to T, when add is not
+// NULL; then r is also stored to res_out), normalised as atomk_rms_norm does.
+template <typename T> struct NormIn {
+    const T* residual;
+    const T* add;
+    const T* w;
+    T* res_out;
+    float eps;
+};
+
+// r · rsqrt(mean(r²) + eps) · w of one row of k8 chunks, into xs (shared memory), by the whole
+// block; res_out chunk c is written by block c % gridDim.x only. Ends with a barrier.
+template <typename T>
+__device__ void norm_prologue(uint4* xs, const NormIn<T>& in, int k8) {
+    __shared__ float scratch[kWarps];
+    const uint4* res = reinterpret_cast<const uint4*>(in.residual);
+    const uint4* add = reinterpret_cast<const uint4*>(in.add);
+    float ss = 0.f;
+    for (int c = threadIdx.x; c < k8; c += kThreads) {
+        uint4 r = load_cached(res + c);
+        T* e = reinterpret_cast<T*>(&r);
+        if (add) {
+            const uint4 a = load_cached(add + c);
+            const T* ae = reinterpret_cast<const T*>(&a);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) e[j] = atomk_from_float<T>(atomk_to_float(e[j]) + atomk_to_float(ae[j]));
+            if (c % gridDim.x == blockIdx.x) reinterpret_cast<uint4*>(in.res_out)[c] = r;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ss += atomk_to_float(e[j]) * atomk_to_float(e[j]);
+        xs[c] = r;
+    }
+    const float inv = rsqrtf(atomk_block_sum(ss, scratch) / (float)(k8 * 8) + in.eps);
+    const uint4* w = reinterpret_cast<const uint4*>(in.w);
+    for (int c = threadIdx.x; c < k8; c += kThreads) {
+        uint4 r = xs[c];
+        const uint4 wv = load_cached(w + c);
+        T* e = reinterpret_cast<T*>(&r);
+        const T* we = reinterpret_cast<const T*>(&wv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) e[j] = atomk_from_float<T>(atomk_to_float(e[j]) * inv * atomk_to_float(we[j]));
+        xs[c] = r;
+    }
+    __syncthreads();
+}
+
+}  // namespace
+
+#endif  // ATOMK_GEMV_INPUT_H
