@@ -5,7 +5,8 @@
 //	randmodel --shape llama3-8b --out /tmp/llama3-8b
 //	randmodel --shape smollm2-135m --out /tmp/smollm2 --dtype float32
 //
-// Weights are N(0, std) with norms at 1, so activations stay in range through every layer.
+// Weights are roughly N(0, std) (see fill) with norms at 1, so activations stay in range
+// through every layer.
 package main
 
 import (
@@ -187,14 +188,26 @@ func writeShard(path string, ts []tensor, dtype string, size int, seed uint64) e
 	if _, err := f.Write(hb); err != nil {
 		return err
 	}
-	for i, t := range ts {
-		n := 1
-		for _, d := range t.shape {
-			n *= d
+	// The next tensor is generated while this one is written.
+	data := make(chan []byte, 1)
+	go func() {
+		defer close(data)
+		for i, t := range ts {
+			n := 1
+			for _, d := range t.shape {
+				n *= d
+			}
+			data <- randomBytes(n, t.std, dtype, seed+uint64(i))
 		}
-		if _, err := f.Write(randomBytes(n, t.std, dtype, seed+uint64(i))); err != nil {
-			return err
+	}()
+	var werr error
+	for b := range data { // drained to the end even after an error, so the generator finishes
+		if werr == nil {
+			_, werr = f.Write(b)
 		}
+	}
+	if werr != nil {
+		return werr
 	}
 	return f.Close()
 }
@@ -217,31 +230,49 @@ func randomBytes(n int, std float64, dtype string, seed uint64) []byte {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(seed, uint64(w)))
-			for i := lo; i < hi; i++ {
-				v := float32(1)
-				if std > 0 {
-					v = float32(r.NormFloat64() * std)
-				}
-				put(buf[i*size:], v, dtype)
-			}
+			fill(buf[lo*size:hi*size], std, dtype, rand.NewPCG(seed, uint64(w)))
 		}()
 	}
 	wg.Wait()
 	return buf
 }
 
-func put(b []byte, v float32, dtype string) {
-	bits := math.Float32bits(v)
-	switch dtype {
-	case "float32":
-		binary.LittleEndian.PutUint32(b, bits)
-	case "bfloat16":
-		// Round to nearest even.
-		binary.LittleEndian.PutUint16(b, uint16((bits+0x7fff+(bits>>16)&1)>>16))
-	default:
-		binary.LittleEndian.PutUint16(b, floatToHalf(v))
+// fill writes len(b)/size values of roughly N(0, std) (all ones when std is 0) in dtype. Each
+// value is the Irwin-Hall sum of the four 16-bit quarters of one 64-bit draw, centred and
+// scaled: bell-shaped, bounded at ±3.46 std, and several times cheaper than an exact normal
+// (the 8B shape's 16 GB took ~45 s with NormFloat64 on the 16 cores of the GPU machine).
+func fill(b []byte, std float64, dtype string, r *rand.PCG) {
+	const sd = 37837.23 // of the sum of four uniform 16-bit integers
+	scale := float32(std / sd)
+	next := func() float32 {
+		if std == 0 {
+			return 1
+		}
+		return normal(r.Uint64(), scale)
 	}
+	switch {
+	case dtype == "float32":
+		for i := 0; i+4 <= len(b); i += 4 {
+			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(next()))
+		}
+	case dtype == "float16":
+		for i := 0; i+2 <= len(b); i += 2 {
+			binary.LittleEndian.PutUint16(b[i:], floatToHalf(next()))
+		}
+	default: // bfloat16, rounded to nearest even
+		for i := 0; i+2 <= len(b); i += 2 {
+			bits := math.Float32bits(next())
+			binary.LittleEndian.PutUint16(b[i:], uint16((bits+0x7fff+(bits>>16)&1)>>16))
+		}
+	}
+}
+
+// normal maps one 64-bit draw to a value of roughly N(0, 1)·scale·37837: the sum of its four
+// 16-bit quarters, centred (the sum fits an int32, whose conversion to float is one
+// instruction).
+func normal(u uint64, scale float32) float32 {
+	sum := int32(u&0xffff + u>>16&0xffff + u>>32&0xffff + u>>48)
+	return float32(sum-2*65535) * scale
 }
 
 func floatToHalf(f float32) uint16 {
