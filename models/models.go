@@ -128,13 +128,16 @@ func (w *weightLoader) tensorInfo(name string, shape []int) (*TensorInfo, error)
 }
 
 // upload hands data (all of ti, or a shard of it) to the backend and reports progress.
-func (w *weightLoader) upload(ti *TensorInfo, shape []int, data []byte) (ops.Tensor, error) {
-	t, err := w.be.Weight(ti.Name, ti.DType, shape, data)
+func (w *weightLoader) upload(ti *TensorInfo, shape []int, data ...[]byte) (ops.Tensor, error) {
+	t, err := w.be.Weight(ti.Name, ti.DType, shape, data...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ti.File, err)
 	}
 	if w.progress != nil {
-		w.done = min(w.done+int64(len(data)), w.total)
+		for _, d := range data {
+			w.done += int64(len(d))
+		}
+		w.done = min(w.done, w.total)
 		w.progress(w.done, w.total)
 	}
 	return t, nil

@@ -98,7 +98,7 @@ func (w *weightLoader) getFused(name string, parts ...fusedPart) (ops.Tensor, er
 	if mixed {
 		dt = ops.F32
 	}
-	var data []byte
+	data := make([][]byte, 0, len(parts)) // handed over in parts: the backend places each one
 	for i, p := range parts {
 		ti := infos[i]
 		row := ti.DType.Size()
@@ -109,11 +109,11 @@ func (w *weightLoader) getFused(name string, parts ...fusedPart) (ops.Tensor, er
 		if mixed {
 			src = widen(src, ti.DType)
 		}
-		data = append(data, src...)
+		data = append(data, src)
 	}
 	shape := append([]int{rows}, infos[0].Shape[1:]...)
 	fused := &TensorInfo{Name: name, File: infos[0].File, DType: dt, Shape: shape}
-	return w.upload(fused, shape, data)
+	return w.upload(fused, shape, data...)
 }
 
 // widen converts little-endian elements of dt to float32 bytes.

@@ -62,9 +62,11 @@ type Tensor interface {
 type Backend interface {
 	// Name is "cpu" or "gpu".
 	Name() string
-	// Weight wraps checkpoint bytes (little-endian, dtype dt) as a parameter. The bytes may be
-	// memory-mapped: the backend copies them to the device or keeps referencing them read-only.
-	Weight(name string, dt DType, shape []int, raw []byte) (Tensor, error)
+	// Weight wraps checkpoint bytes (little-endian, dtype dt) as a parameter: raw's parts one
+	// after the other (one part, or the pieces of a fused weight such as q, k and v, so that
+	// they need not be joined on the host first). The bytes may be memory-mapped: the backend
+	// copies them to the device or keeps referencing them read-only.
+	Weight(name string, dt DType, shape []int, raw ...[]byte) (Tensor, error)
 	// Buffer allocates an activation buffer of capacity [rows, cols].
 	Buffer(rows, cols int) Tensor
 	// View returns the first rows rows of an activation buffer.

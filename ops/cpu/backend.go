@@ -24,8 +24,23 @@ func (b *Backend) Close() { close(b.pool.jobs) }
 func (b *Backend) Name() string { return "cpu" }
 
 // Weight wraps checkpoint bytes; 16-bit weights stay 16-bit and are widened row by row.
-func (b *Backend) Weight(name string, dt ops.DType, shape []int, raw []byte) (ops.Tensor, error) {
-	t, err := newWeight(dt, shape, raw)
+func (b *Backend) Weight(name string, dt ops.DType, shape []int, raw ...[]byte) (ops.Tensor, error) {
+	var data []byte
+	switch len(raw) {
+	case 0:
+	case 1:
+		data = raw[0] // kept as it is: it may be the memory-mapped checkpoint
+	default:
+		n := 0
+		for _, p := range raw {
+			n += len(p)
+		}
+		data = make([]byte, 0, n)
+		for _, p := range raw {
+			data = append(data, p...)
+		}
+	}
+	t, err := newWeight(dt, shape, data)
 	if err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}

@@ -255,7 +255,7 @@ func (t *Tensor) elems() int { return t.rows() * t.cols() }
 
 // Weight copies checkpoint bytes to the device through the pinned staging buffers, converting
 // them to the compute dtype when they differ.
-func (b *Backend) Weight(name string, dt ops.DType, shape []int, raw []byte) (ops.Tensor, error) {
+func (b *Backend) Weight(name string, dt ops.DType, shape []int, raw ...[]byte) (ops.Tensor, error) {
 	switch dt {
 	case ops.F32, ops.F16, ops.BF16:
 	default:
@@ -271,16 +271,28 @@ func (b *Backend) Weight(name string, dt ops.DType, shape []int, raw []byte) (op
 		}
 		n *= d
 	}
-	if len(raw) != n*dt.Size() {
-		return nil, fmt.Errorf("weight %s: %d bytes for shape %v of %s (want %d)", name, len(raw), shape, dt, n*dt.Size())
+	bytes := 0
+	for _, p := range raw {
+		if len(p)%dt.Size() != 0 {
+			return nil, fmt.Errorf("weight %s: a part of %d bytes is not whole %s elements", name, len(p), dt)
+		}
+		bytes += len(p)
+	}
+	if bytes != n*dt.Size() {
+		return nil, fmt.Errorf("weight %s: %d bytes for shape %v of %s (want %d)", name, bytes, shape, dt, n*dt.Size())
 	}
 	p, err := b.alloc(n * b.dt.Size())
 	if err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
 	t := &Tensor{ptr: p, dt: b.dt, shape: append([]int(nil), shape...)}
-	if err := b.upload(p, raw, dt, n); err != nil {
-		return nil, fmt.Errorf("weight %s: %w", name, err)
+	off := 0 // elements uploaded so far: each part goes straight to its place
+	for _, part := range raw {
+		cnt := len(part) / dt.Size()
+		if err := b.upload(p+hipkernels.Ptr(off*b.dt.Size()), part, dt, cnt); err != nil {
+			return nil, fmt.Errorf("weight %s: %w", name, err)
+		}
+		off += cnt
 	}
 	return t, nil
 }

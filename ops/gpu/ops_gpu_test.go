@@ -252,3 +252,28 @@ func TestSplitCols(t *testing.T) {
 		}
 	}
 }
+
+// TestWeightParts uploads a weight in parts (as the fused q|k|v and gate|up are handed over)
+// and whole, from float32 and bfloat16 bytes into every compute dtype: the device copies must
+// be equal; parts that do not add up to the shape, or split an element, are refused.
+func TestWeightParts(t *testing.T) {
+	for _, dt := range testDTypes {
+		b := newGPU(t, dt)
+		for _, from := range []ops.DType{ops.F32, ops.BF16} {
+			const rows, cols = 37, 1000
+			vals := randVals(ops.BF16, rows*cols, 1) // representable in every dtype
+			raw := make([]byte, rows*cols*from.Size())
+			fromFloat32(raw, from, vals)
+			whole, err := b.Weight("w", from, []int{rows, cols}, raw)
+			require.NoError(t, err)
+			row := cols * from.Size()
+			parts, err := b.Weight("w", from, []int{rows, cols}, raw[:3*row], raw[3*row:30*row], raw[30*row:])
+			require.NoError(t, err)
+			require.Equal(t, read(b, whole.(*Tensor)), read(b, parts.(*Tensor)), "%v from %v", dt, from)
+			_, err = b.Weight("w", from, []int{rows, cols}, raw[:3*row], raw[4*row:])
+			require.Error(t, err)
+			_, err = b.Weight("w", from, []int{rows, cols}, raw[:3*row+1], raw[3*row+1:])
+			require.Error(t, err)
+		}
+	}
+}
