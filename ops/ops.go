@@ -128,6 +128,18 @@ type PreNorm struct {
 	Eps    float32
 }
 
+// NormThenLinear is NormLinear without a fused kernel: RMSNorm into p.Spare (r into p.Res),
+// then Linear from p.Spare. It returns p.Res.
+func NormThenLinear(be Backend, out Tensor, p PreNorm, w, bias Tensor) Tensor {
+	if p.X != nil {
+		be.RMSNorm(p.Spare, p.X, p.Res, p.Weight, p.Eps)
+	} else {
+		be.RMSNorm(p.Spare, p.Res, nil, p.Weight, p.Eps)
+	}
+	be.Linear(out, p.Spare, w, bias)
+	return p.Res
+}
+
 // Group is a tensor-parallel group of ranks, each with its own backend. AllReduce replaces t
 // on every rank by the element-wise sum of all ranks' t; every rank must call it, in the same
 // order, with tensors of the same shape. The cpu backend's group runs in-process; the gpu

@@ -169,13 +169,7 @@ func (b *Backend) LinearSwiGLU(out, gateUp, act, w ops.Tensor) {
 
 // NormLinear runs RMSNorm into p.Spare, then Linear; r stays in p.Res.
 func (b *Backend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) ops.Tensor {
-	if p.X != nil {
-		b.RMSNorm(p.Spare, p.X, p.Res, p.Weight, p.Eps)
-	} else {
-		b.RMSNorm(p.Spare, p.Res, nil, p.Weight, p.Eps)
-	}
-	b.Linear(out, p.Spare, w, bias)
-	return p.Res
+	return ops.NormThenLinear(b, out, p, w, bias)
 }
 
 // SplitCols copies consecutive column ranges of each row of src into the dst tensors.

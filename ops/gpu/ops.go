@@ -97,13 +97,7 @@ func (b *Backend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) 
 		}
 		xp, resOut = xt.ptr, st.ptr
 	}
-	if bias != nil {
-		bt := bias.(*Tensor)
-		if bt.elems() != n {
-			shapeErr("NormLinear", "bias %v for %d outputs", bt.shape, n)
-		}
-		bp = bt.ptr
-	}
+	bp = biasPtr("NormLinear", bias, n)
 	if m == 0 {
 		return p.Res
 	}
@@ -115,13 +109,19 @@ func (b *Backend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) 
 	case fused:
 		return p.Res
 	}
-	if p.X != nil {
-		b.RMSNorm(p.Spare, p.X, p.Res, p.Weight, p.Eps)
-	} else {
-		b.RMSNorm(p.Spare, p.Res, nil, p.Weight, p.Eps)
+	return ops.NormThenLinear(b, out, p, w, bias)
+}
+
+// biasPtr is the device address of op's bias of n elements, 0 when there is none.
+func biasPtr(op string, bias ops.Tensor, n int) hipkernels.Ptr {
+	if bias == nil {
+		return 0
 	}
-	b.Linear(out, p.Spare, w, bias)
-	return p.Res
+	bt := bias.(*Tensor)
+	if bt.elems() != n {
+		shapeErr(op, "bias %v for %d outputs", bt.shape, n)
+	}
+	return bt.ptr
 }
 
 // HeadRMSNorm normalises each headDim-wide head of x in place.
@@ -141,14 +141,7 @@ func (b *Backend) Linear(out, x, w, bias ops.Tensor) {
 	if len(wt.shape) != 2 || wt.cols() != k || o.cols() != n || o.rows() < m {
 		shapeErr("Linear", "out %v = x %v · w %vᵀ", o.shape, xt.shape, wt.shape)
 	}
-	var bp hipkernels.Ptr // 0: no bias
-	if bias != nil {
-		bt := bias.(*Tensor)
-		if bt.elems() != n {
-			shapeErr("Linear", "bias %v for %d outputs", bt.shape, n)
-		}
-		bp = bt.ptr
-	}
+	bp := biasPtr("Linear", bias, n)
 	if m == 0 {
 		return
 	}
