@@ -11,7 +11,8 @@
 #
 #   bash examples/bench/device-run.sh OUTDIR [COMMIT] [STEPS]
 #
-# STEPS (default "tests plugin bench hf") picks what runs; BENCH_TIMEOUT (400 s), HF_TIMEOUT
+# STEPS (default "tests plugin bench hf") picks what runs ("chain" also builds and runs
+# hipkernels/bench/chain_gemv.cu with the machine's nvcc); BENCH_TIMEOUT (400 s), HF_TIMEOUT
 # (170 s), HF_BUDGET (140 s) and HF_CONC (1,16,64,256) bound the two measurements (the whole
 # default run takes about 9 minutes on an H200: keep the device call's limit at 600 s). A random-weight llama3-8b is written
 # in the background while the tests run. Full logs go to OUTDIR; a summary is printed last.
@@ -59,6 +60,16 @@ if has tests; then
 	rc=$?
 	say "[$(el)] ATOM_GO_GEMV_NORM=1: op, model and graph tests rc=$rc"
 	grep -hE "^--- FAIL|panic:|Error:|_test.go:[0-9]+: " "$OUT/gpu_ops_norm.log" "$OUT/engine_gpu_norm.log" 2>/dev/null | cut -c1-240 | head -8 | tee -a "$SUM"
+fi
+
+if has chain; then
+	NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+	"$NVCC" -O3 -std=c++17 -arch=sm_90a -o "$OUT/chain_gemv" hipkernels/bench/chain_gemv.cu >"$OUT/chain.log" 2>&1
+	rc=$?
+	[ $rc -eq 0 ] && { timeout 120 "$OUT/chain_gemv" >>"$OUT/chain.log" 2>&1; rc=$?; }
+	say "[$(el)] chain_gemv (build and run) rc=$rc"
+	tail -5 "$OUT/chain.log" | cut -c1-200 | tee -a "$SUM"
+	rm -f "$OUT/chain_gemv"
 fi
 
 if has plugin; then
