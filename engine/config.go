@@ -119,7 +119,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_GEMV_MAX_M", "1", "gpu: largest batch whose GEMMs use atom-go's skinny kernel instead of cuBLASLt (read by libatomk)"},
 	{"ATOM_GO_PROFILE_GRAPH_LAUNCH", "", "gpu: bracket the N-th CUDA graph launch of the process with cudaProfilerStart/Stop (ncu --profile-from-start off; read by libatomk)"},
 	{"ATOM_GO_PDL", "1", "gpu: 0 launches kernels without programmatic dependent launch (Hopper and later; read by libatomk)"},
-	{"ATOM_GO_GEMV_MAX_N", "4096", "gpu: widest GEMM output the skinny kernel serves (for measurements; read by libatomk)"},
+	{"ATOM_GO_GEMV_MAX_N", "1048575", "gpu: widest GEMM output the skinny kernel serves (for measurements; read by libatomk)"},
 	{"ATOM_GO_GEMV_PIPELINE", "0", "gpu: skinny GEMM loop at m <= 2: 0 one step at a time, 1 pipelined with the first loads before the PDL wait, 2 as 1 except after attention, 3 pipelined after the wait (for measurements; read by libatomk)"},
 	{"ATOM_GO_GEMV_NORM", "0", "gpu: 1 fuses each decoder sublayer's RMSNorm into the skinny GEMM after it at batch 1 (not yet measured; read by libatomk)"},
 	{"ATOM_GO_GEMV_PREFETCH", "0", "gpu: loop steps of weights the skinny kernel fetches into L2 before waiting on its predecessor (0-64; for measurements; read by libatomk)"},

@@ -166,7 +166,8 @@ int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, const void* l
 
 /* ---- skinny GEMM and fused projections ---- */
 /* atomk_gemm plus an optional bias (NULL: none): out[m,n] = x[m,k] · w[n,k]ᵀ + bias[n]. Up to a
- * threshold of m (1, or ATOM_GO_GEMV_MAX_M read once per process) and of n (4096), 16-bit GEMMs
+ * threshold of m (1, or ATOM_GO_GEMV_MAX_M read once per process; ATOM_GO_GEMV_MAX_N bounds n
+ * too, unbounded by default), 16-bit GEMMs
  * with k % 8 == 0 and 16-byte aligned x and w run on a skinny kernel that streams w at close to
  * the copy bandwidth (the bias in its epilogue); others through the BLAS and atomk_add_bias.
  * The skinny kernel may read w before the previous kernel on the stream has finished
