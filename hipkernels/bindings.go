@@ -62,7 +62,8 @@ type fns struct {
 		m, n, k int32, fused *int32) int32
 	// batch-1 decode fusions (rope_kv.cu, gemv.cu)
 	ropeWriteKVFused func(dt int32, qOut, qkv, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
-		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
+		qNorm, kNorm uintptr, normEps float32, tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64,
+		s uintptr) int32
 	attnWorkspace  func(tokens, numHeads, numKVHeads, headDim, maxCtx int32, bytes *uint64) int32
 	pagedAttention func(dt int32, out, q, kCache, vCache, tokenSeq, positions, blockTables uintptr,
 		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx int32,

@@ -151,6 +151,10 @@ type RopeArgs struct {
 	Tokens, QHeads, KVHeads int
 	HeadDim, RotaryDim      int
 	NumSlots                int64 // cache rows: blocks * block size
+	// QNorm and KNorm (RopeWriteKVFused only; 0: none) are [HeadDim] weights of an RMSNorm of
+	// every q and k head before the rotation (Qwen3), with NormEps.
+	QNorm, KNorm Ptr
+	NormEps      float32
 }
 
 // RopeWriteKV queues the neox RoPE of q and k in place and the store of k and v into the caches.
@@ -164,12 +168,14 @@ func (l *Lib) RopeWriteKV(dt DType, a *RopeArgs, s Stream) error {
 
 // RopeWriteKVFused queues the neox RoPE of q and k read from the fused q|k|v rows at a.Q
 // ([Tokens, (QHeads+2*KVHeads)*HeadDim]; a.K and a.V unused), q written to qOut
-// [Tokens, QHeads*HeadDim], k and v stored into the caches.
+// [Tokens, QHeads*HeadDim], k and v stored into the caches; with a.QNorm and a.KNorm the heads
+// are RMS-normalised first.
 func (l *Lib) RopeWriteKVFused(dt DType, qOut Ptr, a *RopeArgs, s Stream) error {
 	return l.call("atomk_rope_write_kv_fused", func() int32 {
 		return l.f.ropeWriteKVFused(int32(dt), uintptr(qOut), uintptr(a.Q), uintptr(a.KCache), uintptr(a.VCache),
-			uintptr(a.Positions), uintptr(a.Slots), uintptr(a.InvFreq), a.AttnFactor, int32(a.Tokens), int32(a.QHeads),
-			int32(a.KVHeads), int32(a.HeadDim), int32(a.RotaryDim), a.NumSlots, uintptr(s))
+			uintptr(a.Positions), uintptr(a.Slots), uintptr(a.InvFreq), a.AttnFactor, uintptr(a.QNorm), uintptr(a.KNorm),
+			a.NormEps, int32(a.Tokens), int32(a.QHeads), int32(a.KVHeads), int32(a.HeadDim), int32(a.RotaryDim),
+			a.NumSlots, uintptr(s))
 	})
 }
 

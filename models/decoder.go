@@ -15,12 +15,12 @@ type decoderOptions struct {
 
 // layerWeights are one layer's parameters on the backend. The q, k and v projections are one
 // fused weight [q+k+v, hidden] (and bias), gate and up one [2*inter, hidden]: one GEMM each,
-// whose output is read in place by RopeWriteKVFused (split first only for Qwen3's q/k norm) and
-// consumed in halves by LinearSwiGLU.
+// whose output is read in place by RopeWriteKVFused (with Qwen3's per-head q/k norm in the same
+// op) and consumed in halves by LinearSwiGLU.
 type layerWeights struct {
 	inNorm, postNorm ops.Tensor
 	qkv, qkvBias, o  ops.Tensor
-	qNorm, kNorm     ops.Tensor
+	qkNorm           *ops.QKNorm // nil unless the family normalises q and k heads
 	gateUp, down     ops.Tensor
 }
 
@@ -44,9 +44,9 @@ type decoder struct {
 	hook                  func(int, []float32, int)
 
 	// Workspaces sized for Options.MaxTokens rows.
-	x, res, qkv, q, k, v, ao, gateUp, act, hidden ops.Tensor
-	sel, logits                                   ops.Tensor
-	dump                                          []float32
+	x, res, qkv, q, ao, gateUp, act, hidden ops.Tensor
+	sel, logits                             ops.Tensor
+	dump                                    []float32
 }
 
 func loadDecoder(ck *Checkpoint, be ops.Backend, opt Options, dopt decoderOptions) (Model, error) {
@@ -95,7 +95,6 @@ func newDecoder(ck *Checkpoint, be ops.Backend, opt Options, dopt decoderOptions
 	n, h := opt.MaxTokens, c.HiddenSize
 	d.x, d.res, d.hidden = be.Buffer(n, h), be.Buffer(n, h), be.Buffer(n, h)
 	d.q, d.ao = be.Buffer(n, d.heads*c.HeadDim), be.Buffer(n, d.heads*c.HeadDim)
-	d.k, d.v = be.Buffer(n, d.kvHeads*c.HeadDim), be.Buffer(n, d.kvHeads*c.HeadDim)
 	d.qkv = be.Buffer(n, (d.heads+2*d.kvHeads)*c.HeadDim)
 	d.gateUp, d.act = be.Buffer(n, 2*d.inter), be.Buffer(n, d.inter)
 	d.sel, d.logits = be.Buffer(opt.MaxSeqs, h), be.Buffer(opt.MaxSeqs, d.vocabHi-d.vocabLo)
@@ -151,8 +150,9 @@ func (d *decoder) loadWeights(ck *Checkpoint, progress func(done, total int64)) 
 				fusedPart{p + "self_attn.v_proj.bias", kvlo, kvhi, []int{kvd}})
 		}
 		if d.opt.qkNorm {
-			get(&l.qNorm, p+"self_attn.q_norm.weight", hd)
-			get(&l.kNorm, p+"self_attn.k_norm.weight", hd)
+			l.qkNorm = &ops.QKNorm{Eps: float32(c.RMSNormEps)}
+			get(&l.qkNorm.Q, p+"self_attn.q_norm.weight", hd)
+			get(&l.qkNorm.K, p+"self_attn.k_norm.weight", hd)
 		}
 		fused(&l.gateUp, p+"mlp.gate_up_proj.weight",
 			fusedPart{p + "mlp.gate_proj.weight", ilo, ihi, []int{inter, h}},
@@ -179,7 +179,7 @@ func (d *decoder) SetLayerHook(fn func(int, []float32, int)) { d.hook = fn }
 // leave the sum in spare instead of res: the two then swap roles.
 func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) ops.Tensor {
 	be, n, eps := d.be, len(ids), float32(d.cfg.RMSNormEps)
-	x, res, q, k, v, ao := be.View(d.x, n), be.View(d.res, n), be.View(d.q, n), be.View(d.k, n), be.View(d.v, n), be.View(d.ao, n)
+	x, res, q, ao := be.View(d.x, n), be.View(d.res, n), be.View(d.q, n), be.View(d.ao, n)
 	qkv, gateUp, act, spare := be.View(d.qkv, n), be.View(d.gateUp, n), be.View(d.act, n), be.View(d.hidden, n)
 	be.Embedding(res, d.embed, ids)
 	d.dumpLayer(0, res, nil)
@@ -190,14 +190,7 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 			add = nil
 		}
 		res, spare = d.normLinear(qkv, ops.PreNorm{X: add, Res: res, Spare: spare, Weight: l.inNorm, Eps: eps}, l.qkv, l.qkvBias)
-		if d.opt.qkNorm { // Qwen3 normalises q and k heads before RoPE: split first
-			be.SplitCols(qkv, q, k, v)
-			be.HeadRMSNorm(q, l.qNorm, d.cfg.HeadDim, eps)
-			be.HeadRMSNorm(k, l.kNorm, d.cfg.HeadDim, eps)
-			be.RopeWriteKV(q, k, v, d.rope, cache, i, meta)
-		} else {
-			be.RopeWriteKVFused(q, qkv, d.rope, cache, i, meta)
-		}
+		be.RopeWriteKVFused(q, qkv, d.rope, l.qkNorm, cache, i, meta)
 		be.Attention(ao, q, cache, i, meta, d.attn)
 		be.Linear(x, ao, l.o, nil)
 		d.allReduce(x)

@@ -107,8 +107,9 @@ type Backend interface {
 	// RopeWriteKVFused is RopeWriteKV reading q, k and v from the consecutive column ranges of
 	// each row of qkv, the fused q|k|v projection's output [rows, q+2*kv]: the rotated q is
 	// written to q (what Attention reads), the rotated k and v go to the cache only, and qkv is
-	// left unchanged. It replaces SplitCols + RopeWriteKV.
-	RopeWriteKVFused(q, qkv Tensor, rope *RoPE, cache KVCache, layer int, meta *AttnMetadata)
+	// left unchanged. It replaces SplitCols + RopeWriteKV; with norm (nil: none) it replaces
+	// SplitCols + HeadRMSNorm of q and of k + RopeWriteKV.
+	RopeWriteKVFused(q, qkv Tensor, rope *RoPE, norm *QKNorm, cache KVCache, layer int, meta *AttnMetadata)
 	// Attention computes causal attention of q over each sequence's cached context.
 	Attention(out, q Tensor, cache KVCache, layer int, meta *AttnMetadata, a AttnShape)
 	// GatherRows writes out[i] = x[rows[i]].

@@ -28,6 +28,13 @@ type RoPE struct {
 	AttnFactor         float32   // multiplies cos and sin (yarn's mscale); 1 otherwise
 }
 
+// QKNorm is the RMSNorm of every query and key head before the rotation (Qwen3's q_norm and
+// k_norm): Q and K are [headDim] weights, as HeadRMSNorm takes them.
+type QKNorm struct {
+	Q, K Tensor
+	Eps  float32
+}
+
 // NewRoPE computes the inverse frequencies the way Hugging Face transformers does for each
 // rope type, so positions rotate identically.
 func NewRoPE(headDim, rotaryDim int, theta float64, sc RoPEScaling, maxPos int) (*RoPE, error) {

@@ -208,11 +208,14 @@ int atomk_prefill_attention(int dtype, void* out, const void* q, const void* k_c
 /* atomk_rope_write_kv straight from the fused q|k|v projection's output qkv [tokens,
  * (q_heads+2*kv_heads)*head_dim] (each row q, then k, then v): q is rotated into q_out [tokens,
  * q_heads*head_dim] (dims past rotary_dim copied), the rotated k and v are stored in the caches
- * at slots (a negative slot skips); qkv is not written. */
+ * at slots (a negative slot skips); qkv is not written. q_norm and k_norm (head_dim weights, or
+ * NULL for none) RMS-normalise every q and k head first with norm_eps (Qwen3), each value rounded
+ * to dtype as atomk_head_rms_norm stores it. */
 int atomk_rope_write_kv_fused(int dtype, void* q_out, const void* qkv, void* k_cache, void* v_cache,
                               const int32_t* positions, const int32_t* slots, const float* inv_freq,
-                              float attn_factor, int tokens, int q_heads, int kv_heads, int head_dim,
-                              int rotary_dim, int64_t num_slots, void* stream);
+                              float attn_factor, const void* q_norm, const void* k_norm, float norm_eps,
+                              int tokens, int q_heads, int kv_heads, int head_dim, int rotary_dim,
+                              int64_t num_slots, void* stream);
 /* out[m,n] = (silu(gate_up[:, :k]) * gate_up[:, k:]) · w[n,k]ᵀ, gate_up [m, 2k] (the MLP's down
  * projection of the fused gate|up output). Where the skinny kernel serves the shape (16-bit,
  * m <= 4 and the atomk_gemm_bias rule) the SiLU-and-multiply happens on its input loads and

@@ -3,14 +3,18 @@
 //   - atomk_rope_write_kv: q, k and v are separate tensors; q and k are rotated in place;
 //   - atomk_rope_write_kv_fused: q, k and v are the column ranges of each row of the fused
 //     q|k|v projection's output; q is rotated into its own tensor (what attention reads) and
-//     k and v go only to the cache, so the decoder needs no split kernel.
+//     k and v go only to the cache, so the decoder needs no split kernel. With per-head norm
+//     weights (Qwen3's q_norm and k_norm) each q and k head is RMS-normalised first, in the
+//     same block: the split and the two norm kernels (three dependent launches and a round
+//     trip of q|k|v through memory per layer) are not needed either.
 #include <stdint.h>
 
 #include "atomk_internal.h"
 
 // Where one token's q, k and v rows are read and written: row t of q_in starts at
 // q_in + t * q_in_stride, and so on. q_out may equal q_in (in place); k_out may be NULL (the
-// rotated k then goes to the cache only).
+// rotated k then goes to the cache only). q_norm and k_norm, when not NULL, are head_dim
+// weights of an RMSNorm applied to every q (k) head before the rotation, with norm_eps.
 template <typename T> struct RopeRows {
     const T* q_in;
     T* q_out;
@@ -18,6 +22,9 @@ template <typename T> struct RopeRows {
     T* k_out;
     const T* v;
     int64_t q_in_stride, q_out_stride, k_in_stride, k_out_stride, v_stride;
+    const T* q_norm;
+    const T* k_norm;
+    float norm_eps;
 };
 
 // One block per (token t, head): blockIdx.y < q_heads rotates that q head; the others rotate
@@ -46,12 +53,30 @@ __global__ void rope_write_kv_kernel(RopeRows<T> io, T* k_cache, T* v_cache, con
     const T* in = is_q ? io.q_in + t * io.q_in_stride + off : io.k_in + t * io.k_in_stride + off;
     T* out = is_q ? io.q_out + t * io.q_out_stride + off : (io.k_out ? io.k_out + t * io.k_out_stride + off : nullptr);
     T* kc = store ? k_cache + slot * kvw + off : nullptr;
+    // The head's RMSNorm (uniform over the block): the sum of squares is taken before anything
+    // is written, so in place is still safe. A normalised value is rounded to T, as the separate
+    // norm kernel (atomk_head_rms_norm) stores it, before it is rotated.
+    const T* nw = is_q ? io.q_norm : io.k_norm;
+    float inv = 1.f;
+    if (nw) {
+        __shared__ float scratch[1024 / ATOMK_WARP_SIZE];
+        float ss = 0.f;
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+            const float v = atomk_to_float(in[d]);
+            ss += v * v;
+        }
+        inv = rsqrtf(atomk_block_sum(ss, scratch) / (float)head_dim + io.norm_eps);
+    }
+    auto value = [&](int d) {
+        const float x = atomk_to_float(in[d]);
+        return nw ? atomk_to_float(atomk_from_float<T>(x * inv * atomk_to_float(nw[d]))) : x;
+    };
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float s, c;
         sincosf(pos * inv_freq[i], &s, &c);
         c *= attn_factor;
         s *= attn_factor;
-        const float x1 = atomk_to_float(in[i]), x2 = atomk_to_float(in[i + half]);
+        const float x1 = value(i), x2 = value(i + half);
         const T y1 = atomk_from_float<T>(x1 * c - x2 * s);
         const T y2 = atomk_from_float<T>(x2 * c + x1 * s);
         if (out) {
@@ -64,8 +89,9 @@ __global__ void rope_write_kv_kernel(RopeRows<T> io, T* k_cache, T* v_cache, con
         }
     }
     for (int d = rotary_dim + threadIdx.x; d < head_dim; d += blockDim.x) {
-        if (out && out != in) out[d] = in[d];
-        if (kc) kc[d] = in[d];
+        const T y = atomk_from_float<T>(value(d));
+        if (out && (out != in || nw)) out[d] = y;
+        if (kc) kc[d] = y;
     }
     if (!store) return;
     const T* vt = io.v + t * io.v_stride + off;
@@ -113,7 +139,8 @@ int atomk_rope_write_kv(int dtype, void* q, void* k, const void* v, void* k_cach
                    return launch_rope<T>("rope_write_kv",
                                          RopeRows<T>{static_cast<const T*>(q), static_cast<T*>(q),
                                                      static_cast<const T*>(k), static_cast<T*>(k),
-                                                     static_cast<const T*>(v), qw, qw, kvw, kvw, kvw},
+                                                     static_cast<const T*>(v), qw, qw, kvw, kvw, kvw, nullptr,
+                                                     nullptr, 0.f},
                                          k_cache, v_cache, positions, slots, inv_freq, attn_factor, tokens, q_heads,
                                          kv_heads, head_dim, rotary_dim, num_slots, stream));
     return ATOMK_OK;
@@ -121,8 +148,9 @@ int atomk_rope_write_kv(int dtype, void* q, void* k, const void* v, void* k_cach
 
 int atomk_rope_write_kv_fused(int dtype, void* q_out, const void* qkv, void* k_cache, void* v_cache,
                               const int32_t* positions, const int32_t* slots, const float* inv_freq,
-                              float attn_factor, int tokens, int q_heads, int kv_heads, int head_dim, int rotary_dim,
-                              int64_t num_slots, void* stream) {
+                              float attn_factor, const void* q_norm, const void* k_norm, float norm_eps, int tokens,
+                              int q_heads, int kv_heads, int head_dim, int rotary_dim, int64_t num_slots,
+                              void* stream) {
     int st = check_rope("atomk_rope_write_kv_fused", tokens, q_heads, kv_heads, head_dim, rotary_dim);
     if (st != ATOMK_OK || tokens == 0) return st;
     const int64_t qw = (int64_t)q_heads * head_dim, kvw = (int64_t)kv_heads * head_dim, w = qw + 2 * kvw;
@@ -130,7 +158,8 @@ int atomk_rope_write_kv_fused(int dtype, void* q_out, const void* qkv, void* k_c
                    const T* row = static_cast<const T*>(qkv);
                    return launch_rope<T>("rope_write_kv_fused",
                                          RopeRows<T>{row, static_cast<T*>(q_out), row + qw, nullptr, row + qw + kvw,
-                                                     w, qw, w, 0, w},
+                                                     w, qw, w, 0, w, static_cast<const T*>(q_norm),
+                                                     static_cast<const T*>(k_norm), norm_eps},
                                          k_cache, v_cache, positions, slots, inv_freq, attn_factor, tokens, q_heads,
                                          kv_heads, head_dim, rotary_dim, num_slots, stream));
     return ATOMK_OK;

@@ -51,28 +51,51 @@ func (b *Backend) RopeWriteKV(q, k, v ops.Tensor, rope *ops.RoPE, cache ops.KVCa
 	})
 }
 
-// RopeWriteKVFused rotates q and k read from the fused q|k|v rows, writes q and stores k and v.
-func (b *Backend) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, cache ops.KVCache, layer int, meta *ops.AttnMetadata) {
+// RopeWriteKVFused rotates q and k read from the fused q|k|v rows (each head normalised first
+// with norm), writes q and stores k and v.
+func (b *Backend) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, norm *ops.QKNorm, cache ops.KVCache, layer int,
+	meta *ops.AttnMetadata) {
 	qt, src, c := q.(*Tensor), qkv.(*Tensor), cache.(*KVCache)
-	kvw, qw := c.kvHeads*rope.HeadDim, qt.cols()
+	hd := rope.HeadDim
+	kvw, qw := c.kvHeads*hd, qt.cols()
 	w, nt := src.cols(), meta.NumTokens()
-	if rope.HeadDim != c.headDim || w != qw+2*kvw || qw%rope.HeadDim != 0 || qt.rows() < nt || src.rows() < nt {
-		panic(fmt.Sprintf("cpu RopeWriteKVFused: q %v from q|k|v %v, cache %d kv heads of %d, head dim %d",
-			qt.shape, src.shape, c.kvHeads, c.headDim, rope.HeadDim))
+	if hd != c.headDim || w != qw+2*kvw || qw%hd != 0 || qt.rows() < nt || src.rows() < nt ||
+		norm != nil && (norm.Q.(*Tensor).cols() != hd || norm.K.(*Tensor).cols() != hd) {
+		panic(fmt.Sprintf("cpu RopeWriteKVFused: q %v from q|k|v %v, cache %d kv heads of %d, head dim %d, norm %v",
+			qt.shape, src.shape, c.kvHeads, c.headDim, hd, norm != nil))
 	}
-	b.pool.run(nt, func(lo, hi, _ int) {
+	b.pool.run(nt, func(lo, hi, worker int) {
+		var qn, kn []float32
+		if norm != nil {
+			buf := b.pool.buf(worker, 2*hd)
+			qn, kn = norm.Q.(*Tensor).row(0, buf[:hd]), norm.K.(*Tensor).row(0, buf[hd:])
+		}
 		for t := lo; t < hi; t++ {
 			pos, row := float64(meta.Positions[t]), src.f32[t*w:(t+1)*w]
 			qr := qt.f32[t*qw : (t+1)*qw]
 			copy(qr, row[:qw])
+			normHeads(qr, qn, hd, norm)
 			rotate(qr, rope, pos)
 			slot := int(meta.SlotMapping[t])
 			kc := c.k[layer][slot*kvw : (slot+1)*kvw]
 			copy(kc, row[qw:qw+kvw])
+			normHeads(kc, kn, hd, norm)
 			rotate(kc, rope, pos)
 			copy(c.v[layer][slot*kvw:(slot+1)*kvw], row[qw+kvw:])
 		}
 	})
+}
+
+// normHeads RMS-normalises each hd-wide head of row in place with weights w, as HeadRMSNorm
+// does; nothing when norm is nil.
+func normHeads(row, w []float32, hd int, norm *ops.QKNorm) {
+	if norm == nil {
+		return
+	}
+	for h := 0; h < len(row); h += hd {
+		seg := row[h : h+hd]
+		rmsNormRow(seg, seg, w, norm.Eps)
+	}
 }
 
 func rotate(row []float32, rope *ops.RoPE, pos float64) {

@@ -67,17 +67,24 @@ func (b *Backend) RopeWriteKV(q, k, v ops.Tensor, rope *ops.RoPE, cache ops.KVCa
 	b.must("RopeWriteKV", b.lib.RopeWriteKV(b.kdt, a, b.stream))
 }
 
-// RopeWriteKVFused rotates q and k read from the fused q|k|v rows, writes q and stores the
-// rotated k and v at their slots (one kernel: no SplitCols). Bound passes read the bound
-// positions and slots, as RopeWriteKV does.
-func (b *Backend) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, cache ops.KVCache, layer int, meta *ops.AttnMetadata) {
+// RopeWriteKVFused rotates q and k read from the fused q|k|v rows (each head RMS-normalised
+// first with norm), writes q and stores the rotated k and v at their slots (one kernel: no
+// SplitCols, no HeadRMSNorm). Bound passes read the bound positions and slots, as RopeWriteKV
+// does.
+func (b *Backend) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, norm *ops.QKNorm, cache ops.KVCache, layer int,
+	meta *ops.AttnMetadata) {
 	qt, src, c := q.(*Tensor), qkv.(*Tensor), cache.(*KVCache)
 	nt, hd := meta.NumTokens(), rope.HeadDim
 	kvw := c.kvHeads * c.headDim
+	var qn, kn *Tensor
+	if norm != nil {
+		qn, kn = norm.Q.(*Tensor), norm.K.(*Tensor)
+	}
 	if hd != c.headDim || qt.cols()%hd != 0 || src.cols() != qt.cols()+2*kvw || qt.rows() < nt || src.rows() < nt ||
-		layer < 0 || layer >= len(c.k) || len(rope.InvFreq) != rope.RotaryDim/2 {
-		shapeErr("RopeWriteKVFused", "q %v from q|k|v %v, head dim %d, cache %d kv heads of %d, layer %d of %d",
-			qt.shape, src.shape, hd, c.kvHeads, c.headDim, layer, len(c.k))
+		layer < 0 || layer >= len(c.k) || len(rope.InvFreq) != rope.RotaryDim/2 ||
+		norm != nil && (qn.elems() != hd || kn.elems() != hd) {
+		shapeErr("RopeWriteKVFused", "q %v from q|k|v %v, head dim %d, cache %d kv heads of %d, layer %d of %d, norm %v",
+			qt.shape, src.shape, hd, c.kvHeads, c.headDim, layer, len(c.k), norm != nil)
 	}
 	if nt == 0 {
 		return
@@ -87,6 +94,9 @@ func (b *Backend) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, cache ops.
 		Positions: dm.positions, Slots: dm.slots, InvFreq: b.ropeFreq(rope), AttnFactor: rope.AttnFactor,
 		Tokens: nt, QHeads: qt.cols() / hd, KVHeads: c.kvHeads, HeadDim: hd, RotaryDim: rope.RotaryDim,
 		NumSlots: int64(c.numBlocks) * int64(c.blockSize)}
+	if norm != nil {
+		a.QNorm, a.KNorm, a.NormEps = qn.ptr, kn.ptr, norm.Eps
+	}
 	b.must("RopeWriteKVFused", b.lib.RopeWriteKVFused(b.kdt, qt.ptr, a, b.stream))
 }
 

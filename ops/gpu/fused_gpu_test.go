@@ -16,23 +16,27 @@ import (
 
 // TestRopeWriteKVFused runs the fused-input RoPE + KV store on two steps of a paged, mixed batch
 // (cached prefixes, then prefills, chunks and decodes) on both backends: q after RoPE is
-// compared, the cache through attention over it, and qkv must come back unchanged.
+// compared, the cache through attention over it, and qkv must come back unchanged. Two shapes
+// normalise each q and k head first (Qwen3), one of them rotating only part of each head.
 func TestRopeWriteKVFused(t *testing.T) {
 	type shape struct {
 		heads, kvHeads, hd, rot int
 		scaling                 ops.RoPEScaling
+		norm                    bool
 	}
 	shapes := []shape{
-		{8, 2, 128, 128, ops.RoPEScaling{}},
-		{12, 4, 64, 32, ops.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPos: 64}},
-		{4, 2, 16, 16, ops.RoPEScaling{}},
-		{6, 2, 80, 64, ops.RoPEScaling{Type: "linear", Factor: 2}},
+		{8, 2, 128, 128, ops.RoPEScaling{}, false},
+		{12, 4, 64, 32, ops.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPos: 64}, false},
+		{4, 2, 16, 16, ops.RoPEScaling{}, false},
+		{6, 2, 80, 64, ops.RoPEScaling{Type: "linear", Factor: 2}, false},
+		{8, 2, 128, 128, ops.RoPEScaling{}, true},
+		{6, 2, 80, 64, ops.RoPEScaling{Type: "linear", Factor: 2}, true},
 	}
 	seqs := []seqSpec{{0, 37}, {50, 20}, {130, 1}, {5, 1}, {16, 16}, {0, 1}}
 	const blockSize, numBlocks, stride = 16, 80, 10
 	for _, dt := range testDTypes {
 		for _, sh := range shapes {
-			name := fmt.Sprintf("h=%d kv=%d hd=%d rot=%d %s", sh.heads, sh.kvHeads, sh.hd, sh.rot, sh.scaling.Type)
+			name := fmt.Sprintf("h=%d kv=%d hd=%d rot=%d %s norm %v", sh.heads, sh.kvHeads, sh.hd, sh.rot, sh.scaling.Type, sh.norm)
 			t.Run(fmt.Sprintf("%v %s", dt, name), func(t *testing.T) {
 				b, c := newGPU(t, dt), newCPU(t)
 				rope, err := ops.NewRoPE(sh.hd, sh.rot, 10000, sh.scaling, 4096)
@@ -42,6 +46,11 @@ func TestRopeWriteKVFused(t *testing.T) {
 				ccache, err := c.NewKVCache(2, numBlocks, blockSize, sh.kvHeads, sh.hd)
 				require.NoError(t, err)
 				tables := randomTables(len(seqs), stride, numBlocks)
+				var gnorm, cnorm *ops.QKNorm
+				if sh.norm {
+					qn, kn := weight(t, b, c, randVals(dt, sh.hd, 1), sh.hd), weight(t, b, c, randVals(dt, sh.hd, 1), sh.hd)
+					gnorm, cnorm = &ops.QKNorm{Q: qn.g, K: kn.g, Eps: 1e-6}, &ops.QKNorm{Q: qn.c, K: kn.c, Eps: 1e-6}
+				}
 				a := ops.AttnShape{NumHeads: sh.heads, NumKVHeads: sh.kvHeads, HeadDim: sh.hd, Scale: float32(1 / math.Sqrt(float64(sh.hd)))}
 				qw, w := sh.heads*sh.hd, (sh.heads+2*sh.kvHeads)*sh.hd
 				meta := &ops.AttnMetadata{}
@@ -53,8 +62,8 @@ func TestRopeWriteKVFused(t *testing.T) {
 					qkv := activation(b, vals, nt, w)
 					for layer := 0; layer < 2; layer++ { // layer 1 reuses the uploaded metadata
 						q := output(b, c, nt, qw)
-						b.RopeWriteKVFused(q.g, qkv.g, rope, gcache, layer, meta)
-						c.RopeWriteKVFused(q.c, qkv.c, rope, ccache, layer, meta)
+						b.RopeWriteKVFused(q.g, qkv.g, rope, gnorm, gcache, layer, meta)
+						c.RopeWriteKVFused(q.c, qkv.c, rope, cnorm, ccache, layer, meta)
 						step := fmt.Sprintf("%s step %d layer %d", name, si, layer)
 						compare(t, "RopeFused q "+step, dt, read(b, q.g), q.c.Float32())
 						out := output(b, c, nt, qw)
@@ -114,8 +123,8 @@ func TestGraphRopeWriteKVFused(t *testing.T) {
 			nt := meta.NumTokens()
 			prefix := activation(b, randVals(dt, nt*w, 1), nt, w)
 			pq := output(b, c, nt, qw)
-			b.RopeWriteKVFused(pq.g, prefix.g, rope, gcache, 0, meta)
-			c.RopeWriteKVFused(pq.c, prefix.c, rope, ccache, 0, meta)
+			b.RopeWriteKVFused(pq.g, prefix.g, rope, nil, gcache, 0, meta)
+			c.RopeWriteKVFused(pq.c, prefix.c, rope, nil, ccache, 0, meta)
 
 			in, err := b.NewStepInputs(16, graphStride)
 			require.NoError(t, err)
@@ -124,7 +133,7 @@ func TestGraphRopeWriteKVFused(t *testing.T) {
 			placeholder := &ops.AttnMetadata{Positions: make([]int32, n), SlotMapping: make([]int32, n),
 				QueryStart: make([]int32, n+1), SeqLens: make([]int32, n), BlockTables: make([]int32, n), BlockTableStride: 1}
 			pass := func() {
-				b.RopeWriteKVFused(qb, qkvb, rope, gcache, 0, placeholder)
+				b.RopeWriteKVFused(qb, qkvb, rope, nil, gcache, 0, placeholder)
 				b.Attention(ob, qb, gcache, 0, placeholder, a)
 			}
 			var g *Graph
@@ -144,7 +153,7 @@ func TestGraphRopeWriteKVFused(t *testing.T) {
 				require.NoError(t, g.Launch())
 				cqkv := cpu.FromFloat32(append([]float32(nil), vals[:k0*w]...), k0, w)
 				cq, cout := c.Buffer(k0, qw), c.Buffer(k0, qw)
-				c.RopeWriteKVFused(cq, cqkv, rope, ccache, 0, meta)
+				c.RopeWriteKVFused(cq, cqkv, rope, nil, ccache, 0, meta)
 				c.Attention(cout, cq, ccache, 0, meta, a)
 				got := make([]float32, k0*qw)
 				b.ReadRows(ob, got)
