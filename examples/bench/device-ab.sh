@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # device-ab.sh: same-call A/B of runner steps on the GPU machine, from the repository root, with
 # bin/ built as device-run.sh describes. Each variant is a name and the environment it runs
-# under (space-separated VAR=value, libatomk knobs or ATOM_GO_KERNELS=bin/other.so); the
+# under (space-separated VAR=value: libatomk knobs, ATOM_GO_KERNELS=bin/other.so, or
+# BENCH=bin/other-bench for a bench binary built at another commit); the
 # variants run in turn, REPS times over, so that drift between runs hits them all alike
 # (run-to-run spread of the batch-1 step is about ±0.1 ms: compare within one call only).
 #
@@ -18,9 +19,10 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
 done
 export ATOM_GO_KERNELS=${ATOM_GO_KERNELS:-$PWD/bin/libatomk.so}
 MODEL=${MODEL:-/dev/shm/llama3-8b}
+SHAPE=${SHAPE:-llama3-8b}  # randmodel --shape when MODEL is not there yet
 T0=$(date +%s)
 if [ ! -f "$MODEL/config.json" ]; then
-	bin/randmodel --shape llama3-8b --out "$MODEL" >"$OUT/randmodel.log" 2>&1 || { cat "$OUT/randmodel.log"; exit 1; }
+	bin/randmodel --shape "$SHAPE" --out "$MODEL" >"$OUT/randmodel.log" 2>&1 || { cat "$OUT/randmodel.log"; exit 1; }
 	echo "randmodel: $(($(date +%s) - T0)) s"
 fi
 cat "$MODEL"/*.safetensors >/dev/null
@@ -29,8 +31,8 @@ for rep in $(seq 1 "${REPS:-2}"); do
 	for v in "$@"; do
 		name=${v%%:*}
 		read -r -a envs <<<"${v#*:}"
-		if ! env "${envs[@]}" timeout 90 bin/bench --model "$MODEL" --concurrency "${CONC:-1}" --skip-engine \
-			--out "$TMP/r.json" >"$TMP/r.log" 2>&1; then
+		if ! env "${envs[@]}" bash -c 'exec timeout 90 "${BENCH:-bin/bench}" "$@"' _ --model "$MODEL" \
+			--concurrency "${CONC:-1}" --skip-engine --out "$TMP/r.json" >"$TMP/r.log" 2>&1; then
 			echo "$name rep $rep: bench failed: $(tail -2 "$TMP/r.log" | tr '\n' ' ')" | tee -a "$OUT/ab.txt"
 			continue
 		fi

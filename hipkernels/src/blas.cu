@@ -98,9 +98,9 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 // 2026-12-02): at m = 1 the skinny kernel beat cuBLASLt for outputs up to 4096 wide (3.9 vs
 // 3.0 TB/s for 4096x4096) and lost for wider ones (qkv 6144, gate|up 28672), and from m = 2 on
 // cuBLASLt wins nearly everywhere; hence m = 1. Since its grid fills whole waves (2026-12-03)
-// it wins at every width: runner step at batch 1, same call, 4.61 ms with every projection and
-// the LM head on it against 4.67 with n <= 4096 (most of it the 6144-wide q|k|v), so kGemvMaxN
-// no longer limits anything but stays as the measurement knob ATOM_GO_GEMV_MAX_N.
+// it is at least as fast at every width: runner step at batch 1, same call, 4.61 ms with every
+// projection and the LM head on it against 4.67 with n <= 4096 (another call: 4.78 both), so
+// kGemvMaxN no longer limits anything but stays as the measurement knob ATOM_GO_GEMV_MAX_N.
 constexpr int kGemvMaxM = 1;
 constexpr int kGemvMaxN = (1 << 20) - 1;
 // The skinny kernel takes SwiGLU input up to this m (kSwigluMaxM in gemv.cu); beyond, the
