@@ -38,6 +38,13 @@ int atomk_fail(int status, const char* fmt, ...) __attribute__((format(printf, 2
 
 #define ATOMK_STREAM(s) static_cast<gpuStream_t>(s)
 
+// Whether ATOM_GO_SKIP_KERNELS (a comma-separated list, read once) names kind: "rope",
+// "attention", "merge", "norm" or "gemv" (the skinny GEMM). The named entry points then queue
+// nothing and return ATOMK_OK: results are wrong, and the decode graph's step time without
+// them says what those kernels cost inside it (the bound on what fusing them away can gain).
+// For measurements only.
+bool atomk_skip(const char* kind);
+
 // Whether kernels are launched with programmatic dependent launch: on CUDA devices of compute
 // capability 9.0 and later, unless ATOM_GO_PDL=0 (read once per process; for measurements).
 bool atomk_pdl_enabled();

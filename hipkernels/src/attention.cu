@@ -289,9 +289,12 @@ int launch_attention(const AttnLaunch& L, void* out, const void* q, const void* 
                      int splits) {
     T* o = static_cast<T*>(out);
     const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(kc), *vt = static_cast<const T*>(vc);
-    int st = launch_decode<T>(L, o, qt, kt, vt);
-    if (st == ATOMK_ERR_UNSUPPORTED) st = launch_portable_dpl<T>(L, o, qt, kt, vt);
-    if (st != ATOMK_OK || splits <= 1) return st;
+    int st = ATOMK_OK;
+    if (!atomk_skip("attention")) {
+        st = launch_decode<T>(L, o, qt, kt, vt);
+        if (st == ATOMK_ERR_UNSUPPORTED) st = launch_portable_dpl<T>(L, o, qt, kt, vt);
+    }
+    if (st != ATOMK_OK || splits <= 1 || atomk_skip("merge")) return st;
     atomk_launch(attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
                  L.pl, L.head_dim, splits);
     ATOMK_LAUNCHED("attention_merge");

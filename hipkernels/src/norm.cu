@@ -84,7 +84,7 @@ extern "C" {
 int atomk_rms_norm(int dtype, void* out, const void* x, void* residual, const void* w, int rows, int cols, float eps,
                    void* stream) {
     if (rows < 0 || cols <= 0) return atomk_fail(ATOMK_ERR_INVALID, "atomk_rms_norm: rows=%d cols=%d", rows, cols);
-    if (rows == 0) return ATOMK_OK;
+    if (rows == 0 || atomk_skip("norm")) return ATOMK_OK;
     const bool aligned = atomk_aligned16(out) && atomk_aligned16(x) && atomk_aligned16(residual) && atomk_aligned16(w);
     ATOMK_DISPATCH(dtype, "atomk_rms_norm", {
         constexpr int N = Vec<T>::N;

@@ -152,7 +152,7 @@ int atomk_rope_write_kv_fused(int dtype, void* q_out, const void* qkv, void* k_c
                               int q_heads, int kv_heads, int head_dim, int rotary_dim, int64_t num_slots,
                               void* stream) {
     int st = check_rope("atomk_rope_write_kv_fused", tokens, q_heads, kv_heads, head_dim, rotary_dim);
-    if (st != ATOMK_OK || tokens == 0) return st;
+    if (st != ATOMK_OK || tokens == 0 || atomk_skip("rope")) return st;
     const int64_t qw = (int64_t)q_heads * head_dim, kvw = (int64_t)kv_heads * head_dim, w = qw + 2 * kvw;
     ATOMK_DISPATCH(dtype, "atomk_rope_write_kv_fused",
                    const T* row = static_cast<const T*>(qkv);

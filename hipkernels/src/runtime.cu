@@ -28,6 +28,20 @@ int atomk_fail(int status, const char* fmt, ...) {
     return status;
 }
 
+bool atomk_skip(const char* kind) {
+    static const char* list = getenv("ATOM_GO_SKIP_KERNELS");
+    if (!list || !*list) return false;
+    const size_t n = strlen(kind);
+    for (const char* p = list; *p;) {
+        const char* end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, kind, n) == 0) return true;
+        if (!end) break;
+        p = end + 1;
+    }
+    return false;
+}
+
 bool atomk_pdl_enabled() {
 #if defined(ATOMK_CUDA)
     static const bool on = [] {
