@@ -49,12 +49,19 @@ bool atomk_skip(const char* kind);
 // capability 9.0 and later, unless ATOM_GO_PDL=0 (read once per process; for measurements).
 bool atomk_pdl_enabled();
 
+// Whether ATOM_GO_PDL_SERIAL (a comma-separated list of the kinds atomk_skip knows, read once)
+// names kind: those kernels are then launched without programmatic dependent launch, so their
+// blocks are not scheduled before the previous kernel has finished (for measurements: does a
+// kernel launched early take SM slots from a multi-wave GEMM still running?).
+bool atomk_pdl_serial(const char* kind);
+
 // Launches kernel like kernel<<<grid, block, smem, s>>>(args...), with programmatic stream
-// serialization where atomk_pdl_enabled (the kernel must start with ATOMK_PDL_ENTER). Failures
-// are left for ATOMK_LAUNCHED, as with <<<>>>.
+// serialization where atomk_pdl_enabled (the kernel must start with ATOMK_PDL_ENTER) and kind
+// (nullptr: none) is not in ATOM_GO_PDL_SERIAL. Failures are left for ATOMK_LAUNCHED, as with
+// <<<>>>.
 template <typename... Params, typename... Args>
-static inline void atomk_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
-                                Args... args) {
+static inline void atomk_launch_kind(const char* kind, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                     gpuStream_t s, Args... args) {
 #if defined(ATOMK_CUDA)
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -65,11 +72,18 @@ static inline void atomk_launch(void (*kernel)(Params...), dim3 grid, dim3 block
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = attr;
-    cfg.numAttrs = atomk_pdl_enabled() ? 1 : 0;
+    cfg.numAttrs = atomk_pdl_enabled() && !(kind && atomk_pdl_serial(kind)) ? 1 : 0;
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
 #else
+    (void)kind;
     hipLaunchKernelGGL(kernel, grid, block, smem, s, static_cast<Params>(args)...);
 #endif
+}
+
+template <typename... Params, typename... Args>
+static inline void atomk_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
+                                Args... args) {
+    atomk_launch_kind(nullptr, kernel, grid, block, smem, s, args...);
 }
 
 // The integer in environment variable name when it is one in [lo, hi], else def. For the

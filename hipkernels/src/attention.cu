@@ -21,8 +21,11 @@ namespace {
 // Context positions per split, at least. 64 rather than 256: a batch-1 decode at context 1153
 // then spreads over ~18 splits of each of 8 KV heads instead of 6 (H200, 8B shape: 11.8 -> 8.9
 // µs a layer, ncu, 2026-12-03).
-constexpr int kMinPartition = 64;
-constexpr int kBlocksPerSM = 4;        // split until the grid has about this many blocks per SM
+constexpr int kMinPartition = ATOMK_ATTN_MIN_SPLIT;  // 64 unless overridden (attention_decode.h)
+#ifndef ATOMK_ATTN_BLOCKS_PER_SM  // -D override for measurements
+#define ATOMK_ATTN_BLOCKS_PER_SM 4
+#endif
+constexpr int kBlocksPerSM = ATOMK_ATTN_BLOCKS_PER_SM;  // split until the grid has about this many blocks per SM
 constexpr int kMergeThreads = 512;     // threads of the merge kernel's blocks
 
 // ---------------------------------------------------------------- portable kernel
@@ -240,7 +243,7 @@ int launch_portable(const AttnLaunch& L, T* out, const T* q, const T* kc, const 
     // Shared memory per unit of G: warps' acc (head_dim floats) plus their m and l.
     const size_t smem = (size_t)kWarps * (L.head_dim + 2) * sizeof(float);
 #define ATOMK_ATTN(G)                                                                                          \
-    atomk_launch(paged_attention_kernel<T, DPL, G>, L.grid, kWarps * ATOMK_WARP_SIZE, smem * G, L.stream, \
+    atomk_launch_kind("attention", paged_attention_kernel<T, DPL, G>, L.grid, kWarps * ATOMK_WARP_SIZE, smem * G, L.stream, \
         out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,            \
         L.num_kv_heads, L.hpb, L.head_dim, L.block_size, L.scale, L.partition)
     if (L.hpb == 1) ATOMK_ATTN(1);
@@ -268,7 +271,7 @@ int launch_decode(const AttnLaunch& L, T* out, const T* q, const T* kc, const T*
     if constexpr (sizeof(T) == 2) {
         if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % 16 != 0) return ATOMK_ERR_UNSUPPORTED;
 #define ATOMK_DECODE(D)                                                                                       \
-    atomk_launch(decode_attention_kernel<T, D>, L.grid, kWarps * 32, 0, L.stream, \
+    atomk_launch_kind("attention", decode_attention_kernel<T, D>, L.grid, kWarps * 32, 0, L.stream, \
         out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,          \
         L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition)
         if (L.head_dim == 64) ATOMK_DECODE(64);
@@ -295,7 +298,7 @@ int launch_attention(const AttnLaunch& L, void* out, const void* q, const void* 
         if (st == ATOMK_ERR_UNSUPPORTED) st = launch_portable_dpl<T>(L, o, qt, kt, vt);
     }
     if (st != ATOMK_OK || splits <= 1 || atomk_skip("merge")) return st;
-    atomk_launch(attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
+    atomk_launch_kind("merge", attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
                  L.pl, L.head_dim, splits);
     ATOMK_LAUNCHED("attention_merge");
     return ATOMK_OK;

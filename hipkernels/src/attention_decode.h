@@ -13,7 +13,12 @@ namespace {
 
 constexpr int kWarps = 4;              // warps per block; each walks its own context positions
 constexpr int kMaxGroup = 8;           // query heads per block, at most
-constexpr int kMinSplitPositions = 64;  // a token's partitions hold at least this many positions
+// A token's partitions hold at least this many positions (-DATOMK_ATTN_MIN_SPLIT=N overrides
+// it and kMinPartition, for measurements).
+#ifndef ATOMK_ATTN_MIN_SPLIT
+#define ATOMK_ATTN_MIN_SPLIT 64
+#endif
+constexpr int kMinSplitPositions = ATOMK_ATTN_MIN_SPLIT;
 constexpr int kPrefetchPositions = 64;  // K/V rows a decode block fetches into L2 before its wait
 
 // Positions of context partition `split` of a token with ctx positions, as [*begin, *end). With
@@ -162,7 +167,15 @@ __device__ __forceinline__ uint4 lds16(const uint4* p) {
 // for head_dim 256), about 64 KB per SM, which covers the memory latency at full bandwidth.
 // Two tiles at head_dim 128 would need ~150 registers (three blocks per SM): the same bytes in
 // flight, but a 64 x 2048 decode (512 blocks) would no longer fit in one wave of 132 SMs.
-template <int D> struct DecodeTiles { static constexpr int value = D <= 64 ? 4 : 1; };
+// -DATOMK_DECODE_TILES_128=2 gives head_dim 128 two tiles (three blocks per SM; for
+// measurements).
+#ifndef ATOMK_DECODE_TILES_128
+#define ATOMK_DECODE_TILES_128 1
+#endif
+template <int D> struct DecodeTiles {
+    static constexpr int value = D <= 64 ? 4 : D == 128 ? ATOMK_DECODE_TILES_128 : 1;
+    static constexpr int min_blocks = D >= 256 ? 2 : D == 128 && value > 1 ? 3 : 4;  // per SM
+};
 
 // Fetches the K and V rows of one cache slot (one head's D values each) into L2.
 template <typename T, int D>
@@ -174,7 +187,7 @@ __device__ __forceinline__ void prefetch_kv_row(const T* k_head, const T* v_head
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kWarps * 32, D >= 256 ? 2 : 4)
+__global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D>::min_blocks)
 decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, const T* q, const T* k_cache,
                         const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,

@@ -268,7 +268,7 @@ int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, con
     const size_t smem = X == kNormX ? (size_t)k8 * sizeof(uint4) : 0;
     const int kw = warps_per_group(groups, k8, resident_blocks<T, M, X, P>(smem)), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    atomk_launch(gemv_kernel<T, M, X, P>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw, prefetch_steps(), norm);
+    atomk_launch_kind("gemv", gemv_kernel<T, M, X, P>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw, prefetch_steps(), norm);
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
 }

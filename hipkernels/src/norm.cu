@@ -89,11 +89,11 @@ int atomk_rms_norm(int dtype, void* out, const void* x, void* residual, const vo
     ATOMK_DISPATCH(dtype, "atomk_rms_norm", {
         constexpr int N = Vec<T>::N;
         if (aligned && cols % N == 0) {
-            atomk_launch(rms_norm_kernel<T, Vec<T>>, rows, atomk_row_threads(cols / N), 0, ATOMK_STREAM(stream),
+            atomk_launch_kind("norm", rms_norm_kernel<T, Vec<T>>, rows, atomk_row_threads(cols / N), 0, ATOMK_STREAM(stream),
                 static_cast<T*>(out), static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(w),
                 cols / N, cols, eps);
         } else {
-            atomk_launch(rms_norm_kernel<T, T>, rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream),
+            atomk_launch_kind("norm", rms_norm_kernel<T, T>, rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream),
                 static_cast<T*>(out), static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(w),
                 cols, cols, eps);
         }

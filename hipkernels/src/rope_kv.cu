@@ -109,7 +109,7 @@ int launch_rope(const char* name, RopeRows<T> io, void* k_cache, void* v_cache, 
     if (q_heads + kv_heads > 65535)
         return atomk_fail(ATOMK_ERR_INVALID, "%s: %d q + %d kv heads (at most 65535)", name, q_heads, kv_heads);
     const int threads = atomk_row_threads(rotary_dim / 2 < 256 ? rotary_dim / 2 : 256);
-    atomk_launch(rope_write_kv_kernel<T>, dim3(tokens, q_heads + kv_heads), threads, 0, ATOMK_STREAM(stream),
+    atomk_launch_kind("rope", rope_write_kv_kernel<T>, dim3(tokens, q_heads + kv_heads), threads, 0, ATOMK_STREAM(stream),
         io, static_cast<T*>(k_cache), static_cast<T*>(v_cache), positions, slots, inv_freq, attn_factor, q_heads,
         kv_heads, head_dim, rotary_dim, num_slots);
     ATOMK_LAUNCHED(name);

@@ -28,8 +28,10 @@ int atomk_fail(int status, const char* fmt, ...) {
     return status;
 }
 
-bool atomk_skip(const char* kind) {
-    static const char* list = getenv("ATOM_GO_SKIP_KERNELS");
+namespace {
+
+// Whether the comma-separated list names kind.
+bool list_names(const char* list, const char* kind) {
     if (!list || !*list) return false;
     const size_t n = strlen(kind);
     for (const char* p = list; *p;) {
@@ -40,6 +42,18 @@ bool atomk_skip(const char* kind) {
         p = end + 1;
     }
     return false;
+}
+
+}  // namespace
+
+bool atomk_skip(const char* kind) {
+    static const char* list = getenv("ATOM_GO_SKIP_KERNELS");
+    return list_names(list, kind);
+}
+
+bool atomk_pdl_serial(const char* kind) {
+    static const char* list = getenv("ATOM_GO_PDL_SERIAL");
+    return list_names(list, kind);
 }
 
 bool atomk_pdl_enabled() {
