@@ -123,6 +123,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_GEMV_PIPELINE", "0", "gpu: skinny GEMM loop at m <= 2: 0 one step at a time, 1 pipelined with the first loads before the PDL wait, 2 as 1 except after attention, 3 pipelined after the wait (for measurements; read by libatomk)"},
 	{"ATOM_GO_GEMV_NORM", "0", "gpu: 1 fuses each decoder sublayer's RMSNorm into the skinny GEMM after it at batch 1 (slower on an H200; for measurements; read by libatomk)"},
 	{"ATOM_GO_PDL_SERIAL", "", "gpu: comma-separated kernels (rope, attention, merge, norm, gemv) launched without programmatic dependent launch (for measurements; read by libatomk)"},
+	{"ATOM_GO_PDL_LATE", "", "gpu: comma-separated kernels (rope, gemv) that wait for their predecessor before letting their successor be scheduled (for measurements; read by libatomk)"},
 	{"ATOM_GO_SKIP_KERNELS", "", "gpu: comma-separated kernels not to run (rope, attention, merge, norm, gemv): wrong results, for timing what they cost (read by libatomk)"},
 	{"ATOM_GO_GEMV_PREFETCH", "0", "gpu: loop steps of weights the skinny kernel fetches into L2 before waiting on its predecessor (0-64; for measurements; read by libatomk)"},
 	{"ATOM_GO_NCCL", "", "gpu: path of the NCCL/RCCL library for tensor parallelism (default: the system's; read by libatomk)"},

@@ -55,6 +55,11 @@ bool atomk_pdl_enabled();
 // kernel launched early take SM slots from a multi-wave GEMM still running?).
 bool atomk_pdl_serial(const char* kind);
 
+// Whether ATOM_GO_PDL_LATE (the same kinds, read once) names kind: those kernels wait for
+// their predecessor before they let their successor be scheduled (atomk_pdl_enter_late; only
+// the kinds whose kernels take the flag: "rope" and "gemv"). For measurements.
+bool atomk_pdl_late(const char* kind);
+
 // Launches kernel like kernel<<<grid, block, smem, s>>>(args...), with programmatic stream
 // serialization where atomk_pdl_enabled (the kernel must start with ATOMK_PDL_ENTER) and kind
 // (nullptr: none) is not in ATOM_GO_PDL_SERIAL. Failures are left for ATOMK_LAUNCHED, as with

@@ -164,6 +164,21 @@ __device__ __forceinline__ void atomk_pdl_enter() {
 }
 #define ATOMK_PDL_ENTER() atomk_pdl_enter()
 
+// atomk_pdl_enter, or with late (ATOM_GO_PDL_LATE names the kernel's kind; for measurements)
+// wait first and trigger after: the successor's blocks are then not scheduled while this
+// kernel's predecessor (a GEMM of several waves) still needs the SM slots.
+__device__ __forceinline__ void atomk_pdl_enter_late(bool late) {
+#if defined(ATOMK_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    if (late) {
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        return;
+    }
+#endif
+    (void)late;
+    atomk_pdl_enter();
+}
+
 // Asks for the 128-byte line at p to be fetched into L2 (no register, no wait). Used before
 // ATOMK_PDL_ENTER on data no preceding kernel of the step writes, or writes only through L2
 // (L2 is the point of coherence, so a prefetch can never make a later load stale). HIP: no-op.

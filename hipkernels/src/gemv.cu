@@ -100,7 +100,8 @@ __device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U
 template <typename T, int M, int X, int P = 0>
 __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
-                                                        int n, int k8, int kw, int prefetch, NormIn<T> norm) {
+                                                        int n, int k8, int kw, int prefetch, NormIn<T> norm,
+                                                        int late_trigger) {
     static_assert(X != kNormX || M == 1, "the RMSNorm prologue stages one row");
     constexpr int R = Tile<M, X, P>::R, U = Tile<M, X, P>::U;
     extern __shared__ uint4 staged[];  // kNormX: the normalised row
@@ -133,9 +134,9 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
         // loaded before the wait for the previous kernel (weights are no kernel's output).
         int c0 = slice * ATOMK_WARP_SIZE + lane;
         uint4 wv[U][R];
-        if constexpr (P == 2) ATOMK_PDL_ENTER();
+        if constexpr (P == 2) atomk_pdl_enter_late(late_trigger != 0);
         load_step<U, R>(wv, wrow, c0, stride, k8);
-        if constexpr (P == 1) ATOMK_PDL_ENTER();
+        if constexpr (P == 1) atomk_pdl_enter_late(late_trigger != 0);
         if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
         for (; c0 < k8; c0 += U * stride) {
             uint4 next[U][R];
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
                 for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
         }
     } else {
-        ATOMK_PDL_ENTER();
+        atomk_pdl_enter_late(late_trigger != 0);
         if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
         for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
             uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
@@ -268,7 +269,8 @@ int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, con
     const size_t smem = X == kNormX ? (size_t)k8 * sizeof(uint4) : 0;
     const int kw = warps_per_group(groups, k8, resident_blocks<T, M, X, P>(smem)), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    atomk_launch_kind("gemv", gemv_kernel<T, M, X, P>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw, prefetch_steps(), norm);
+    atomk_launch_kind("gemv", gemv_kernel<T, M, X, P>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw, prefetch_steps(),
+                      norm, atomk_pdl_late("gemv") ? 1 : 0);
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
 }

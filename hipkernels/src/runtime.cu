@@ -56,6 +56,11 @@ bool atomk_pdl_serial(const char* kind) {
     return list_names(list, kind);
 }
 
+bool atomk_pdl_late(const char* kind) {
+    static const char* list = getenv("ATOM_GO_PDL_LATE");
+    return list_names(list, kind);
+}
+
 bool atomk_pdl_enabled() {
 #if defined(ATOMK_CUDA)
     static const bool on = [] {
