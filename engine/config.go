@@ -122,6 +122,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_GEMV_MAX_N", "1048575", "gpu: widest GEMM output the skinny kernel serves (for measurements; read by libatomk)"},
 	{"ATOM_GO_GEMV_PIPELINE", "0", "gpu: skinny GEMM loop at m <= 2: 0 one step at a time, 1 pipelined with the first loads before the PDL wait, 2 as 1 except after attention, 3 pipelined after the wait (for measurements; read by libatomk)"},
 	{"ATOM_GO_GEMV_NORM", "0", "gpu: 1 fuses each decoder sublayer's RMSNorm into the skinny GEMM after it at batch 1 (slower on an H200; for measurements; read by libatomk)"},
+	{"ATOM_GO_ATTN_INLINE_MERGE", "0", "gpu: 1 merges split decode attention in its last block instead of a merge kernel (for measurements; read by libatomk)"},
 	{"ATOM_GO_PDL_SERIAL", "", "gpu: comma-separated kernels (rope, attention, merge, norm, gemv) launched without programmatic dependent launch (for measurements; read by libatomk)"},
 	{"ATOM_GO_PDL_LATE", "", "gpu: comma-separated kernels (rope, gemv) that wait for their predecessor before letting their successor be scheduled (for measurements; read by libatomk)"},
 	{"ATOM_GO_SKIP_KERNELS", "", "gpu: comma-separated kernels not to run (rope, attention, merge, norm, gemv): wrong results, for timing what they cost (read by libatomk)"},

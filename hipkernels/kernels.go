@@ -195,7 +195,8 @@ type AttentionArgs struct {
 }
 
 // PagedAttentionWorkspace returns the scratch bytes PagedAttention needs for this shape (0 when
-// the batch fills the GPU without splitting the context).
+// the batch fills the GPU without splitting the context). Zero the scratch once when it is
+// allocated: the in-place merge counts finished blocks there and leaves the counts at zero.
 func (l *Lib) PagedAttentionWorkspace(tokens, numHeads, numKVHeads, headDim, maxCtx int) (int, error) {
 	var n uint64
 	err := l.call("atomk_paged_attention_workspace", func() int32 {

@@ -127,8 +127,11 @@ int atomk_rope_write_kv(int dtype, void* q, void* k, const void* v, void* k_cach
  * block_tables[seq*block_table_stride + p/block_size] at offset p%block_size. Caches are
  * [blocks, block_size, num_kv_heads, head_dim]; query head h reads kv head h/(num_heads/num_kv_heads).
  * max_ctx bounds positions[t]+1 over the batch. When the batch is too small to fill the GPU the
- * context is split into partitions merged by a second kernel; that needs workspace_size >= the
- * bytes atomk_paged_attention_workspace returns for the same shape (0 when no split). */
+ * context is split into partitions merged by a second kernel (or, with
+ * ATOM_GO_ATTN_INLINE_MERGE=1, by the last block of each to finish); that needs workspace_size
+ * >= the bytes atomk_paged_attention_workspace returns for the same shape (0 when no split),
+ * zeroed once when allocated (the in-place merge counts finished blocks there and leaves the
+ * counts at zero). */
 int atomk_paged_attention_workspace(int tokens, int num_heads, int num_kv_heads, int head_dim, int max_ctx,
                                     size_t* bytes);
 int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cache,

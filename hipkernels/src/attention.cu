@@ -224,8 +224,30 @@ int attention_splits(int tokens, int head_blocks, int max_ctx) {
     return (int)(want < most ? want : most);
 }
 
+// Counter words of the in-place merge (finish_splits): one per (token, head group), and a
+// launch splits only when it has at most kBlocksPerSM / 2 blocks per SM of those
+// (attention_splits), so this many always suffice. They sit at the start of the workspace,
+// after them the partition results: the same place for every shape, so no launch's results
+// ever land on the counters of another shape sharing the workspace (which must stay zero
+// between launches). Whole 128-byte lines.
+size_t counter_words() {
+    const size_t n = (size_t)kBlocksPerSM * atomk_sm_count() / 2;
+    return (n + 31) / 32 * 32;
+}
+
+// Whether a split launch of the tensor-core kernel merges in place (finish_splits) rather than
+// with the merge kernel: ATOM_GO_ATTN_INLINE_MERGE=1 (read once; for measurements) and a
+// group's partitions fit the merging block's shared memory.
+bool inline_merge(int hpb, int splits) {
+    static const bool on = atomk_env_int("ATOM_GO_ATTN_INLINE_MERGE", 0, 0, 1) == 1;
+    return on && splits > 1 && hpb * splits <= kFinishMax;
+}
+
+// With S > 1 partitions: the counters of the in-place merge, then each (token, query head,
+// partition)'s unnormalised result (head_dim floats), then all the maxima, then all the sums.
 size_t workspace_bytes(int tokens, int num_heads, int head_dim, int splits) {
-    return splits <= 1 ? 0 : (size_t)tokens * num_heads * splits * (head_dim + 2) * sizeof(float);
+    if (splits <= 1) return 0;
+    return counter_words() * sizeof(unsigned) + (size_t)tokens * num_heads * splits * (head_dim + 2) * sizeof(float);
 }
 
 // The operands of one launch, shared by both kernels' launchers.
@@ -233,6 +255,7 @@ struct AttnLaunch {
     dim3 grid;
     gpuStream_t stream;
     float *pa, *pm, *pl;
+    unsigned* counters;  // NULL: the merge kernel merges the partitions
     const int32_t *token_seq, *positions, *tables;
     int stride, num_heads, num_kv_heads, hpb, head_dim, block_size, partition;
     float scale;
@@ -271,8 +294,9 @@ int launch_decode(const AttnLaunch& L, T* out, const T* q, const T* kc, const T*
     if constexpr (sizeof(T) == 2) {
         if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % 16 != 0) return ATOMK_ERR_UNSUPPORTED;
 #define ATOMK_DECODE(D)                                                                                       \
-    atomk_launch_kind("attention", decode_attention_kernel<T, D>, L.grid, kWarps * 32, 0, L.stream, \
-        out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,          \
+    atomk_launch_kind("attention", L.counters ? decode_attention_kernel<T, D, true> : decode_attention_kernel<T, D, false>, \
+        L.grid, kWarps * 32, 0, L.stream, \
+        out, L.pa, L.pm, L.pl, L.counters, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, \
         L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition)
         if (L.head_dim == 64) ATOMK_DECODE(64);
         else if (L.head_dim == 128) ATOMK_DECODE(128);
@@ -287,17 +311,20 @@ int launch_decode(const AttnLaunch& L, T* out, const T* q, const T* kc, const T*
     return ATOMK_ERR_UNSUPPORTED;
 }
 
+// The portable kernel does not merge in place: with it the merge kernel always runs.
 template <typename T>
-int launch_attention(const AttnLaunch& L, void* out, const void* q, const void* kc, const void* vc, int tokens,
-                     int splits) {
+int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, const void* vc, int tokens, int splits) {
     T* o = static_cast<T*>(out);
     const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(kc), *vt = static_cast<const T*>(vc);
     int st = ATOMK_OK;
     if (!atomk_skip("attention")) {
         st = launch_decode<T>(L, o, qt, kt, vt);
-        if (st == ATOMK_ERR_UNSUPPORTED) st = launch_portable_dpl<T>(L, o, qt, kt, vt);
+        if (st == ATOMK_ERR_UNSUPPORTED) {
+            L.counters = nullptr;
+            st = launch_portable_dpl<T>(L, o, qt, kt, vt);
+        }
     }
-    if (st != ATOMK_OK || splits <= 1 || atomk_skip("merge")) return st;
+    if (st != ATOMK_OK || splits <= 1 || L.counters || atomk_skip("merge")) return st;
     atomk_launch_kind("merge", attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
                  L.pl, L.head_dim, splits);
     ATOMK_LAUNCHED("attention_merge");
@@ -340,13 +367,17 @@ int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cac
     if (workspace_size < need)
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention: workspace of %zu bytes, %zu needed", workspace_size,
                           need);
+    if (splits > 1 && (size_t)tokens * (num_heads / hpb) > counter_words())  // attention_splits rules it out
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention: %d tokens x %d head groups split", tokens,
+                          num_heads / hpb);
     if (num_heads / hpb > 65535 || splits > 65535)
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention: grid of %d head groups, %d splits",
                           num_heads / hpb, splits);
     AttnLaunch L;
     L.grid = dim3(tokens, num_heads / hpb, splits);
     L.stream = ATOMK_STREAM(stream);
-    L.pa = static_cast<float*>(workspace);
+    L.counters = inline_merge(hpb, splits) ? static_cast<unsigned*>(workspace) : nullptr;
+    L.pa = splits > 1 ? reinterpret_cast<float*>(static_cast<unsigned*>(workspace) + counter_words()) : nullptr;
     const size_t rows = (size_t)tokens * num_heads * splits;
     L.pm = splits > 1 ? L.pa + rows * head_dim : nullptr;
     L.pl = splits > 1 ? L.pm + rows : nullptr;

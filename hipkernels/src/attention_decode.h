@@ -74,6 +74,81 @@ __device__ void merge_warps_store(const float* merge_acc, const float* merge_m, 
     }
 }
 
+// Partition results one block can merge itself (hpb × splits; see finish_splits).
+constexpr int kFinishMax = 1024;
+
+// A load through L2 (the partitions' results are written by other blocks of the grid).
+__device__ __forceinline__ float load_l2(const float* p) {
+#if defined(ATOMK_CUDA)
+    return __ldcg(p);
+#else
+    return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#endif
+}
+
+// The end of the tensor-core decode kernel when the launch merges in place (counters not NULL;
+// S > 1 partitions, hpb·S <= kFinishMax), after merge_warps_store: the last of the S blocks of
+// (token t, head group blockIdx.y) to get here merges the partitions' results into out, so no
+// merge kernel runs (ATOM_GO_ATTN_INLINE_MERGE=1, for measurements). counters holds one word
+// per (token, head group) at a fixed place in the workspace, zero before the launch; the last
+// block sets its word back to zero for the next launch. The block's partial stores are ordered
+// before its count by the barrier and thread 0's fence, the last block's reads after the
+// others' counts by thread 0's second fence and the barrier (as a cooperative grid sync does).
+// The merge itself keeps many loads in flight: each partition's maximum and sum in one round
+// of loads (staged in shared memory), then per output a sum over the partitions with empty
+// ones (weight 0) skipped.
+// scratch: 2 * kFinishMax floats of shared memory the block no longer needs.
+template <typename T>
+__device__ void finish_splits(T* out, const float* part_acc, const float* part_m, const float* part_l,
+                              unsigned* counters, int hpb, int head_dim, int t, int h0, int num_heads, int splits,
+                              float* scratch) {
+    float* wt = scratch;                // (head g, partition s) at g * splits + s: m, then the weight
+    float* den = scratch + kFinishMax;  // the same places: l
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned* c = counters + (size_t)t * gridDim.y + blockIdx.y;
+        __threadfence();
+        last = atomicAdd(c, 1u) == (unsigned)splits - 1;
+        if (last) {
+            atomicExch(c, 0u);
+            __threadfence();
+        }
+    }
+    __syncthreads();
+    if (!last) return;
+    const size_t row0 = (size_t)t * num_heads + h0;  // (token, first query head of the group)
+    for (int i = threadIdx.x; i < hpb * splits; i += blockDim.x) {
+        wt[i] = load_l2(part_m + row0 * splits + i);  // rows of one group are consecutive
+        den[i] = load_l2(part_l + row0 * splits + i);
+    }
+    __syncthreads();
+    // A warp per head: its lanes stride over the partitions (the maximum, the denominator, then
+    // each partition's weight exp(m - max) / denominator in place of its m).
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warps = blockDim.x / ATOMK_WARP_SIZE;
+    for (int g = threadIdx.x / ATOMK_WARP_SIZE; g < hpb; g += warps) {
+        float* m = wt + g * splits;
+        float mx = -INFINITY, sum = 0.f;
+        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) mx = fmaxf(mx, m[s]);
+        mx = atomk_warp_max(mx);
+        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE)
+            sum += m[s] == -INFINITY ? 0.f : den[g * splits + s] * expf(m[s] - mx);
+        sum = atomk_warp_sum(sum);
+        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) m[s] = m[s] == -INFINITY ? 0.f : expf(m[s] - mx) / sum;
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < hpb * head_dim; j += blockDim.x) {
+        const int g = j / head_dim, d = j % head_dim;
+        const float* acc = part_acc + (row0 + g) * splits * head_dim + d;
+        const float* w = wt + g * splits;
+        float a = 0.f;
+#pragma unroll 8
+        for (int s = 0; s < splits; ++s)
+            if (w[s] != 0.f) a += load_l2(acc + (size_t)s * head_dim) * w[s];
+        out[(row0 + g) * head_dim + d] = atomk_from_float<T>(a);
+    }
+}
+
 #if defined(ATOMK_CUDA)
 // ---------------------------------------------------------------- tensor-core decode kernel
 // Why a second kernel: the portable one converts every K/V element to float and reduces each
@@ -186,10 +261,12 @@ __device__ __forceinline__ void prefetch_kv_row(const T* k_head, const T* v_head
     for (int b = 0; b < D * (int)sizeof(T); b += 128) atomk_prefetch_l2(kp + b), atomk_prefetch_l2(vp + b);
 }
 
-template <typename T, int D>
+// Finish: the launch merges in place (finish_splits; a separate instance, so that the default
+// one's registers are what they were: the merge code made ptxas spill in the main loop).
+template <typename T, int D, bool Finish>
 __global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D>::min_blocks)
-decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, const T* q, const T* k_cache,
-                        const T* v_cache, const int32_t* token_seq, const int32_t* positions,
+decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, unsigned* counters, const T* q,
+                        const T* k_cache, const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
                         int block_size, float scale, int partition) {
     // With split contexts (small decode batches) the block's first K and V rows go to L2 while
@@ -338,6 +415,9 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
     __syncthreads();
     merge_warps_store(merge_acc, merge_m, merge_l, kMaxGroup, hpb, D, t, h0, num_heads, split, splits, out, part_acc,
                       part_m, part_l);
+    static_assert(kWarps * kMaxGroup * D >= 2 * kFinishMax, "finish_splits stages in merge_acc");
+    if constexpr (Finish)
+        finish_splits(out, part_acc, part_m, part_l, counters, hpb, D, t, h0, num_heads, splits, merge_acc);
 }
 #endif  // ATOMK_CUDA
 

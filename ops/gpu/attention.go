@@ -123,7 +123,7 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 	if b.bound != nil {
 		work, workBytes = b.boundWorkspace(ws), ws
 	} else {
-		b.must("Attention", b.ensure(&b.attnWork, ws))
+		b.must("Attention", b.ensureWorkspace(&b.attnWork, ws))
 		work, workBytes = b.attnWork.ptr, b.attnWork.size
 	}
 	args := &hipkernels.AttentionArgs{Out: o.ptr, Q: qt.ptr, KCache: c.k[layer], VCache: c.v[layer],
@@ -131,6 +131,18 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 		Tokens: nt, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, BlockSize: c.blockSize,
 		Scale: a.Scale, MaxCtx: dm.maxCtx, Workspace: work, WorkspaceBytes: workBytes}
 	b.must("Attention", b.lib.PagedAttention(b.kdt, args, b.stream))
+}
+
+// ensureWorkspace grows d to at least n bytes of attention workspace, zeroed when new (the
+// library's in-place merge counts finished blocks there, and leaves the counts at zero).
+func (b *Backend) ensureWorkspace(d *devBuf, n int) error {
+	if d.size >= n {
+		return nil
+	}
+	if err := b.ensure(d, n); err != nil {
+		return err
+	}
+	return b.lib.Memset(d.ptr, 0, d.size, b.stream)
 }
 
 // Test hooks: prefillOff sends every batch to the paged kernel; prefillLaunches counts the

@@ -147,13 +147,13 @@ func attendBound(t *testing.T, b *Backend, out, q *Tensor, kv *KVCache, meta *op
 	bound := dm.stride * kv.blockSize
 	ws, err := b.lib.PagedAttentionWorkspace(dm.tokens, a.NumHeads, a.NumKVHeads, a.HeadDim, bound)
 	require.NoError(t, err)
-	work, err := b.alloc(ws)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, b.release(work)) }()
+	var work devBuf
+	require.NoError(t, b.ensureWorkspace(&work, ws))
+	defer func() { require.NoError(t, b.release(work.ptr)) }()
 	args := &hipkernels.AttentionArgs{Out: out.ptr, Q: q.ptr, KCache: kv.k[0], VCache: kv.v[0],
 		TokenSeq: dm.tokenSeq, Positions: dm.positions, BlockTables: dm.tables, BlockTableStride: dm.stride,
 		Tokens: dm.tokens, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
-		BlockSize: kv.blockSize, Scale: a.Scale, MaxCtx: bound, Workspace: work, WorkspaceBytes: ws}
+		BlockSize: kv.blockSize, Scale: a.Scale, MaxCtx: bound, Workspace: work.ptr, WorkspaceBytes: ws}
 	require.NoError(t, b.lib.PagedAttention(b.kdt, args, b.stream))
 }
 

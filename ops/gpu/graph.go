@@ -190,6 +190,7 @@ func (b *Backend) boundWorkspace(n int) hipkernels.Ptr {
 		}
 		p, err := b.alloc(n)
 		b.must("Attention", err)
+		b.must("Attention", b.lib.Memset(p, 0, n, b.stream)) // counters of the in-place merge start at zero
 		*w = devBuf{ptr: p, size: n}
 	}
 	return w.ptr
