@@ -49,15 +49,16 @@ bool atomk_skip(const char* kind);
 // capability 9.0 and later, unless ATOM_GO_PDL=0 (read once per process; for measurements).
 bool atomk_pdl_enabled();
 
-// Whether ATOM_GO_PDL_SERIAL (a comma-separated list of the kinds atomk_skip knows, read once)
-// names kind: those kernels are then launched without programmatic dependent launch, so their
-// blocks are not scheduled before the previous kernel has finished (for measurements: does a
-// kernel launched early take SM slots from a multi-wave GEMM still running?).
+// Whether ATOM_GO_PDL_SERIAL (a comma-separated list of the kinds atomk_skip knows, read once;
+// "merge" when unset, "" for none) names kind: those kernels are then launched without
+// programmatic dependent launch, so their blocks are not scheduled before the previous kernel
+// has finished and their own early trigger launches nothing ahead of time.
 bool atomk_pdl_serial(const char* kind);
 
 // Whether ATOM_GO_PDL_LATE (the same kinds, read once) names kind: those kernels wait for
 // their predecessor before they let their successor be scheduled (atomk_pdl_enter_late; only
-// the kinds whose kernels take the flag: "rope" and "gemv"). For measurements.
+// the kinds whose kernels take the flag: "rope", "gemv", "attention" (the tensor-core decode
+// kernel) and "merge"). For measurements.
 bool atomk_pdl_late(const char* kind);
 
 // Launches kernel like kernel<<<grid, block, smem, s>>>(args...), with programmatic stream

@@ -51,8 +51,16 @@ bool atomk_skip(const char* kind) {
     return list_names(list, kind);
 }
 
+// The merge of split decode attention is launched without PDL by default: with it, the merge's
+// early trigger let the o projection's blocks become resident and stream weights while the
+// attention kernel still ran, and the batch-1 step was slower (H200, llama3-8b, same-call A/B
+// over two calls, 6 runs each: 4.55 ms serial against 4.67-4.74 with PDL; a late trigger in
+// the merge gained half of that; docs/bench-results.md, 2026-12-03 13:40).
 bool atomk_pdl_serial(const char* kind) {
-    static const char* list = getenv("ATOM_GO_PDL_SERIAL");
+    static const char* list = [] {
+        const char* e = getenv("ATOM_GO_PDL_SERIAL");
+        return e ? e : "merge";
+    }();
     return list_names(list, kind);
 }
 
