@@ -247,14 +247,17 @@ int prefetch_steps() {
 }
 
 // The loop of the next launch at m <= 2 (ATOM_GO_GEMV_PIPELINE, read once; for measurements):
-// 0 one step at a time (the default); 1 pipelined, first loads before the PDL wait; 2 as 1,
+// 0 one step at a time; 1 pipelined, first loads before the PDL wait (the default); 2 as 1,
 // except the first launch after an attention launch on this thread (the projection of the
-// attention output, whose early loads would compete with the attention's KV reads); 3
-// pipelined, every load after the wait. H200, same call, runner step at batch 1 (2026-12-03):
-// mode 1 4.74 ms against 4.68 with mode 0; back-to-back (TestPerfGemv, m = 1) mode 1 is the
-// faster one (down 0.0309 -> 0.0288 ms, o 0.0078 -> 0.0074, LM head 0.2389 -> 0.2352).
+// attention output); 3 pipelined, every load after the wait. Back-to-back (TestPerfGemv,
+// m = 1) mode 1 is the faster one (down 0.0309 -> 0.0288 ms, o 0.0078 -> 0.0074, LM head
+// 0.2389 -> 0.2352). In the decode step it lost (4.74 ms against 4.68) while the merge kernel
+// was launched with PDL, which put the o projection's early loads beside the attention's KV
+// reads; with the merge launched after the attention (atomk_pdl_serial) it wins: H200, same
+// call, runner step at batch 1, 3 runs each, 4.441 ms against 4.699 with mode 0 (mode 2
+// 4.561, mode 3 4.566; docs/bench-results.md, 2026-12-03 13:45).
 int pipeline_mode(bool after_attention) {
-    static const int mode = atomk_env_int("ATOM_GO_GEMV_PIPELINE", 0, 0, 3);
+    static const int mode = atomk_env_int("ATOM_GO_GEMV_PIPELINE", 1, 0, 3);
     switch (mode) {
         case 1: return 1;
         case 2: return after_attention ? 0 : 1;
