@@ -55,11 +55,12 @@ bool atomk_pdl_enabled();
 // has finished and their own early trigger launches nothing ahead of time.
 bool atomk_pdl_serial(const char* kind);
 
-// Whether ATOM_GO_PDL_LATE (the same kinds, read once) names kind: those kernels wait for
-// their predecessor before they let their successor be scheduled (atomk_pdl_enter_late; only
-// the kinds whose kernels take the flag: "rope", "gemv", "attention" (the tensor-core decode
-// kernel) and "merge"). For measurements.
-bool atomk_pdl_late(const char* kind);
+// The pdl_mode argument for a kernel of kind (atomk_pdl_enter_mode): kPdlNoTrigger where
+// ATOM_GO_PDL_NOTRIGGER names kind, else kPdlLate where ATOM_GO_PDL_LATE does, else kPdlEarly
+// (the same comma-separated kinds, read once). Only the kernels that take the argument
+// honour it: "rope", "gemv" (and "o_gemv", the projection launched right after an attention),
+// "attention" (the tensor-core decode kernel) and "merge". For measurements.
+int atomk_pdl_mode(const char* kind);
 
 // Launches kernel like kernel<<<grid, block, smem, s>>>(args...), with programmatic stream
 // serialization where atomk_pdl_enabled (the kernel must start with ATOMK_PDL_ENTER) and kind

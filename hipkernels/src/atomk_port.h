@@ -164,18 +164,21 @@ __device__ __forceinline__ void atomk_pdl_enter() {
 }
 #define ATOMK_PDL_ENTER() atomk_pdl_enter()
 
-// atomk_pdl_enter, or with late (ATOM_GO_PDL_LATE names the kernel's kind; for measurements)
-// wait first and trigger after: the successor's blocks are then not scheduled while this
-// kernel's predecessor (a GEMM of several waves) still needs the SM slots.
-__device__ __forceinline__ void atomk_pdl_enter_late(bool late) {
+// How a kernel that takes a pdl_mode argument (atomk_pdl_mode; for measurements) enters:
+// kPdlEarly as atomk_pdl_enter; kPdlLate waits first and triggers after, so the successor's
+// blocks are not scheduled while this kernel's predecessor still runs; kPdlNoTrigger only
+// waits, so the successor is launched when this grid completes (as without PDL, except that
+// the launch itself was prepared while this grid ran).
+enum AtomkPdlMode { kPdlEarly = 0, kPdlLate = 1, kPdlNoTrigger = 2 };
+__device__ __forceinline__ void atomk_pdl_enter_mode(int mode) {
 #if defined(ATOMK_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-    if (late) {
+    if (mode != kPdlEarly) {
         asm volatile("griddepcontrol.wait;" ::: "memory");
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        if (mode == kPdlLate) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
         return;
     }
 #endif
-    (void)late;
+    (void)mode;
     atomk_pdl_enter();
 }
 

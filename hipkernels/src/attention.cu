@@ -169,8 +169,8 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
 attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const float* part_l, int head_dim,
-                       int splits, int late_trigger) {
-    atomk_pdl_enter_late(late_trigger != 0);
+                       int splits, int pdl_mode) {
+    atomk_pdl_enter_mode(pdl_mode);
     __shared__ float sums[kMergeThreads];
     __shared__ float scratch[kMergeThreads / ATOMK_WARP_SIZE];
     const size_t row = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
@@ -297,7 +297,7 @@ int launch_decode(const AttnLaunch& L, T* out, const T* q, const T* kc, const T*
     atomk_launch_kind("attention", L.counters ? decode_attention_kernel<T, D, true> : decode_attention_kernel<T, D, false>, \
         L.grid, kWarps * 32, 0, L.stream, \
         out, L.pa, L.pm, L.pl, L.counters, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, \
-        L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, atomk_pdl_late("attention") ? 1 : 0)
+        L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, atomk_pdl_mode("attention"))
         if (L.head_dim == 64) ATOMK_DECODE(64);
         else if (L.head_dim == 128) ATOMK_DECODE(128);
         else if (L.head_dim == 256) ATOMK_DECODE(256);
@@ -326,7 +326,7 @@ int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, con
     }
     if (st != ATOMK_OK || splits <= 1 || L.counters || atomk_skip("merge")) return st;
     atomk_launch_kind("merge", attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
-                 L.pl, L.head_dim, splits, atomk_pdl_late("merge") ? 1 : 0);
+                 L.pl, L.head_dim, splits, atomk_pdl_mode("merge"));
     ATOMK_LAUNCHED("attention_merge");
     return ATOMK_OK;
 }

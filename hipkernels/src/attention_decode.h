@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D>::min_blocks)
 decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, unsigned* counters, const T* q,
                         const T* k_cache, const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
-                        int block_size, float scale, int partition, int late_trigger) {
+                        int block_size, float scale, int partition, int pdl_mode) {
     // With split contexts (small decode batches) the block's first K and V rows go to L2 while
     // the previous kernel (RoPE, writing this step's rows through L2) finishes: the metadata is
     // uploaded before the step's kernels, and L2 is coherent, so nothing read after the wait can
@@ -287,7 +287,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
                                   tb[p / block_size] * block_size + p % block_size);
         }
     }
-    atomk_pdl_enter_late(late_trigger != 0);
+    atomk_pdl_enter_mode(pdl_mode);
     constexpr int KT = DecodeTiles<D>::value, STEP = 8 * KT;
     constexpr int KP = D / 32;  // 16-byte pieces of a key row per lane
     constexpr int VP = D / 64;  // 16-byte pieces of a value row per lane and position

@@ -101,7 +101,7 @@ template <typename T, int M, int X, int P = 0>
 __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
                                                         int n, int k8, int kw, int prefetch, NormIn<T> norm,
-                                                        int late_trigger) {
+                                                        int pdl_mode) {
     static_assert(X != kNormX || M == 1, "the RMSNorm prologue stages one row");
     constexpr int R = Tile<M, X, P>::R, U = Tile<M, X, P>::U;
     extern __shared__ uint4 staged[];  // kNormX: the normalised row
@@ -134,9 +134,9 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
         // loaded before the wait for the previous kernel (weights are no kernel's output).
         int c0 = slice * ATOMK_WARP_SIZE + lane;
         uint4 wv[U][R];
-        if constexpr (P == 2) atomk_pdl_enter_late(late_trigger != 0);
+        if constexpr (P == 2) atomk_pdl_enter_mode(pdl_mode);
         load_step<U, R>(wv, wrow, c0, stride, k8);
-        if constexpr (P == 1) atomk_pdl_enter_late(late_trigger != 0);
+        if constexpr (P == 1) atomk_pdl_enter_mode(pdl_mode);
         if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
         for (; c0 < k8; c0 += U * stride) {
             uint4 next[U][R];
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
                 for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
         }
     } else {
-        atomk_pdl_enter_late(late_trigger != 0);
+        atomk_pdl_enter_mode(pdl_mode);
         if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
         for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
             uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
@@ -255,7 +255,7 @@ int prefetch_steps() {
 // was launched with PDL, which put the o projection's early loads beside the attention's KV
 // reads; with the merge launched after the attention (atomk_pdl_serial) it wins: H200, same
 // call, runner step at batch 1, 3 runs each, 4.441 ms against 4.699 with mode 0 (mode 2
-// 4.561, mode 3 4.566; docs/bench-results.md, 2026-12-03 13:45).
+// 4.561, mode 3 4.566; docs/bench-results.md, 2026-12-03 13:47).
 int pipeline_mode(bool after_attention) {
     static const int mode = atomk_env_int("ATOM_GO_GEMV_PIPELINE", 1, 0, 3);
     switch (mode) {
@@ -266,14 +266,17 @@ int pipeline_mode(bool after_attention) {
     return 0;
 }
 
+// kind names the launch for the PDL measurement knobs (atomk_pdl_serial, atomk_pdl_mode):
+// "o_gemv" for the projection launched right after an attention, "gemv" for the others.
 template <typename T, int M, int X, int P>
-int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, const NormIn<T>& norm, gpuStream_t s) {
+int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, const NormIn<T>& norm, gpuStream_t s,
+                const char* kind) {
     const int k8 = k / 8, groups = (n + Tile<M, X, P>::R - 1) / Tile<M, X, P>::R;
     const size_t smem = X == kNormX ? (size_t)k8 * sizeof(uint4) : 0;
     const int kw = warps_per_group(groups, k8, resident_blocks<T, M, X, P>(smem)), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    atomk_launch_kind("gemv", gemv_kernel<T, M, X, P>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw, prefetch_steps(),
-                      norm, atomk_pdl_late("gemv") ? 1 : 0);
+    atomk_launch_kind(kind, gemv_kernel<T, M, X, P>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw, prefetch_steps(),
+                      norm, atomk_pdl_mode(kind));
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
 }
@@ -284,13 +287,14 @@ int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStrea
     atomk_attention_launched = false;
     // The decode sizes only (larger tiles have no registers to spare), and not with the norm
     // prologue (its pipelined forms spill).
+    const char* kind = after_attention ? "o_gemv" : "gemv";
     if constexpr (M <= 2 && X != kNormX) {
         switch (pipeline_mode(after_attention)) {
-            case 1: return launch_loop<T, M, X, 1>(out, x, w, bias, n, k, norm, s);
-            case 2: return launch_loop<T, M, X, 2>(out, x, w, bias, n, k, norm, s);
+            case 1: return launch_loop<T, M, X, 1>(out, x, w, bias, n, k, norm, s, kind);
+            case 2: return launch_loop<T, M, X, 2>(out, x, w, bias, n, k, norm, s, kind);
         }
     }
-    return launch_loop<T, M, X, 0>(out, x, w, bias, n, k, norm, s);
+    return launch_loop<T, M, X, 0>(out, x, w, bias, n, k, norm, s, kind);
 }
 
 // Rows of x at once, by a switch over the template instances 1..kMaxM (1..kSwigluMaxM with

@@ -38,14 +38,14 @@ template <typename T> struct RopeRows {
 template <typename T>
 __global__ void rope_write_kv_kernel(RopeRows<T> io, T* k_cache, T* v_cache, const int32_t* positions,
                                      const int32_t* slots, const float* inv_freq, float attn_factor, int q_heads,
-                                     int kv_heads, int head_dim, int rotary_dim, int64_t num_slots, int late_trigger) {
+                                     int kv_heads, int head_dim, int rotary_dim, int64_t num_slots, int pdl_mode) {
     const int t = blockIdx.x, head = blockIdx.y, half = rotary_dim / 2;
     // Positions and slots are uploaded before the step's kernels and inv_freq once: none is a
     // kernel's output, so they are read while the previous kernel finishes.
     const float pos = (float)positions[t];
     const int64_t slot = slots[t];
     if (threadIdx.x * 32 < half) atomk_prefetch_l2(inv_freq + threadIdx.x * 32);
-    atomk_pdl_enter_late(late_trigger != 0);
+    atomk_pdl_enter_mode(pdl_mode);
     const bool is_q = head < q_heads;
     const int off = (is_q ? head : head - q_heads) * head_dim;
     const bool store = !is_q && slot >= 0 && slot < num_slots;
@@ -111,7 +111,7 @@ int launch_rope(const char* name, RopeRows<T> io, void* k_cache, void* v_cache, 
     const int threads = atomk_row_threads(rotary_dim / 2 < 256 ? rotary_dim / 2 : 256);
     atomk_launch_kind("rope", rope_write_kv_kernel<T>, dim3(tokens, q_heads + kv_heads), threads, 0, ATOMK_STREAM(stream),
         io, static_cast<T*>(k_cache), static_cast<T*>(v_cache), positions, slots, inv_freq, attn_factor, q_heads,
-        kv_heads, head_dim, rotary_dim, num_slots, atomk_pdl_late("rope") ? 1 : 0);
+        kv_heads, head_dim, rotary_dim, num_slots, atomk_pdl_mode("rope"));
     ATOMK_LAUNCHED(name);
     return ATOMK_OK;
 }

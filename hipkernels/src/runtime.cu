@@ -55,7 +55,7 @@ bool atomk_skip(const char* kind) {
 // early trigger let the o projection's blocks become resident and stream weights while the
 // attention kernel still ran, and the batch-1 step was slower (H200, llama3-8b, same-call A/B
 // over two calls, 6 runs each: 4.55 ms serial against 4.67-4.74 with PDL; a late trigger in
-// the merge gained half of that; docs/bench-results.md, 2026-12-03 13:40).
+// the merge gained half of that; docs/bench-results.md, 2026-12-03 13:47).
 bool atomk_pdl_serial(const char* kind) {
     static const char* list = [] {
         const char* e = getenv("ATOM_GO_PDL_SERIAL");
@@ -64,9 +64,11 @@ bool atomk_pdl_serial(const char* kind) {
     return list_names(list, kind);
 }
 
-bool atomk_pdl_late(const char* kind) {
-    static const char* list = getenv("ATOM_GO_PDL_LATE");
-    return list_names(list, kind);
+int atomk_pdl_mode(const char* kind) {
+    static const char* late = getenv("ATOM_GO_PDL_LATE");
+    static const char* none = getenv("ATOM_GO_PDL_NOTRIGGER");
+    if (list_names(none, kind)) return kPdlNoTrigger;
+    return list_names(late, kind) ? kPdlLate : kPdlEarly;
 }
 
 bool atomk_pdl_enabled() {
