@@ -165,11 +165,14 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 // token's context has m = -inf and weight 0. The block first reduces the maximum and the
 // denominator over the partitions, then blockDim/head_dim groups of head_dim threads each sum a
 // share of the partitions (so a long list of partitions is read with many loads in flight), and
-// the groups' sums are added through shared memory. head_dim <= kMergeThreads.
+// the groups' sums are added through shared memory. head_dim <= kMergeThreads. With prefix
+// (ATOM_GO_MERGE_PREFIX=1, read once; for measurements) the sums stop after the last partition
+// holding positions (those past the context have m = -inf and weight 0), so the loads of the
+// empty ones are not waited for.
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
 attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const float* part_l, int head_dim,
-                       int splits, int pdl_mode) {
+                       int splits, int prefix, int pdl_mode) {
     atomk_pdl_enter_mode(pdl_mode);
     __shared__ float sums[kMergeThreads];
     __shared__ float scratch[kMergeThreads / ATOMK_WARP_SIZE];
@@ -177,18 +180,22 @@ attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const
     const float* m = part_m + row * splits;
     const float* l = part_l + row * splits;
     const int tid = threadIdx.x;
-    float mx = -INFINITY;
-    for (int s = tid; s < splits; s += blockDim.x) mx = fmaxf(mx, m[s]);
+    float mx = -INFINITY, hi = -1.f;
+    for (int s = tid; s < splits; s += blockDim.x) {
+        mx = fmaxf(mx, m[s]);
+        if (m[s] != -INFINITY) hi = (float)s;
+    }
     mx = block_max(mx, scratch);
+    const int used = prefix ? (int)block_max(hi, scratch) + 1 : splits;
     float den = 0.f;
-    for (int s = tid; s < splits; s += blockDim.x) den += m[s] == -INFINITY ? 0.f : l[s] * expf(m[s] - mx);
+    for (int s = tid; s < used; s += blockDim.x) den += m[s] == -INFINITY ? 0.f : l[s] * expf(m[s] - mx);
     den = atomk_block_sum(den, scratch);
 
     const int groups = blockDim.x / head_dim, grp = tid / head_dim, d = tid % head_dim;
     if (grp < groups) {
         float a = 0.f;
 #pragma unroll 4
-        for (int s = grp; s < splits; s += groups) {
+        for (int s = grp; s < used; s += groups) {
             const float wt = m[s] == -INFINITY ? 0.f : expf(m[s] - mx);
             a += part_acc[(row * splits + s) * head_dim + d] * wt;
         }
@@ -233,6 +240,13 @@ int attention_splits(int tokens, int head_blocks, int max_ctx) {
 size_t counter_words() {
     const size_t n = (size_t)kBlocksPerSM * atomk_sm_count() / 2;
     return (n + 31) / 32 * 32;
+}
+
+// The merge kernel's prefix argument: ATOM_GO_MERGE_PREFIX (0 or 1, read once; for
+// measurements).
+int merge_prefix() {
+    static const int v = atomk_env_int("ATOM_GO_MERGE_PREFIX", 0, 0, 1);
+    return v;
 }
 
 // Whether a split launch of the tensor-core kernel merges in place (finish_splits) rather than
@@ -326,7 +340,7 @@ int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, con
     }
     if (st != ATOMK_OK || splits <= 1 || L.counters || atomk_skip("merge")) return st;
     atomk_launch_kind("merge", attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
-                 L.pl, L.head_dim, splits, atomk_pdl_mode("merge"));
+                 L.pl, L.head_dim, splits, merge_prefix(), atomk_pdl_mode("merge"));
     ATOMK_LAUNCHED("attention_merge");
     return ATOMK_OK;
 }

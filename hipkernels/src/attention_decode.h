@@ -95,16 +95,18 @@ __device__ __forceinline__ float load_l2(const float* p) {
 // before its count by the barrier and thread 0's fence, the last block's reads after the
 // others' counts by thread 0's second fence and the barrier (as a cooperative grid sync does).
 // The merge itself keeps many loads in flight: each partition's maximum and sum in one round
-// of loads (staged in shared memory), then per output a sum over the partitions with empty
-// ones (weight 0) skipped.
-// scratch: 2 * kFinishMax floats of shared memory the block no longer needs.
-template <typename T>
+// of loads (staged in shared memory); then, over the partitions that hold positions (a prefix:
+// those past the context have m = -inf), each thread loads its up to JM outputs' values of a
+// partition together, so a round of loads covers every output of the group.
+// scratch: 2 * kFinishMax floats of shared memory the block no longer needs. D: head_dim.
+template <typename T, int D>
 __device__ void finish_splits(T* out, const float* part_acc, const float* part_m, const float* part_l,
-                              unsigned* counters, int hpb, int head_dim, int t, int h0, int num_heads, int splits,
-                              float* scratch) {
+                              unsigned* counters, int hpb, int t, int h0, int num_heads, int splits, float* scratch) {
+    constexpr int JM = (kMaxGroup * D + kWarps * ATOMK_WARP_SIZE - 1) / (kWarps * ATOMK_WARP_SIZE);
     float* wt = scratch;                // (head g, partition s) at g * splits + s: m, then the weight
     float* den = scratch + kFinishMax;  // the same places: l
     __shared__ bool last;
+    __shared__ int active;  // partitions holding positions
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned* c = counters + (size_t)t * gridDim.y + blockIdx.y;
@@ -124,28 +126,42 @@ __device__ void finish_splits(T* out, const float* part_acc, const float* part_m
     }
     __syncthreads();
     // A warp per head: its lanes stride over the partitions (the maximum, the denominator, then
-    // each partition's weight exp(m - max) / denominator in place of its m).
+    // each partition's weight exp(m - max) / denominator in place of its m). Every head of the
+    // group has the same positions, so head 0's warp also counts the partitions holding some.
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warps = blockDim.x / ATOMK_WARP_SIZE;
     for (int g = threadIdx.x / ATOMK_WARP_SIZE; g < hpb; g += warps) {
         float* m = wt + g * splits;
-        float mx = -INFINITY, sum = 0.f;
-        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) mx = fmaxf(mx, m[s]);
+        float mx = -INFINITY, sum = 0.f, hi = -1.f;
+        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) {
+            mx = fmaxf(mx, m[s]);
+            if (m[s] != -INFINITY) hi = (float)s;
+        }
         mx = atomk_warp_max(mx);
+        hi = atomk_warp_max(hi);
+        if (g == 0 && lane == 0) active = (int)hi + 1;
         for (int s = lane; s < splits; s += ATOMK_WARP_SIZE)
             sum += m[s] == -INFINITY ? 0.f : den[g * splits + s] * expf(m[s] - mx);
         sum = atomk_warp_sum(sum);
         for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) m[s] = m[s] == -INFINITY ? 0.f : expf(m[s] - mx) / sum;
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < hpb * head_dim; j += blockDim.x) {
-        const int g = j / head_dim, d = j % head_dim;
-        const float* acc = part_acc + (row0 + g) * splits * head_dim + d;
-        const float* w = wt + g * splits;
-        float a = 0.f;
-#pragma unroll 8
-        for (int s = 0; s < splits; ++s)
-            if (w[s] != 0.f) a += load_l2(acc + (size_t)s * head_dim) * w[s];
-        out[(row0 + g) * head_dim + d] = atomk_from_float<T>(a);
+    const int n = hpb * D, used = active;
+    const float* acc = part_acc + row0 * splits * D;  // head g, partition s, dim d at (g*splits + s)*D + d
+    float a[JM];
+#pragma unroll
+    for (int jj = 0; jj < JM; ++jj) a[jj] = 0.f;
+#pragma unroll 2
+    for (int s = 0; s < used; ++s) {
+#pragma unroll
+        for (int jj = 0; jj < JM; ++jj) {
+            const int j = threadIdx.x + jj * blockDim.x, g = j / D;
+            if (j < n) a[jj] += load_l2(acc + ((size_t)g * splits + s) * D + j % D) * wt[g * splits + s];
+        }
+    }
+#pragma unroll
+    for (int jj = 0; jj < JM; ++jj) {
+        const int j = threadIdx.x + jj * blockDim.x;
+        if (j < n) out[row0 * D + j] = atomk_from_float<T>(a[jj]);
     }
 }
 
@@ -417,7 +433,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
                       part_m, part_l);
     static_assert(kWarps * kMaxGroup * D >= 2 * kFinishMax, "finish_splits stages in merge_acc");
     if constexpr (Finish)
-        finish_splits(out, part_acc, part_m, part_l, counters, hpb, D, t, h0, num_heads, splits, merge_acc);
+        finish_splits<T, D>(out, part_acc, part_m, part_l, counters, hpb, t, h0, num_heads, splits, merge_acc);
 }
 #endif  // ATOMK_CUDA
 
