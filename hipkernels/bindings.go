@@ -68,6 +68,10 @@ type fns struct {
 	pagedAttention func(dt int32, out, q, kCache, vCache, tokenSeq, positions, blockTables uintptr,
 		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx int32,
 		workspace uintptr, workspaceSize uint64, s uintptr) int32
+	pagedAttentionRope func(dt int32, out, qkv, kCache, vCache, tokenSeq, positions, slots, blockTables uintptr,
+		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx int32, invFreq uintptr,
+		attnFactor float32, qNorm, kNorm uintptr, normEps float32, rotaryDim int32, numSlots int64, workspace uintptr,
+		workspaceSize uint64, s uintptr) int32
 	argmaxRows func(dt int32, out, x uintptr, rows, cols int32, s uintptr) int32
 	sampleRows func(dt int32, tokens, logprobs, logits, params uintptr, rows, vocab int32, s uintptr) int32
 
@@ -134,6 +138,7 @@ func (f *fns) table() []binding {
 		{&f.gemmNorm, "atomk_gemm_rms_norm"},
 		{&f.attnWorkspace, "atomk_paged_attention_workspace"},
 		{&f.pagedAttention, "atomk_paged_attention"},
+		{&f.pagedAttentionRope, "atomk_paged_attention_rope"},
 		{&f.argmaxRows, "atomk_argmax_rows"},
 		{&f.sampleRows, "atomk_sample_rows"},
 		{&f.prefillTileRows, "atomk_prefill_attention_tile_rows"},

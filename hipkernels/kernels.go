@@ -215,6 +215,22 @@ func (l *Lib) PagedAttention(dt DType, a *AttentionArgs, s Stream) error {
 	})
 }
 
+// PagedAttentionRope queues RopeWriteKVFused and PagedAttention as one kernel for a decode
+// batch (every token the only one of its sequence): r.Q is the fused q|k|v output, r.KCache and
+// r.VCache must be a.KCache and a.VCache, r.Positions and r.Slots the batch's; a.Q is unused.
+// An error with StatusUnsupported (nothing queued) where the library has no such kernel for
+// the shape or ATOM_GO_ATTN_ROPE=1 is not set (see atomk_paged_attention_rope in src/atomk.h).
+func (l *Lib) PagedAttentionRope(dt DType, a *AttentionArgs, r *RopeArgs, s Stream) error {
+	return l.call("atomk_paged_attention_rope", func() int32 {
+		return l.f.pagedAttentionRope(int32(dt), uintptr(a.Out), uintptr(r.Q), uintptr(a.KCache), uintptr(a.VCache),
+			uintptr(a.TokenSeq), uintptr(a.Positions), uintptr(r.Slots), uintptr(a.BlockTables),
+			int32(a.BlockTableStride), int32(a.Tokens), int32(a.NumHeads), int32(a.NumKVHeads), int32(a.HeadDim),
+			int32(a.BlockSize), a.Scale, int32(a.MaxCtx), uintptr(r.InvFreq), r.AttnFactor, uintptr(r.QNorm),
+			uintptr(r.KNorm), r.NormEps, int32(r.RotaryDim), r.NumSlots, uintptr(a.Workspace),
+			uint64(a.WorkspaceBytes), uintptr(s))
+	})
+}
+
 // ArgmaxRows queues out[r] = argmax of row r of x [rows, cols] (int32 device output; first index
 // on ties, NaN never wins).
 func (l *Lib) ArgmaxRows(dt DType, out, x Ptr, rows, cols int, s Stream) error {

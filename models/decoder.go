@@ -190,8 +190,10 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 			add = nil
 		}
 		res, spare = d.normLinear(qkv, ops.PreNorm{X: add, Res: res, Spare: spare, Weight: l.inNorm, Eps: eps}, l.qkv, l.qkvBias)
-		be.RopeWriteKVFused(q, qkv, d.rope, l.qkNorm, cache, i, meta)
-		be.Attention(ao, q, cache, i, meta, d.attn)
+		if ra, ok := be.(ops.RopeAttender); !ok || !ra.RopeAttention(ao, qkv, d.rope, l.qkNorm, cache, i, meta, d.attn) {
+			be.RopeWriteKVFused(q, qkv, d.rope, l.qkNorm, cache, i, meta)
+			be.Attention(ao, q, cache, i, meta, d.attn)
+		}
 		be.Linear(x, ao, l.o, nil)
 		d.allReduce(x)
 		res, spare = d.normLinear(gateUp, ops.PreNorm{X: x, Res: res, Spare: spare, Weight: l.postNorm, Eps: eps}, l.gateUp, nil)

@@ -129,6 +129,17 @@ type PreNorm struct {
 	Eps    float32
 }
 
+// RopeAttender is a Backend that may run RopeWriteKVFused and Attention as one kernel.
+// RopeAttention does what RopeWriteKVFused(q, qkv, ...) followed by Attention(out, q, ...)
+// does, except that no q tensor is written, where the backend supports the batch and shape; it
+// reports whether it did. When it returns false nothing was queued and the caller runs the two
+// ops. The answer depends only on the backend, the shapes and whether every sequence of meta
+// has one query token, so a captured decode step makes the same choice at every replay.
+type RopeAttender interface {
+	RopeAttention(out, qkv Tensor, rope *RoPE, norm *QKNorm, cache KVCache, layer int, meta *AttnMetadata,
+		a AttnShape) bool
+}
+
 // NormThenLinear is NormLinear without a fused kernel: RMSNorm into p.Spare (r into p.Res),
 // then Linear from p.Spare. It returns p.Res.
 func NormThenLinear(be Backend, out Tensor, p PreNorm, w, bias Tensor) Tensor {

@@ -139,6 +139,21 @@ int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cac
                           const int32_t* block_tables, int block_table_stride, int tokens,
                           int num_heads, int num_kv_heads, int head_dim, int block_size,
                           float scale, int max_ctx, void* workspace, size_t workspace_size, void* stream);
+/* atomk_rope_write_kv_fused followed by atomk_paged_attention, in one kernel, for decode batches
+ * (every token the only one of its sequence in the batch): q and the token's own k are
+ * normalised (q_norm and k_norm, both or neither) and rotated from qkv [tokens,
+ * (num_heads+2*num_kv_heads)*head_dim] inside the attention kernel, the new k and v are stored at
+ * slots (a negative slot or one >= num_slots skips the store) and attended to from shared
+ * memory; no q tensor is written. Same workspace as atomk_paged_attention. 16-bit, rotary_dim ==
+ * head_dim of 64, 128 or 256, 16-byte aligned rows, CUDA builds: otherwise
+ * ATOMK_ERR_UNSUPPORTED and nothing is launched (use the two calls). */
+int atomk_paged_attention_rope(int dtype, void* out, const void* qkv, void* k_cache, void* v_cache,
+                               const int32_t* token_seq, const int32_t* positions, const int32_t* slots,
+                               const int32_t* block_tables, int block_table_stride, int tokens, int num_heads,
+                               int num_kv_heads, int head_dim, int block_size, float scale, int max_ctx,
+                               const float* inv_freq, float attn_factor, const void* q_norm, const void* k_norm,
+                               float norm_eps, int rotary_dim, int64_t num_slots, void* workspace,
+                               size_t workspace_size, void* stream);
 /* out[r] = index of the largest element of row r of x [rows, cols] (the first on ties; NaN
  * never wins) – greedy sampling on the device. */
 int atomk_argmax_rows(int dtype, int32_t* out, const void* x, int rows, int cols, void* stream);

@@ -273,6 +273,7 @@ struct AttnLaunch {
     const int32_t *token_seq, *positions, *tables;
     int stride, num_heads, num_kv_heads, hpb, head_dim, block_size, partition;
     float scale;
+    const void* rope;  // RopeIn<T> of a Rope launch (the tensor-core kernel only), else NULL
 };
 
 template <typename T, int DPL>
@@ -307,11 +308,13 @@ int launch_decode(const AttnLaunch& L, T* out, const T* q, const T* kc, const T*
 #if defined(ATOMK_CUDA)
     if constexpr (sizeof(T) == 2) {
         if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % 16 != 0) return ATOMK_ERR_UNSUPPORTED;
+        const RopeIn<T> rope = L.rope ? *static_cast<const RopeIn<T>*>(L.rope) : RopeIn<T>{};
 #define ATOMK_DECODE(D)                                                                                       \
-    atomk_launch_kind("attention", L.counters ? decode_attention_kernel<T, D, true> : decode_attention_kernel<T, D, false>, \
+    atomk_launch_kind("attention", L.rope ? decode_attention_kernel<T, D, false, true> \
+        : L.counters ? decode_attention_kernel<T, D, true> : decode_attention_kernel<T, D, false>, \
         L.grid, kWarps * 32, 0, L.stream, \
         out, L.pa, L.pm, L.pl, L.counters, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, \
-        L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, atomk_pdl_mode("attention"))
+        L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, atomk_pdl_mode("attention"), rope)
         if (L.head_dim == 64) ATOMK_DECODE(64);
         else if (L.head_dim == 128) ATOMK_DECODE(128);
         else if (L.head_dim == 256) ATOMK_DECODE(256);
@@ -333,7 +336,7 @@ int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, con
     int st = ATOMK_OK;
     if (!atomk_skip("attention")) {
         st = launch_decode<T>(L, o, qt, kt, vt);
-        if (st == ATOMK_ERR_UNSUPPORTED) {
+        if (st == ATOMK_ERR_UNSUPPORTED && !L.rope) {  // a Rope launch has no portable form
             L.counters = nullptr;
             st = launch_portable_dpl<T>(L, o, qt, kt, vt);
         }
@@ -342,6 +345,52 @@ int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, con
     atomk_launch_kind("merge", attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
                  L.pl, L.head_dim, splits, merge_prefix(), atomk_pdl_mode("merge"));
     ATOMK_LAUNCHED("attention_merge");
+    return ATOMK_OK;
+}
+
+// Checks the attention shape shared by both entry points and fills L and *splits for it (the
+// grid, the workspace's partitions); with tokens == 0 it checks only.
+int prepare_launch(const char* name, AttnLaunch* L, int* splits, const int32_t* token_seq, const int32_t* positions,
+                   const int32_t* block_tables, int block_table_stride, int tokens, int num_heads, int num_kv_heads,
+                   int head_dim, int block_size, float scale, int max_ctx, void* workspace, size_t workspace_size,
+                   void* stream) {
+    if (tokens < 0 || num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || head_dim <= 0 ||
+        block_size <= 0 || block_table_stride <= 0 || max_ctx <= 0)
+        return atomk_fail(ATOMK_ERR_INVALID,
+                          "%s: tokens=%d heads=%d kv_heads=%d head_dim=%d block_size=%d stride=%d max_ctx=%d", name,
+                          tokens, num_heads, num_kv_heads, head_dim, block_size, block_table_stride, max_ctx);
+    if (tokens == 0) return ATOMK_OK;
+    if (head_dim > 8 * ATOMK_WARP_SIZE)
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: head_dim %d > %d", name, head_dim, 8 * ATOMK_WARP_SIZE);
+    const int hpb = heads_per_block(num_heads / num_kv_heads);
+    const int s = attention_splits(tokens, num_heads / hpb, max_ctx);
+    const size_t need = workspace_bytes(tokens, num_heads, head_dim, s);
+    if (workspace_size < need)
+        return atomk_fail(ATOMK_ERR_INVALID, "%s: workspace of %zu bytes, %zu needed", name, workspace_size, need);
+    if (s > 1 && (size_t)tokens * (num_heads / hpb) > counter_words())  // attention_splits rules it out
+        return atomk_fail(ATOMK_ERR_INVALID, "%s: %d tokens x %d head groups split", name, tokens, num_heads / hpb);
+    if (num_heads / hpb > 65535 || s > 65535)
+        return atomk_fail(ATOMK_ERR_INVALID, "%s: grid of %d head groups, %d splits", name, num_heads / hpb, s);
+    *splits = s;
+    L->grid = dim3(tokens, num_heads / hpb, s);
+    L->stream = ATOMK_STREAM(stream);
+    L->counters = inline_merge(hpb, s) ? static_cast<unsigned*>(workspace) : nullptr;
+    L->pa = s > 1 ? reinterpret_cast<float*>(static_cast<unsigned*>(workspace) + counter_words()) : nullptr;
+    const size_t rows = (size_t)tokens * num_heads * s;
+    L->pm = s > 1 ? L->pa + rows * head_dim : nullptr;
+    L->pl = s > 1 ? L->pm + rows : nullptr;
+    L->token_seq = token_seq;
+    L->positions = positions;
+    L->tables = block_tables;
+    L->stride = block_table_stride;
+    L->num_heads = num_heads;
+    L->num_kv_heads = num_kv_heads;
+    L->hpb = hpb;
+    L->head_dim = head_dim;
+    L->block_size = block_size;
+    L->partition = (max_ctx + s - 1) / s;
+    L->scale = scale;
+    L->rope = nullptr;
     return ATOMK_OK;
 }
 
@@ -366,49 +415,57 @@ int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cac
                           int block_table_stride, int tokens, int num_heads, int num_kv_heads, int head_dim,
                           int block_size, float scale, int max_ctx, void* workspace, size_t workspace_size,
                           void* stream) {
-    if (tokens < 0 || num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || head_dim <= 0 ||
-        block_size <= 0 || block_table_stride <= 0 || max_ctx <= 0)
-        return atomk_fail(ATOMK_ERR_INVALID,
-                          "atomk_paged_attention: tokens=%d heads=%d kv_heads=%d head_dim=%d block_size=%d "
-                          "stride=%d max_ctx=%d",
-                          tokens, num_heads, num_kv_heads, head_dim, block_size, block_table_stride, max_ctx);
-    if (tokens == 0) return ATOMK_OK;
-    if (head_dim > 8 * ATOMK_WARP_SIZE)
-        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_paged_attention: head_dim %d > %d", head_dim, 8 * ATOMK_WARP_SIZE);
-    const int hpb = heads_per_block(num_heads / num_kv_heads);
-    const int splits = attention_splits(tokens, num_heads / hpb, max_ctx);
-    const size_t need = workspace_bytes(tokens, num_heads, head_dim, splits);
-    if (workspace_size < need)
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention: workspace of %zu bytes, %zu needed", workspace_size,
-                          need);
-    if (splits > 1 && (size_t)tokens * (num_heads / hpb) > counter_words())  // attention_splits rules it out
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention: %d tokens x %d head groups split", tokens,
-                          num_heads / hpb);
-    if (num_heads / hpb > 65535 || splits > 65535)
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention: grid of %d head groups, %d splits",
-                          num_heads / hpb, splits);
     AttnLaunch L;
-    L.grid = dim3(tokens, num_heads / hpb, splits);
-    L.stream = ATOMK_STREAM(stream);
-    L.counters = inline_merge(hpb, splits) ? static_cast<unsigned*>(workspace) : nullptr;
-    L.pa = splits > 1 ? reinterpret_cast<float*>(static_cast<unsigned*>(workspace) + counter_words()) : nullptr;
-    const size_t rows = (size_t)tokens * num_heads * splits;
-    L.pm = splits > 1 ? L.pa + rows * head_dim : nullptr;
-    L.pl = splits > 1 ? L.pm + rows : nullptr;
-    L.token_seq = token_seq;
-    L.positions = positions;
-    L.tables = block_tables;
-    L.stride = block_table_stride;
-    L.num_heads = num_heads;
-    L.num_kv_heads = num_kv_heads;
-    L.hpb = hpb;
-    L.head_dim = head_dim;
-    L.block_size = block_size;
-    L.partition = (max_ctx + splits - 1) / splits;
-    L.scale = scale;
-    int st = ATOMK_OK;
+    int splits = 0;
+    int st = prepare_launch("atomk_paged_attention", &L, &splits, token_seq, positions, block_tables, block_table_stride,
+                            tokens, num_heads, num_kv_heads, head_dim, block_size, scale, max_ctx, workspace,
+                            workspace_size, stream);
+    if (st != ATOMK_OK || tokens == 0) return st;
     ATOMK_DISPATCH(dtype, "atomk_paged_attention",
                    st = launch_attention<T>(L, out, q, k_cache, v_cache, tokens, splits));
+    atomk_attention_launched = st == ATOMK_OK;
+    return st;
+}
+
+int atomk_paged_attention_rope(int dtype, void* out, const void* qkv, void* k_cache, void* v_cache,
+                               const int32_t* token_seq, const int32_t* positions, const int32_t* slots,
+                               const int32_t* block_tables, int block_table_stride, int tokens, int num_heads,
+                               int num_kv_heads, int head_dim, int block_size, float scale, int max_ctx,
+                               const float* inv_freq, float attn_factor, const void* q_norm, const void* k_norm,
+                               float norm_eps, int rotary_dim, int64_t num_slots, void* workspace,
+                               size_t workspace_size, void* stream) {
+    static const bool on = atomk_env_int("ATOM_GO_ATTN_ROPE", 0, 0, 1) == 1;
+    if (!on)
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_paged_attention_rope: off (ATOM_GO_ATTN_ROPE=1 turns it on)");
+    const int64_t row = (int64_t)(num_heads + 2 * num_kv_heads) * head_dim;
+    if (!qkv || !k_cache || !v_cache || !slots || !inv_freq || (q_norm == nullptr) != (k_norm == nullptr))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention_rope: null operand (q_norm and k_norm go together)");
+#if defined(ATOMK_CUDA)
+    const bool shape_ok = (dtype == ATOMK_F16 || dtype == ATOMK_BF16) && rotary_dim == head_dim &&
+                          (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
+                          ((uintptr_t)qkv | (uintptr_t)k_cache | (uintptr_t)v_cache) % 16 == 0;
+#else
+    const bool shape_ok = false;
+#endif
+    if (!shape_ok)
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED,
+                          "atomk_paged_attention_rope: dtype %d, head_dim %d, rotary_dim %d (16-bit, whole-head "
+                          "rotary of 64, 128 or 256, 16-byte aligned rows, CUDA only)",
+                          dtype, head_dim, rotary_dim);
+    AttnLaunch L;
+    int splits = 0;
+    int st = prepare_launch("atomk_paged_attention_rope", &L, &splits, token_seq, positions, block_tables,
+                            block_table_stride, tokens, num_heads, num_kv_heads, head_dim, block_size, scale, max_ctx,
+                            workspace, workspace_size, stream);
+    if (st != ATOMK_OK || tokens == 0) return st;
+    L.counters = nullptr;  // the Rope instances merge with the merge kernel
+    ATOMK_DISPATCH(dtype, "atomk_paged_attention_rope", {
+        const RopeIn<T> r{static_cast<const T*>(qkv), row, static_cast<T*>(k_cache), static_cast<T*>(v_cache), slots,
+                          num_slots, inv_freq, attn_factor, static_cast<const T*>(q_norm),
+                          static_cast<const T*>(k_norm), norm_eps};
+        L.rope = &r;
+        st = launch_attention<T>(L, out, nullptr, k_cache, v_cache, tokens, splits);
+    });
     atomk_attention_launched = st == ATOMK_OK;
     return st;
 }

@@ -165,6 +165,26 @@ __device__ void finish_splits(T* out, const float* part_acc, const float* part_m
     }
 }
 
+// The RoPE operands of a launch that rotates q and the new k itself (the Rope instances of
+// decode_attention_kernel, atomk_paged_attention_rope): row t of the fused q|k|v projection's
+// output, at qkv + t * stride, holds q (num_heads heads), k and v (num_kv_heads heads each);
+// the neox rotation covers whole heads; q_norm and k_norm (or NULL) are Qwen3's per-head RMSNorm
+// weights; the new k and v also go to k_store and v_store (the caches) at slots[t], unless the
+// slot is negative or >= num_slots.
+template <typename T> struct RopeIn {
+    const T* qkv;
+    int64_t stride;
+    T* k_store;
+    T* v_store;
+    const int32_t* slots;
+    int64_t num_slots;
+    const float* inv_freq;
+    float attn_factor;
+    const T* q_norm;
+    const T* k_norm;
+    float norm_eps;
+};
+
 #if defined(ATOMK_CUDA)
 // ---------------------------------------------------------------- tensor-core decode kernel
 // Why a second kernel: the portable one converts every K/V element to float and reduces each
@@ -277,14 +297,122 @@ __device__ __forceinline__ void prefetch_kv_row(const T* k_head, const T* v_head
     for (int b = 0; b < D * (int)sizeof(T); b += 128) atomk_prefetch_l2(kp + b), atomk_prefetch_l2(vp + b);
 }
 
+// Sum of squares of two 16-byte pieces (8 values each).
+template <typename T>
+__device__ __forceinline__ float square_sum(const uint4& a, const uint4& b) {
+    const T* x = reinterpret_cast<const T*>(&a);
+    const T* y = reinterpret_cast<const T*>(&b);
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const float u = atomk_to_float(x[e]), v = atomk_to_float(y[e]);
+        ss += u * u + v * v;
+    }
+    return ss;
+}
+
+// Rotates lo (dims d0 .. d0+7 of a head) and hi (the same dims + D/2) in place, as
+// rope_write_kv_kernel does: with nw each value is first normalised (inv = the head's
+// rsqrt(mean square + eps)) and rounded to T, then (x1, x2) -> (x1·c - x2·s, x2·c + x1·s) rounded
+// to T, angle pos·inv_freq[d], c and s times attn_factor.
+template <typename T, int D>
+__device__ __forceinline__ void rope_pieces(uint4& lo, uint4& hi, int d0, float pos, const RopeIn<T>& r, const T* nw,
+                                            float inv) {
+    T* a = reinterpret_cast<T*>(&lo);
+    T* b = reinterpret_cast<T*>(&hi);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const int d = d0 + e;
+        float x1 = atomk_to_float(a[e]), x2 = atomk_to_float(b[e]);
+        if (nw) {
+            x1 = atomk_to_float(atomk_from_float<T>(x1 * inv * atomk_to_float(nw[d])));
+            x2 = atomk_to_float(atomk_from_float<T>(x2 * inv * atomk_to_float(nw[d + D / 2])));
+        }
+        float sn, cs;
+        sincosf(pos * r.inv_freq[d], &sn, &cs);
+        cs *= r.attn_factor;
+        sn *= r.attn_factor;
+        a[e] = atomk_from_float<T>(x1 * cs - x2 * sn);
+        b[e] = atomk_from_float<T>(x2 * cs + x1 * sn);
+    }
+}
+
+// The prologue of a Rope launch, after the PDL wait: q of the group's hpb heads is read from
+// the q|k|v row, normalised and rotated into q_frag (each thread rotates a piece and its
+// partner D/2 dims on, which sit KP/2 pieces apart in the key-row layout); when the block's
+// partition holds the token's own position (has_new), the new k (normalised, rotated) and v of
+// the block's kv head go to k_new and v_new, and the first head block of the kv head also
+// stores them in the caches. Ends with a barrier.
+template <typename T, int D>
+__device__ void rope_prologue(const RopeIn<T>& r, uint4* q_frag, uint4* k_new, uint4* v_new, int t, int h0, int hpb,
+                              int num_heads, int num_kv_heads, float pos, bool has_new) {
+    constexpr int KP = D / 32, HP = KP / 2 * 32, KS = D / 16;  // pair slots of q, of k
+    static_assert(HP <= kWarps * 32, "one q pair slot per thread");
+    __shared__ float ss_q[HP], ss_k[KS];
+    const int j = threadIdx.x, i = j / 32, gj = j % 32 / 4, cj = j % 4;
+    const int group = num_heads / num_kv_heads, kvh = h0 / group;
+    const T* row = r.qkv + (size_t)t * r.stride;
+    const T* kh = row + (size_t)(num_heads + kvh) * D;
+    uint4 qlo = make_uint4(0, 0, 0, 0), qhi = qlo, klo = qlo, khi = qlo;
+    const bool q_live = j < HP && gj < hpb, k_live = has_new && j < KS;
+    if (q_live) {
+        const T* qh = row + (size_t)(h0 + gj) * D + 8 * (cj + 4 * i);
+        qlo = load16(qh);
+        qhi = load16(qh + D / 2);
+    }
+    if (k_live) {
+        klo = load16(kh + 8 * j);
+        khi = load16(kh + 8 * j + D / 2);
+    }
+    if (has_new && j < D / 8) v_new[j] = load16(kh + (size_t)num_kv_heads * D + 8 * j);
+    float qinv = 1.f, kinv = 1.f;
+    if (r.q_norm) {  // uniform: the head's sum of squares from its pair slots, in a fixed order
+        if (j < HP) ss_q[j] = square_sum<T>(qlo, qhi);
+        if (j < KS) ss_k[j] = k_live ? square_sum<T>(klo, khi) : 0.f;
+        __syncthreads();
+        if (q_live) {
+            float ss = 0.f;
+            for (int u = 0; u < KP / 2; ++u)
+                for (int v = 0; v < 4; ++v) ss += ss_q[u * 32 + 4 * gj + v];
+            qinv = rsqrtf(ss / (float)D + r.norm_eps);
+        }
+        if (k_live) {
+            float ss = 0.f;
+            for (int u = 0; u < KS; ++u) ss += ss_k[u];
+            kinv = rsqrtf(ss / (float)D + r.norm_eps);
+        }
+    }
+    if (q_live) rope_pieces<T, D>(qlo, qhi, 8 * (cj + 4 * i), pos, r, r.q_norm, qinv);
+    if (j < HP) {
+        q_frag[i * 32 + j % 32] = qlo;
+        q_frag[(i + KP / 2) * 32 + j % 32] = qhi;
+    }
+    if (k_live) {
+        rope_pieces<T, D>(klo, khi, 8 * j, pos, r, r.k_norm, kinv);
+        k_new[j] = klo;
+        k_new[j + KS] = khi;
+    }
+    __syncthreads();
+    if (!has_new || h0 % group != 0) return;
+    const int64_t slot = r.slots[t];
+    if (slot < 0 || slot >= r.num_slots || j >= D / 8) return;
+    const size_t at = (size_t)slot * num_kv_heads * D + (size_t)kvh * D + 8 * j;
+    *reinterpret_cast<uint4*>(r.k_store + at) = k_new[j];
+    *reinterpret_cast<uint4*>(r.v_store + at) = v_new[j];
+}
+
 // Finish: the launch merges in place (finish_splits; a separate instance, so that the default
 // one's registers are what they were: the merge code made ptxas spill in the main loop).
-template <typename T, int D, bool Finish>
+// Rope: q and the new token's k are rotated here from the q|k|v row (rope_prologue; decode
+// batches of one token per sequence), and the main loop takes the token's own position from
+// shared memory: the caches are read through the non-coherent path, which may not see a row
+// this grid wrote.
+template <typename T, int D, bool Finish, bool Rope = false>
 __global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D>::min_blocks)
 decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, unsigned* counters, const T* q,
                         const T* k_cache, const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
-                        int block_size, float scale, int partition, int pdl_mode) {
+                        int block_size, float scale, int partition, int pdl_mode, RopeIn<T> rope) {
     // With split contexts (small decode batches) the block's first K and V rows go to L2 while
     // the previous kernel (RoPE, writing this step's rows through L2) finishes: the metadata is
     // uploaded before the step's kernels, and L2 is coherent, so nothing read after the wait can
@@ -320,17 +448,34 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
     const T* k_head = k_cache + (size_t)(h0 / (num_heads / num_kv_heads)) * D;
     const T* v_head = v_cache + (size_t)(h0 / (num_heads / num_kv_heads)) * D;
     const size_t kv_row = (size_t)num_kv_heads * D;
-    // Cache slot of position p, -1 past the partition (slots fit int32: the slot mapping is int32).
-    auto slot_of = [&](int p) { return p < end ? table[p / block_size] * block_size + p % block_size : -1; };
+    // With Rope, the token's own position (its k and v in k_new and v_new) when this partition
+    // holds it, else -1.
+    [[maybe_unused]] __shared__ uint4 k_new[Rope ? D / 8 : 1], v_new[Rope ? D / 8 : 1];
+    int own = -1;
+    if constexpr (Rope) {
+        const int p = positions[t];
+        own = begin <= p && p < end ? p : -1;
+    }
+    // Cache slot of position p, -1 past the partition, -2 for the Rope launch's own position
+    // (slots fit int32: the slot mapping is int32).
+    auto slot_of = [&](int p) {
+        if (Rope && p == own) return -2;
+        return p < end ? table[p / block_size] * block_size + p % block_size : -1;
+    };
 
     // Q of the group, each lane's pieces in the layout of a key row (rows g >= hpb are zero).
     // Kept in shared memory rather than registers, which go to K/V in flight.
-    for (int j = threadIdx.x; j < KP * 32; j += blockDim.x) {
-        const int i = j / 32, gj = j % 32 / 4, cj = j % 4;
-        const T* qh = q + ((size_t)t * num_heads + h0 + gj) * D;
-        q_frag[j] = gj < hpb ? load16(qh + 8 * (cj + 4 * i)) : make_uint4(0, 0, 0, 0);
+    if constexpr (Rope) {
+        rope_prologue<T, D>(rope, q_frag, k_new, v_new, t, h0, hpb, num_heads, num_kv_heads, (float)positions[t],
+                            own >= 0);
+    } else {
+        for (int j = threadIdx.x; j < KP * 32; j += blockDim.x) {
+            const int i = j / 32, gj = j % 32 / 4, cj = j % 4;
+            const T* qh = q + ((size_t)t * num_heads + h0 + gj) * D;
+            q_frag[j] = gj < hpb ? load16(qh + 8 * (cj + 4 * i)) : make_uint4(0, 0, 0, 0);
+        }
+        __syncthreads();
     }
-    __syncthreads();
     const float scale2 = scale * 1.4426950408889634f;  // scores in base 2
 
     float o[NT][2];  // O row g, n tile j: dims 64(j/8) + 16c + j%8 (+8 for o[j][1])
@@ -353,11 +498,12 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
             const T* pa = v_head + (size_t)max(sa, 0) * kv_row + 8 * g;
             const T* pb = v_head + (size_t)max(sb, 0) * kv_row + 8 * g;
 #pragma unroll
-            for (int i = 0; i < KP; ++i) kr[kt][i] = ks >= 0 ? load16(kp + 32 * i) : make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < KP; ++i)
+                kr[kt][i] = ks >= 0 ? load16(kp + 32 * i) : Rope && ks == -2 ? lds16(&k_new[c + 4 * i]) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int j = 0; j < VP; ++j) {
-                va[kt][j] = sa >= 0 ? load16(pa + 64 * j) : make_uint4(0, 0, 0, 0);
-                vb[kt][j] = sb >= 0 ? load16(pb + 64 * j) : make_uint4(0, 0, 0, 0);
+                va[kt][j] = sa >= 0 ? load16(pa + 64 * j) : Rope && sa == -2 ? lds16(&v_new[g + 8 * j]) : make_uint4(0, 0, 0, 0);
+                vb[kt][j] = sb >= 0 ? load16(pb + 64 * j) : Rope && sb == -2 ? lds16(&v_new[g + 8 * j]) : make_uint4(0, 0, 0, 0);
             }
         }
 #pragma unroll

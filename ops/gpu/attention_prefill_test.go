@@ -32,3 +32,18 @@ func TestBuildTiles(t *testing.T) {
 		require.Equal(t, 71*g, rows, "group %d", g)
 	}
 }
+
+func TestOneTokenPerSequence(t *testing.T) {
+	for _, tc := range []struct {
+		qstart []int32
+		want   bool
+	}{
+		{[]int32{0, 1, 2, 3}, true},
+		{[]int32{0, 1}, true},
+		{[]int32{0, 2, 3}, false},
+		{[]int32{0, 1, 1, 2}, false},
+	} {
+		m := &ops.AttnMetadata{QueryStart: tc.qstart, SeqLens: make([]int32, len(tc.qstart)-1)}
+		require.Equal(t, tc.want, oneTokenPerSequence(m), "query starts %v", tc.qstart)
+	}
+}

@@ -61,13 +61,19 @@ type Backend struct {
 	ropes    map[*ops.RoPE]hipkernels.Ptr
 	allocs   map[hipkernels.Ptr]int
 	closed   bool
+	// ropeAttnOff: the library answered that it has no fused RoPE + attention kernel for this
+	// backend's shapes (or ATOM_GO_ATTN_ROPE is off), so RopeAttention stops asking.
+	ropeAttnOff bool
 
 	bound     *bound             // step inputs the ops read instead of uploading (graphs)
 	capturing bool               // a graph capture is open on the stream
 	graphs    []hipkernels.Graph // every captured graph, destroyed by Close
 }
 
-var _ ops.Backend = (*Backend)(nil)
+var (
+	_ ops.Backend      = (*Backend)(nil)
+	_ ops.RopeAttender = (*Backend)(nil)
+)
 
 // New opens GPU device on the calling OS thread and prepares a stream, a BLAS handle and the
 // staging buffers.
