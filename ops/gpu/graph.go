@@ -20,9 +20,9 @@ import (
 //  2. launches the graph, whose kernels read those buffers.
 //
 // To capture, the caller binds the StepInputs (BindStepInputs): while bound, Embedding,
-// GatherRows, RopeWriteKV, RopeWriteKVFused and Attention ignore the contents of their host
-// arguments (only their lengths are checked) and read the bound buffers instead of uploading. The caller
-// runs the forward pass once eagerly while bound (a warm-up that makes every lazily created
+// GatherRows, RopeWriteKV, RopeWriteKVFused, Attention and RopeAttention ignore the contents
+// of their host arguments (only their lengths are checked) and read the bound buffers instead
+// of uploading. The caller runs the forward pass once eagerly while bound (a warm-up that makes every lazily created
 // resource exist: BLAS plans, the RoPE table, the attention workspace) and then again inside
 // Capture.
 //
