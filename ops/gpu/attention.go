@@ -116,21 +116,24 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 	if b.prefillAttention(o, qt, c, layer, dm, a) {
 		return
 	}
-	ws, err := b.lib.PagedAttentionWorkspace(nt, a.NumHeads, a.NumKVHeads, a.HeadDim, dm.maxCtx)
-	b.must("Attention", err)
-	var work hipkernels.Ptr
-	var workBytes int
-	if b.bound != nil {
-		work, workBytes = b.boundWorkspace(ws), ws
-	} else {
-		b.must("Attention", b.ensureWorkspace(&b.attnWork, ws))
-		work, workBytes = b.attnWork.ptr, b.attnWork.size
-	}
+	work, workBytes := b.attentionWorkspace("Attention", nt, dm.maxCtx, a)
 	args := &hipkernels.AttentionArgs{Out: o.ptr, Q: qt.ptr, KCache: c.k[layer], VCache: c.v[layer],
 		TokenSeq: dm.tokenSeq, Positions: dm.positions, BlockTables: dm.tables, BlockTableStride: dm.stride,
 		Tokens: nt, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, BlockSize: c.blockSize,
 		Scale: a.Scale, MaxCtx: dm.maxCtx, Workspace: work, WorkspaceBytes: workBytes}
 	b.must("Attention", b.lib.PagedAttention(b.kdt, args, b.stream))
+}
+
+// attentionWorkspace returns the paged attention kernel's scratch for a batch of nt tokens of
+// at most maxCtx positions: the bound one in a bound pass, else the backend's, grown as needed.
+func (b *Backend) attentionWorkspace(op string, nt, maxCtx int, a ops.AttnShape) (hipkernels.Ptr, int) {
+	ws, err := b.lib.PagedAttentionWorkspace(nt, a.NumHeads, a.NumKVHeads, a.HeadDim, maxCtx)
+	b.must(op, err)
+	if b.bound != nil {
+		return b.boundWorkspace(ws), ws
+	}
+	b.must(op, b.ensureWorkspace(&b.attnWork, ws))
+	return b.attnWork.ptr, b.attnWork.size
 }
 
 // ensureWorkspace grows d to at least n bytes of attention workspace, zeroed when new (the

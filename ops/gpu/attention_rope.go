@@ -35,16 +35,7 @@ func (b *Backend) RopeAttention(out, qkv ops.Tensor, rope *ops.RoPE, norm *ops.Q
 	if b.bound == nil && !oneTokenPerSequence(meta) {
 		return false
 	}
-	ws, err := b.lib.PagedAttentionWorkspace(nt, a.NumHeads, a.NumKVHeads, a.HeadDim, dm.maxCtx)
-	b.must("RopeAttention", err)
-	var work hipkernels.Ptr
-	var workBytes int
-	if b.bound != nil {
-		work, workBytes = b.boundWorkspace(ws), ws
-	} else {
-		b.must("RopeAttention", b.ensureWorkspace(&b.attnWork, ws))
-		work, workBytes = b.attnWork.ptr, b.attnWork.size
-	}
+	work, workBytes := b.attentionWorkspace("RopeAttention", nt, dm.maxCtx, a)
 	args := &hipkernels.AttentionArgs{Out: o.ptr, KCache: c.k[layer], VCache: c.v[layer], TokenSeq: dm.tokenSeq,
 		Positions: dm.positions, BlockTables: dm.tables, BlockTableStride: dm.stride, Tokens: nt, NumHeads: a.NumHeads,
 		NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, BlockSize: c.blockSize, Scale: a.Scale, MaxCtx: dm.maxCtx,
@@ -55,7 +46,7 @@ func (b *Backend) RopeAttention(out, qkv ops.Tensor, rope *ops.RoPE, norm *ops.Q
 	if norm != nil {
 		r.QNorm, r.KNorm, r.NormEps = qn.ptr, kn.ptr, norm.Eps
 	}
-	err = b.lib.PagedAttentionRope(b.kdt, args, r, b.stream)
+	err := b.lib.PagedAttentionRope(b.kdt, args, r, b.stream)
 	if hipkernels.IsStatus(err, hipkernels.StatusUnsupported) {
 		b.ropeAttnOff = true
 		return false

@@ -36,16 +36,8 @@ func TestRopeAttention(t *testing.T) {
 				b, c := newGPU(t, dt), newCPU(t)
 				rope, err := ops.NewRoPE(sh.hd, sh.hd, 500000, ops.RoPEScaling{}, 4096)
 				require.NoError(t, err)
-				gcache, err := b.NewKVCache(1, numBlocks, blockSize, sh.kvHeads, sh.hd)
-				require.NoError(t, err)
-				ccache, err := c.NewKVCache(1, numBlocks, blockSize, sh.kvHeads, sh.hd)
-				require.NoError(t, err)
+				gcache, ccache, gnorm, cnorm := newRopeCase(t, b, c, 1, numBlocks, blockSize, sh.kvHeads, sh.hd, sh.norm)
 				tables := randomTables(len(seqs), stride, numBlocks)
-				var gnorm, cnorm *ops.QKNorm
-				if sh.norm {
-					qn, kn := weight(t, b, c, randVals(dt, sh.hd, 1), sh.hd), weight(t, b, c, randVals(dt, sh.hd, 1), sh.hd)
-					gnorm, cnorm = &ops.QKNorm{Q: qn.g, K: kn.g, Eps: 1e-6}, &ops.QKNorm{Q: qn.c, K: kn.c, Eps: 1e-6}
-				}
 				a := ops.AttnShape{NumHeads: sh.heads, NumKVHeads: sh.kvHeads, HeadDim: sh.hd, Scale: float32(1 / math.Sqrt(float64(sh.hd)))}
 				qw, w := sh.heads*sh.hd, (sh.heads+2*sh.kvHeads)*sh.hd
 				meta := &ops.AttnMetadata{}

@@ -41,16 +41,8 @@ func TestRopeWriteKVFused(t *testing.T) {
 				b, c := newGPU(t, dt), newCPU(t)
 				rope, err := ops.NewRoPE(sh.hd, sh.rot, 10000, sh.scaling, 4096)
 				require.NoError(t, err)
-				gcache, err := b.NewKVCache(2, numBlocks, blockSize, sh.kvHeads, sh.hd)
-				require.NoError(t, err)
-				ccache, err := c.NewKVCache(2, numBlocks, blockSize, sh.kvHeads, sh.hd)
-				require.NoError(t, err)
+				gcache, ccache, gnorm, cnorm := newRopeCase(t, b, c, 2, numBlocks, blockSize, sh.kvHeads, sh.hd, sh.norm)
 				tables := randomTables(len(seqs), stride, numBlocks)
-				var gnorm, cnorm *ops.QKNorm
-				if sh.norm {
-					qn, kn := weight(t, b, c, randVals(dt, sh.hd, 1), sh.hd), weight(t, b, c, randVals(dt, sh.hd, 1), sh.hd)
-					gnorm, cnorm = &ops.QKNorm{Q: qn.g, K: kn.g, Eps: 1e-6}, &ops.QKNorm{Q: qn.c, K: kn.c, Eps: 1e-6}
-				}
 				a := ops.AttnShape{NumHeads: sh.heads, NumKVHeads: sh.kvHeads, HeadDim: sh.hd, Scale: float32(1 / math.Sqrt(float64(sh.hd)))}
 				qw, w := sh.heads*sh.hd, (sh.heads+2*sh.kvHeads)*sh.hd
 				meta := &ops.AttnMetadata{}
@@ -76,6 +68,22 @@ func TestRopeWriteKVFused(t *testing.T) {
 			})
 		}
 	}
+}
+
+// newRopeCase makes the KV caches of the RoPE tests on both backends and, with norm, Qwen3's
+// q and k head-norm weights (nil without).
+func newRopeCase(t *testing.T, b *Backend, c *cpu.Backend, layers, numBlocks, blockSize, kvHeads, hd int,
+	norm bool) (gcache, ccache ops.KVCache, gnorm, cnorm *ops.QKNorm) {
+	t.Helper()
+	gcache, err := b.NewKVCache(layers, numBlocks, blockSize, kvHeads, hd)
+	require.NoError(t, err)
+	ccache, err = c.NewKVCache(layers, numBlocks, blockSize, kvHeads, hd)
+	require.NoError(t, err)
+	if norm {
+		qn, kn := weight(t, b, c, randVals(b.dt, hd, 1), hd), weight(t, b, c, randVals(b.dt, hd, 1), hd)
+		gnorm, cnorm = &ops.QKNorm{Q: qn.g, K: kn.g, Eps: 1e-6}, &ops.QKNorm{Q: qn.c, K: kn.c, Eps: 1e-6}
+	}
+	return gcache, ccache, gnorm, cnorm
 }
 
 // randomTables returns n block tables of stride distinct blocks each, from a permutation of
