@@ -42,13 +42,7 @@ func TestRopeAttention(t *testing.T) {
 				qw, w := sh.heads*sh.hd, (sh.heads+2*sh.kvHeads)*sh.hd
 				meta := &ops.AttnMetadata{}
 
-				// The prefixes, through the two ops on both backends.
-				fillMeta(meta, tables, stride, blockSize, func(int) int { return 0 }, func(s int) int { return seqs[s].ctx })
-				nt := meta.NumTokens()
-				prefix := activation(b, randVals(dt, nt*w, 1), nt, w)
-				pq := output(b, c, nt, qw)
-				b.RopeWriteKVFused(pq.g, prefix.g, rope, gnorm, gcache, 0, meta)
-				c.RopeWriteKVFused(pq.c, prefix.c, rope, cnorm, ccache, 0, meta)
+				writePrefixes(b, c, meta, tables, blockSize, seqs, rope, [2]*ops.QKNorm{gnorm, cnorm}, [2]ops.KVCache{gcache, ccache}, qw, w)
 
 				// A sequence with two query tokens is never fused.
 				fillMeta(meta, tables, stride, blockSize, func(s int) int { return seqs[s].ctx }, func(s int) int { return 1 + s%2 })

@@ -86,6 +86,19 @@ func newRopeCase(t *testing.T, b *Backend, c *cpu.Backend, layers, numBlocks, bl
 	return gcache, ccache, gnorm, cnorm
 }
 
+// writePrefixes stores the first seqs[s].ctx positions of every sequence (random q|k|v rows)
+// into layer 0 of both backends' caches (gpu, cpu) through RopeWriteKVFused with norms (gpu,
+// cpu; nil for none); meta then describes those positions.
+func writePrefixes(b *Backend, c *cpu.Backend, meta *ops.AttnMetadata, tables [][]int32, blockSize int, seqs []seqSpec,
+	rope *ops.RoPE, norms [2]*ops.QKNorm, caches [2]ops.KVCache, qw, w int) {
+	fillMeta(meta, tables, len(tables[0]), blockSize, func(int) int { return 0 }, func(s int) int { return seqs[s].ctx })
+	nt := meta.NumTokens()
+	prefix := activation(b, randVals(b.dt, nt*w, 1), nt, w)
+	pq := output(b, c, nt, qw)
+	b.RopeWriteKVFused(pq.g, prefix.g, rope, norms[0], caches[0], 0, meta)
+	c.RopeWriteKVFused(pq.c, prefix.c, rope, norms[1], caches[1], 0, meta)
+}
+
 // randomTables returns n block tables of stride distinct blocks each, from a permutation of
 // the numBlocks blocks.
 func randomTables(n, stride, numBlocks int) [][]int32 {
@@ -127,12 +140,7 @@ func TestGraphRopeWriteKVFused(t *testing.T) {
 			a := ops.AttnShape{NumHeads: heads, NumKVHeads: kvHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(hd))}
 			qw, w := heads*hd, (heads+2*kvHeads)*hd
 			meta := &ops.AttnMetadata{}
-			fillMeta(meta, tables, stride, blockSize, func(int) int { return 0 }, func(s int) int { return seqs[s].ctx })
-			nt := meta.NumTokens()
-			prefix := activation(b, randVals(dt, nt*w, 1), nt, w)
-			pq := output(b, c, nt, qw)
-			b.RopeWriteKVFused(pq.g, prefix.g, rope, nil, gcache, 0, meta)
-			c.RopeWriteKVFused(pq.c, prefix.c, rope, nil, ccache, 0, meta)
+			writePrefixes(b, c, meta, tables, blockSize, seqs, rope, [2]*ops.QKNorm{}, [2]ops.KVCache{gcache, ccache}, qw, w)
 
 			in, err := b.NewStepInputs(16, graphStride)
 			require.NoError(t, err)
