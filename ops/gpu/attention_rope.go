@@ -32,7 +32,7 @@ func (b *Backend) RopeAttention(out, qkv ops.Tensor, rope *ops.RoPE, norm *ops.Q
 		return false
 	}
 	dm := b.prepare(meta, c) // checks meta (the two ops' first would upload the same)
-	if b.bound == nil && !oneTokenPerSequence(meta) {
+	if !dm.decode {
 		return false
 	}
 	work, workBytes := b.attentionWorkspace("RopeAttention", nt, dm.maxCtx, a)
@@ -52,16 +52,5 @@ func (b *Backend) RopeAttention(out, qkv ops.Tensor, rope *ops.RoPE, norm *ops.Q
 		return false
 	}
 	b.must("RopeAttention", err)
-	return true
-}
-
-// oneTokenPerSequence reports whether every sequence of m has exactly one query token (the
-// fused kernel reads the other positions from the cache, so none may be written in this pass).
-func oneTokenPerSequence(m *ops.AttnMetadata) bool {
-	for s := range m.SeqLens {
-		if m.QueryStart[s+1]-m.QueryStart[s] != 1 {
-			return false
-		}
-	}
 	return true
 }

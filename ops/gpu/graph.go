@@ -157,7 +157,7 @@ func (b *Backend) BindStepInputs(in *StepInputs, n int, cache ops.KVCache) error
 	}
 	b.bound = &bound{in: in, n: n, cache: kv, dev: devMeta{positions: in.region(regPositions), slots: in.region(regSlots),
 		tokenSeq: in.region(regTokenSeq), tables: in.region(regTables), tokens: n, stride: in.stride,
-		maxCtx: in.stride * kv.blockSize}}
+		maxCtx: in.stride * kv.blockSize, decode: true}}
 	return nil
 }
 

@@ -142,6 +142,8 @@ type devMeta struct {
 	// prefill: some sequence has more than one query token and each sequence's query tokens are
 	// the last positions of its context, in order (what the tensor-core prefill kernel assumes).
 	prefill bool
+	// decode: every sequence has exactly one query token (always so in a bound pass).
+	decode bool
 }
 
 // metaCache remembers the last uploaded metadata (host copy and device copy), so the layers of
@@ -185,7 +187,7 @@ func (b *Backend) prepare(m *ops.AttnMetadata, kv *KVCache) *devMeta {
 	qs := base + hipkernels.Ptr(4*(3*nt+len(tables)))
 	c.dev = devMeta{positions: base, slots: base + hipkernels.Ptr(4*nt), tokenSeq: base + hipkernels.Ptr(8*nt),
 		tables: base + hipkernels.Ptr(12*nt), queryStart: qs, seqLens: qs + hipkernels.Ptr(4*len(m.QueryStart)),
-		tokens: nt, stride: stride, prefill: isPrefill(m)}
+		tokens: nt, stride: stride, prefill: isPrefill(m), decode: oneTokenPerSequence(m)}
 	c.tiles.valid = false
 	for _, p := range m.Positions {
 		c.dev.maxCtx = max(c.dev.maxCtx, int(p)+1)
@@ -214,6 +216,17 @@ func isPrefill(m *ops.AttnMetadata) bool {
 		long = long || hi-lo > 1
 	}
 	return long
+}
+
+// oneTokenPerSequence reports whether every sequence of m has exactly one query token (the
+// fused kernel reads the other positions from the cache, so none may be written in this pass).
+func oneTokenPerSequence(m *ops.AttnMetadata) bool {
+	for s := range m.SeqLens {
+		if m.QueryStart[s+1]-m.QueryStart[s] != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // checkMeta validates the varlen batch against the cache geometry and returns each token's
