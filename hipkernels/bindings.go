@@ -60,6 +60,10 @@ type fns struct {
 	gemmSwiGLU func(h, s uintptr, dt int32, out, gateUp, w, act uintptr, m, n, k int32) int32
 	gemmNorm   func(h, s uintptr, dt int32, out, resOut, residual, add, normW uintptr, eps float32, w, bias uintptr,
 		m, n, k int32, fused *int32) int32
+	gemmResidual func(h, s uintptr, dt int32, res, x, w uintptr, m, n, k, swiglu int32, sums uintptr, maxSums int32,
+		count, fused *int32) int32
+	gemmSummed func(h, s uintptr, dt int32, out, res, sums uintptr, count int32, normW uintptr, eps float32, w, bias uintptr,
+		m, n, k int32, fused *int32) int32
 	// batch-1 decode fusions (rope_kv.cu, gemv.cu)
 	ropeWriteKVFused func(dt int32, qOut, qkv, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
 		qNorm, kNorm uintptr, normEps float32, tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64,
@@ -136,6 +140,8 @@ func (f *fns) table() []binding {
 		{&f.ropeWriteKVFused, "atomk_rope_write_kv_fused"},
 		{&f.gemmSwiGLU, "atomk_gemm_swiglu"},
 		{&f.gemmNorm, "atomk_gemm_rms_norm"},
+		{&f.gemmResidual, "atomk_gemm_residual"},
+		{&f.gemmSummed, "atomk_gemm_norm_summed"},
 		{&f.attnWorkspace, "atomk_paged_attention_workspace"},
 		{&f.pagedAttention, "atomk_paged_attention"},
 		{&f.pagedAttentionRope, "atomk_paged_attention_rope"},

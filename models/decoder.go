@@ -183,26 +183,51 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 	qkv, gateUp, act, spare := be.View(d.qkv, n), be.View(d.gateUp, n), be.View(d.act, n), be.View(d.hidden, n)
 	be.Embedding(res, d.embed, ids)
 	d.dumpLayer(0, res, nil)
+	// pre is what the next NormLinear adds and normalises: nothing before the first layer, then
+	// x (the sublayer's output) or, when the sublayer's projection added itself into res,
+	// nothing (Summed).
+	pre := ops.PreNorm{Eps: eps}
 	for i := range d.layers {
 		l := &d.layers[i]
-		add := x
-		if i == 0 {
-			add = nil
-		}
-		res, spare = d.normLinear(qkv, ops.PreNorm{X: add, Res: res, Spare: spare, Weight: l.inNorm, Eps: eps}, l.qkv, l.qkvBias)
+		pre.Res, pre.Spare, pre.Weight = res, spare, l.inNorm
+		res, spare = d.normLinear(qkv, pre, l.qkv, l.qkvBias)
 		if ra, ok := be.(ops.RopeAttender); !ok || !ra.RopeAttention(ao, qkv, d.rope, l.qkNorm, cache, i, meta, d.attn) {
 			be.RopeWriteKVFused(q, qkv, d.rope, l.qkNorm, cache, i, meta)
 			be.Attention(ao, q, cache, i, meta, d.attn)
 		}
-		be.Linear(x, ao, l.o, nil)
-		d.allReduce(x)
-		res, spare = d.normLinear(gateUp, ops.PreNorm{X: x, Res: res, Spare: spare, Weight: l.postNorm, Eps: eps}, l.gateUp, nil)
-		be.LinearSwiGLU(x, gateUp, act, l.down)
-		d.allReduce(x)
-		d.dumpLayer(i+1, res, x)
+		pre = d.project(res, x, ao, l.o, nil)
+		pre.Res, pre.Spare, pre.Weight, pre.Eps = res, spare, l.postNorm, eps
+		res, spare = d.normLinear(gateUp, pre, l.gateUp, nil)
+		pre = d.project(res, x, gateUp, l.down, act)
+		pre.Eps = eps
+		d.dumpLayer(i+1, res, pre.X)
 	}
-	be.RMSNorm(spare, x, res, d.norm, eps)
+	if pre.X != nil {
+		be.RMSNorm(spare, x, res, d.norm, eps)
+	} else {
+		be.RMSNorm(spare, res, nil, d.norm, eps)
+	}
 	return spare
+}
+
+// project runs a sublayer's row-parallel output projection (the attention's o, or with act
+// the MLP's SwiGLU down projection of gate|up in) and says what the next NormLinear takes:
+// the output in x, or nothing to add (Summed) when a ResidualAdder backend added it into res
+// itself. Not under tensor parallelism (the partial outputs are all-reduced first) nor with a
+// layer hook (which reads each sublayer's output).
+func (d *decoder) project(res, x, in, w, act ops.Tensor) ops.PreNorm {
+	if ra, ok := d.be.(ops.ResidualAdder); ok && d.shard.group == nil && d.hook == nil {
+		if act == nil && ra.LinearResidual(res, in, w) || act != nil && ra.LinearSwiGLUResidual(res, in, w) {
+			return ops.PreNorm{Summed: true}
+		}
+	}
+	if act == nil {
+		d.be.Linear(x, in, w, nil)
+	} else {
+		d.be.LinearSwiGLU(x, in, act, w)
+	}
+	d.allReduce(x)
+	return ops.PreNorm{X: x}
 }
 
 // normLinear runs NormLinear and returns the buffers of the residual stream and of the spare

@@ -71,3 +71,89 @@ func TestDecoderFollowsNormLinearResidual(t *testing.T) {
 		})
 	}
 }
+
+// residualBackend is the cpu backend with a ResidualAdder at one row (decode steps), as the
+// gpu backend's fused residual add: the projection's output goes straight into res, and the
+// next NormLinear is told so (PreNorm.Summed, no X).
+type residualBackend struct {
+	*cpu.Backend
+	added, summed int
+}
+
+func (b *residualBackend) LinearResidual(res, x, w ops.Tensor) bool {
+	return b.add(res, func(out ops.Tensor) { b.Linear(out, x, w, nil) })
+}
+
+func (b *residualBackend) LinearSwiGLUResidual(res, gateUp, w ops.Tensor) bool {
+	rows := gateUp.Shape()[0]
+	act := b.Buffer(rows, w.Shape()[1])
+	return b.add(res, func(out ops.Tensor) { b.LinearSwiGLU(out, gateUp, act, w) })
+}
+
+// add runs project into a scratch row and adds it into res, as RMSNorm's residual add does.
+func (b *residualBackend) add(res ops.Tensor, project func(out ops.Tensor)) bool {
+	rows, cols := res.Shape()[0], res.Shape()[1]
+	if rows != 1 {
+		return false
+	}
+	out := b.Buffer(rows, cols)
+	project(out)
+	r, y := make([]float32, cols), make([]float32, cols)
+	b.ReadRows(res, r)
+	b.ReadRows(out, y)
+	for i := range r {
+		r[i] += y[i]
+	}
+	b.WriteRows(res, r)
+	b.added++
+	return true
+}
+
+func (b *residualBackend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) ops.Tensor {
+	if p.Summed {
+		if p.X != nil {
+			panic("NormLinear: Summed with an X to add")
+		}
+		b.summed++
+	}
+	return b.Backend.NormLinear(out, p, w, bias)
+}
+
+// TestDecoderAddsResidualInProjection runs every test checkpoint on the cpu backend and on
+// residualBackend over a prefill (not fused: five rows) and two decode steps (fused): the
+// logits must be identical, and every projection of a decode step must have added itself
+// into the residual stream, with every NormLinear after one told so.
+func TestDecoderAddsResidualInProjection(t *testing.T) {
+	for _, dir := range testCheckpoints(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			ck, err := OpenCheckpoint(dir)
+			require.NoError(t, err)
+			defer ck.Close()
+			c := ck.Config
+			plain := cpu.New(0)
+			defer plain.Close()
+			fused := &residualBackend{Backend: cpu.New(0)}
+			defer fused.Close()
+			const bs, blocks = 4, 16
+			var logits [2][]float32
+			for i, be := range []ops.Backend{plain, fused} {
+				m, err := Load(ck, be, Options{MaxTokens: 16, MaxSeqs: 1})
+				require.NoError(t, err)
+				cache, err := m.NewKVCache(blocks, bs)
+				require.NoError(t, err)
+				ctx, input := 0, []int32{1, 5, 9, 13, 2}
+				for step := 0; step < 3; step++ {
+					h := m.Forward(input, singleSeq(ctx, len(input), bs, blocks), cache)
+					out := make([]float32, c.VocabSize)
+					be.ReadRows(m.Logits(h, []int32{int32(len(input) - 1)}), out)
+					logits[i] = append(logits[i], out...)
+					ctx += len(input)
+					input = []int32{int32(7 + step)}
+				}
+			}
+			require.Equal(t, logits[0], logits[1])
+			require.Equal(t, 2*2*c.NumLayers, fused.added)
+			require.Equal(t, 2*(2*c.NumLayers-1), fused.summed)
+		})
+	}
+}

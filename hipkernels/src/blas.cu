@@ -88,6 +88,13 @@ int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const v
 int atomk_gemv_norm_launch(void* stream, int dtype, void* out, void* res_out, const void* residual, const void* add,
                            const void* norm_w, float eps, const void* w, const void* bias, int n, int k);
 
+// The skinny kernel adding one row into the residual stream, and the one normalising it with the
+// sums that launch left (see atomk_gemm_residual and atomk_gemm_norm_summed).
+int atomk_gemv_residual_launch(void* stream, int dtype, void* res, const void* x, const void* w, int n, int k, int swiglu,
+                               float* sums, int max_sums, int* count);
+int atomk_gemv_summed_launch(void* stream, int dtype, void* out, const void* res, const float* sums, int count,
+                             const void* norm_w, float eps, const void* w, const void* bias, int n, int k);
+
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
@@ -124,6 +131,13 @@ int default_gemv_max_n() {
 // measured in the decode graph (written 2026-12-03 without a GPU at hand; docs/gpu-notes.md).
 bool gemv_norm_enabled() {
     static const bool v = atomk_env_int("ATOM_GO_GEMV_NORM", 0, 0, 1) == 1;
+    return v;
+}
+
+// Whether atomk_gemm_residual fuses at all: ATOM_GO_RESIDUAL_NORM=1 (read once). Off until it
+// is measured in the decode graph.
+bool residual_norm_enabled() {
+    static const bool v = atomk_env_int("ATOM_GO_RESIDUAL_NORM", 0, 0, 1) == 1;
     return v;
 }
 
@@ -313,6 +327,42 @@ int atomk_gemm_rms_norm(void* handle, void* stream, int dtype, void* out, void* 
         !aligned(norm_w) || !aligned(w) || (add && (!aligned(add) || !aligned(res_out))) || k > kGemvNormMaxK)
         return ATOMK_OK;
     const int st = atomk_gemv_norm_launch(stream, dtype, out, res_out, residual, add, norm_w, eps, w, bias, n, k);
+    *fused = st == ATOMK_OK;
+    return st;
+}
+
+// Where the fused kernel does not serve, nothing is queued and *fused says so: the caller runs
+// the projection and the residual add as before.
+int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, const void* x, const void* w, int m, int n,
+                        int k, int swiglu, float* sums, int max_sums, int* count, int* fused) {
+    Blas* h = static_cast<Blas*>(handle);
+    if (!h || !fused || !count) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: null handle or output");
+    *fused = 0;
+    if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
+    if (!res || !x || !w || !sums) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: null operand");
+    if (!residual_norm_enabled() || m != 1 || !use_gemv(h, dtype, m, n, k, x, w) || ((uintptr_t)res % 16) != 0 ||
+        ((uintptr_t)sums % 16) != 0)
+        return ATOMK_OK;
+    const int st = atomk_gemv_residual_launch(stream, dtype, res, x, w, n, k, swiglu, sums, max_sums, count);
+    if (st == ATOMK_ERR_UNSUPPORTED) return ATOMK_OK;  // more blocks than sums: not fused
+    *fused = st == ATOMK_OK;
+    return st;
+}
+
+int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, void* out, const void* res, const float* sums,
+                           int count, const void* norm_w, float eps, const void* w, const void* bias, int m, int n,
+                           int k, int* fused) {
+    Blas* h = static_cast<Blas*>(handle);
+    if (!h || !fused) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_norm_summed: null handle or output");
+    *fused = 0;
+    if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_norm_summed: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
+    if (!out || !res || !sums || !norm_w || !w) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_norm_summed: null operand");
+    if (m != 1 || count <= 0 || !use_gemv(h, dtype, m, n, k, res, w) || ((uintptr_t)norm_w % 16) != 0 ||
+        ((uintptr_t)sums % 16) != 0)
+        return ATOMK_OK;
+    const int st = atomk_gemv_summed_launch(stream, dtype, out, res, sums, count, norm_w, eps, w, bias, n, k);
     *fused = st == ATOMK_OK;
     return st;
 }

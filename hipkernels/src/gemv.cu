@@ -76,8 +76,8 @@ __device__ __forceinline__ void load_step(uint4 (&wv)[U][R], const uint4* const 
 
 // acc[i][r] += x row i · weight chunks wv[·][r] of one loop step.
 template <typename T, int M, int U, int R, int X>
-__device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U][R], const uint4* x4, int c0, int stride,
-                                         int k8) {
+__device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U][R], const uint4* x4, const uint4* nw4,
+                                         int c0, int stride, int k8) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const int c = c0 + u * stride;
@@ -85,7 +85,7 @@ __device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U
 #pragma unroll
         for (int i = 0; i < M; ++i) {
             float xf[8];
-            load_x8<T, X>(x4, i, k8, c, xf);
+            load_x8<T, X>(x4, nw4, i, k8, c, xf);
 #pragma unroll
             for (int r = 0; r < R; ++r) acc[i][r] = dot8<T>(xf, wv[u][r], acc[i][r]);
         }
@@ -96,20 +96,33 @@ __device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U
 // out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row. P selects the loop:
 // 0 one step at a time, 1 pipelined with the first step loaded before the PDL wait, 2
 // pipelined with every load after it (see pipeline_mode). X is the Input; with kNormX (M = 1)
-// x is unused and the launch gives k8 * 16 bytes of dynamic shared memory.
-template <typename T, int M, int X, int P = 0>
+// x is unused and the launch gives k8 * 16 bytes of dynamic shared memory; with kSumNormX x is
+// unused too (norm holds r, its weight and the sums). O is the Output: with kResidualOut (M = 1)
+// out is the residual stream, read and written.
+template <typename T, int M, int X, int P = 0, int O = kPlainOut>
 __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
                                                         int n, int k8, int kw, int prefetch, NormIn<T> norm,
                                                         int pdl_mode) {
-    static_assert(X != kNormX || M == 1, "the RMSNorm prologue stages one row");
+    static_assert((X != kNormX && X != kSumNormX && O == kPlainOut) || M == 1, "the fused norms take one row");
     constexpr int R = Tile<M, X, P>::R, U = Tile<M, X, P>::U;
     extern __shared__ uint4 staged[];  // kNormX: the normalised row
     __shared__ float partial[kWarps][M * R];
+    __shared__ float sums[X == kSumNormX ? kMaxSums : 1];  // kSumNormX: the partial sums of r²
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int slice = warp % kw;                                       // this warp's share of k
     const int row0 = (blockIdx.x * (kWarps / kw) + warp / kw) * R;     // first row of w of the group
-    const uint4* x4 = X == kNormX ? staged : reinterpret_cast<const uint4*>(x);
+    const uint4* x4 = X == kNormX ? staged : X == kSumNormX ? reinterpret_cast<const uint4*>(norm.residual)
+                                                            : reinterpret_cast<const uint4*>(x);
+    const uint4* nw4 = reinterpret_cast<const uint4*>(norm.w);
+    // kResidualOut: the residual value this lane adds to (lane r < R of the group's first warp
+    // writes row row0 + r), loaded after the wait and used at the end.
+    float res_old = 0.f;
+    auto after_wait = [&] {
+        if constexpr (X == kSumNormX) sums_fetch(sums, norm.sums, norm.count);
+        if constexpr (O == kResidualOut)
+            if (slice == 0 && lane < R && row0 + lane < n) res_old = atomk_to_float(out[row0 + lane]);
+    };
     const uint4* wrow[R];
 #pragma unroll
     for (int r = 0; r < R; ++r)  // rows past n read row n-1 (valid memory) and are not written
@@ -137,11 +150,12 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
         if constexpr (P == 2) atomk_pdl_enter_mode(pdl_mode);
         load_step<U, R>(wv, wrow, c0, stride, k8);
         if constexpr (P == 1) atomk_pdl_enter_mode(pdl_mode);
+        after_wait();
         if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
         for (; c0 < k8; c0 += U * stride) {
             uint4 next[U][R];
             load_step<U, R>(next, wrow, c0 + U * stride, stride, k8);
-            dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
+            dot_step<T, M, U, R, X>(acc, wv, x4, nw4, c0, stride, k8);
 #pragma unroll
             for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -149,11 +163,12 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
         }
     } else {
         atomk_pdl_enter_mode(pdl_mode);
+        after_wait();
         if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
         for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
             uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
             load_step<U, R>(wv, wrow, c0, stride, k8);
-            dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
+            dot_step<T, M, U, R, X>(acc, wv, x4, nw4, c0, stride, k8);
         }
     }
 
@@ -180,23 +195,52 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
                         for (int s = 1; s < kw; ++s) acc[i][r] += partial[warp + s][i * R + r];
         }
     }
-    if (slice != 0) return;
+    if constexpr (X == kSumNormX) {  // uniform: every thread reaches the barrier
+        sums_wait();
+        __syncthreads();
+    }
+    if (O == kPlainOut && slice != 0) return;
+    float inv = 1.f;  // kSumNormX: rsqrt(mean(r²) + eps)
+    if (X == kSumNormX && slice == 0) {
+        float ss = 0.f;
+        for (int j = lane; j < (norm.count + 3) / 4 * 4; j += ATOMK_WARP_SIZE) ss += sums[j];
+        inv = rsqrtf(atomk_warp_sum(ss) / (float)(k8 * 8) + norm.eps);
+    }
+    float sq = 0.f;  // kResidualOut: this lane's share of the block's sum of squares
+    if (slice == 0) {
 #pragma unroll
-    for (int i = 0; i < M; ++i)
+        for (int i = 0; i < M; ++i)
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const int row = row0 + r;
-            if (lane == (i * R + r) % ATOMK_WARP_SIZE && row < n) {
-                const float b = bias ? atomk_to_float(bias[row]) : 0.f;
-                out[(size_t)i * n + row] = atomk_from_float<T>(acc[i][r] + b);
+            for (int r = 0; r < R; ++r) {
+                const int row = row0 + r;
+                if (lane == (i * R + r) % ATOMK_WARP_SIZE && row < n) {
+                    const float b = bias ? atomk_to_float(bias[row]) : 0.f;
+                    T y = atomk_from_float<T>(acc[i][r] * inv + b);
+                    if constexpr (O == kResidualOut) {  // rounded as atomk_rms_norm's residual add stores it
+                        y = atomk_from_float<T>(res_old + atomk_to_float(y));
+                        sq += atomk_to_float(y) * atomk_to_float(y);
+                    }
+                    out[(size_t)i * n + row] = y;
+                }
             }
+    }
+    if constexpr (O == kResidualOut) {  // every thread is still here: the block's sum, in a fixed order
+        __shared__ float block_sq[kWarps];
+        sq = atomk_warp_sum(sq);
+        if (lane == 0) block_sq[warp] = sq;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float total = 0.f;
+            for (int v = 0; v < kWarps; ++v) total += block_sq[v];
+            norm.sums[blockIdx.x] = total;
         }
+    }
 }
 
 // Blocks of one gemv_kernel instance resident on the whole device at once (its occupancy
 // with smem bytes of dynamic shared memory, times the multiprocessors), per device; 0 if the
 // runtime cannot say. The cache keeps the last smem size asked for (one k per model).
-template <typename T, int M, int X, int P>
+template <typename T, int M, int X, int P, int O>
 int resident_blocks(size_t smem) {
     constexpr int kDevices = 16;
     static std::atomic<long long> cache[kDevices];  // smem << 20 | blocks
@@ -206,7 +250,7 @@ int resident_blocks(size_t smem) {
     const long long c = cache[i].load(std::memory_order_relaxed);
     if (c > 0 && (size_t)(c >> 20) == smem) return (int)(c & ((1 << 20) - 1));
     int per_sm = 0;
-    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, X, P>, kThreads, smem) != gpuSuccess)
+    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, X, P, O>, kThreads, smem) != gpuSuccess)
         return 0;
     const int r = per_sm * atomk_sm_count();
     cache[i].store((long long)smem << 20 | r, std::memory_order_relaxed);
@@ -267,22 +311,27 @@ int pipeline_mode(bool after_attention) {
 }
 
 // kind names the launch for the PDL measurement knobs (atomk_pdl_serial, atomk_pdl_mode):
-// "o_gemv" for the projection launched right after an attention, "gemv" for the others.
-template <typename T, int M, int X, int P>
+// "o_gemv" for the projection launched right after an attention, "gemv" for the others. With
+// max_blocks > 0 a grid of more blocks is not launched (ATOMK_ERR_UNSUPPORTED; a kResidualOut
+// launch writes a partial sum per block); *blocks (when not NULL) receives the grid's size.
+template <typename T, int M, int X, int P, int O>
 int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, const NormIn<T>& norm, gpuStream_t s,
-                const char* kind) {
+                const char* kind, int max_blocks, int* blocks_out) {
     const int k8 = k / 8, groups = (n + Tile<M, X, P>::R - 1) / Tile<M, X, P>::R;
     const size_t smem = X == kNormX ? (size_t)k8 * sizeof(uint4) : 0;
-    const int kw = warps_per_group(groups, k8, resident_blocks<T, M, X, P>(smem)), per_block = kWarps / kw;
+    const int kw = warps_per_group(groups, k8, resident_blocks<T, M, X, P, O>(smem)), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    atomk_launch_kind(kind, gemv_kernel<T, M, X, P>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw, prefetch_steps(),
-                      norm, atomk_pdl_mode(kind));
+    if (max_blocks > 0 && blocks > (unsigned)max_blocks) return ATOMK_ERR_UNSUPPORTED;
+    if (blocks_out) *blocks_out = (int)blocks;
+    atomk_launch_kind(kind, gemv_kernel<T, M, X, P, O>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw,
+                      prefetch_steps(), norm, atomk_pdl_mode(kind));
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
 }
 
-template <typename T, int M, int X>
-int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s, const NormIn<T>& norm = {}) {
+template <typename T, int M, int X, int O = kPlainOut>
+int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s, const NormIn<T>& norm = {},
+           int max_blocks = 0, int* blocks = nullptr) {
     const bool after_attention = atomk_attention_launched;
     atomk_attention_launched = false;
     // The decode sizes only (larger tiles have no registers to spare), and not with the norm
@@ -290,11 +339,11 @@ int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStrea
     const char* kind = after_attention ? "o_gemv" : "gemv";
     if constexpr (M <= 2 && X != kNormX) {
         switch (pipeline_mode(after_attention)) {
-            case 1: return launch_loop<T, M, X, 1>(out, x, w, bias, n, k, norm, s, kind);
-            case 2: return launch_loop<T, M, X, 2>(out, x, w, bias, n, k, norm, s, kind);
+            case 1: return launch_loop<T, M, X, 1, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks);
+            case 2: return launch_loop<T, M, X, 2, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks);
         }
     }
-    return launch_loop<T, M, X, 0>(out, x, w, bias, n, k, norm, s, kind);
+    return launch_loop<T, M, X, 0, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks);
 }
 
 // Rows of x at once, by a switch over the template instances 1..kMaxM (1..kSwigluMaxM with
@@ -345,6 +394,34 @@ int launch_norm(void* out, void* res_out, const void* residual, const void* add,
                                 k, s, in);
 }
 
+// One row added into the residual stream (kResidualOut), plain or SwiGLU input; the blocks'
+// partial sums of squares go to sums (at most max_sums, their number to *count).
+template <typename T>
+int launch_residual(void* res, const void* x, const void* w, int n, int k, bool swiglu, float* sums, int max_sums,
+                    int* count, gpuStream_t s) {
+    NormIn<T> in{};
+    in.sums = sums;
+    T* r = static_cast<T*>(res);
+    const T* xs = static_cast<const T*>(x);
+    const T* ws = static_cast<const T*>(w);
+    return swiglu ? launch<T, 1, kSwigluX, kResidualOut>(r, xs, ws, nullptr, n, k, s, in, max_sums, count)
+                  : launch<T, 1, kPlainX, kResidualOut>(r, xs, ws, nullptr, n, k, s, in, max_sums, count);
+}
+
+// One row normalised with the partial sums a launch_residual left (kSumNormX).
+template <typename T>
+int launch_summed(void* out, const void* res, const float* sums, int count, const void* norm_w, float eps, const void* w,
+                  const void* bias, int n, int k, gpuStream_t s) {
+    NormIn<T> in{};
+    in.residual = static_cast<const T*>(res);
+    in.w = static_cast<const T*>(norm_w);
+    in.eps = eps;
+    in.sums = const_cast<float*>(sums);
+    in.count = count;
+    return launch<T, 1, kSumNormX>(static_cast<T*>(out), nullptr, static_cast<const T*>(w), static_cast<const T*>(bias), n,
+                                   k, s, in);
+}
+
 }  // namespace
 
 // atomk_gemv_launch queues out = x·wᵀ (+ bias) with the skinny kernel; with swiglu, x is the
@@ -367,6 +444,31 @@ int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const v
         if (st != ATOMK_OK) return st;
     }
     return ATOMK_OK;
+}
+
+// atomk_gemv_residual_launch queues res[1,n] += x·wᵀ (swiglu: x is gate|up [1, 2k]) with the
+// row's partial sums of squares to sums; ATOMK_ERR_UNSUPPORTED, nothing queued, when the grid
+// would exceed max_sums blocks. Internal (declared in blas.cu, whose atomk_gemm_residual checks
+// the operands).
+int atomk_gemv_residual_launch(void* stream, int dtype, void* res, const void* x, const void* w, int n, int k, int swiglu,
+                               float* sums, int max_sums, int* count) {
+    gpuStream_t s = ATOMK_STREAM(stream);
+    if (max_sums > kMaxSums) max_sums = kMaxSums;
+    if (dtype == ATOMK_BF16) return launch_residual<atomk_bf16>(res, x, w, n, k, swiglu != 0, sums, max_sums, count, s);
+    if (dtype == ATOMK_F16) return launch_residual<atomk_f16>(res, x, w, n, k, swiglu != 0, sums, max_sums, count, s);
+    return atomk_fail(ATOMK_ERR_UNSUPPORTED, "gemv residual: dtype %d", dtype);
+}
+
+// atomk_gemv_summed_launch queues out[1,n] = (r · rsqrt(Σ sums / k + eps) · norm_w) · wᵀ (+ bias),
+// r = res, sums the count partial sums an atomk_gemv_residual_launch left. Internal (declared in
+// blas.cu, whose atomk_gemm_norm_summed checks the operands).
+int atomk_gemv_summed_launch(void* stream, int dtype, void* out, const void* res, const float* sums, int count,
+                             const void* norm_w, float eps, const void* w, const void* bias, int n, int k) {
+    gpuStream_t s = ATOMK_STREAM(stream);
+    if (count < 0 || count > kMaxSums) return atomk_fail(ATOMK_ERR_INVALID, "gemv summed: %d sums", count);
+    if (dtype == ATOMK_BF16) return launch_summed<atomk_bf16>(out, res, sums, count, norm_w, eps, w, bias, n, k, s);
+    if (dtype == ATOMK_F16) return launch_summed<atomk_f16>(out, res, sums, count, norm_w, eps, w, bias, n, k, s);
+    return atomk_fail(ATOMK_ERR_UNSUPPORTED, "gemv summed: dtype %d", dtype);
 }
 
 // atomk_gemv_norm_launch queues out = (r · rsqrt(mean(r²) + eps) · norm_w) · wᵀ (+ bias) for one

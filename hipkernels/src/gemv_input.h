@@ -1,6 +1,7 @@
 // gemv_input.h: the skinny GEMM's constants and how its input rows reach the registers: the
-// 16-byte loads, the unpacking of 16-bit pairs, and the three inputs (x as given, the SwiGLU of
-// the fused gate|up output, the RMSNorm of the residual stream staged in shared memory).
+// 16-byte loads, the unpacking of 16-bit pairs, the four inputs (x as given, the SwiGLU of the
+// fused gate|up output, the RMSNorm of the residual stream staged in shared memory, the residual
+// stream times the norm weight when its sum of squares is known) and the two outputs.
 // Included by gemv.cu only (kept apart to keep each file readable).
 #ifndef ATOMK_GEMV_INPUT_H
 #define ATOMK_GEMV_INPUT_H
@@ -17,12 +18,20 @@ constexpr int kMaxM = 16;                             // rows of x one launch ha
 constexpr int kSwigluMaxM = 4;                        // the same with SwiGLU input (see blas.cu)
 constexpr int kTargetWarps = 4096;                    // grid size that covers the latency of an H200 / MI300
 constexpr int kNormMaxK = 16384;                      // widest input the RMSNorm prologue stages (32 KiB)
+constexpr int kMaxSums = 2048;                        // partial sums of squares a summed-norm launch stages (8 KiB)
 
 // Where a row of the GEMM's input x comes from (the kernel's X parameter).
 enum Input {
     kPlainX = 0,   // x as given
     kSwigluX = 1,  // silu(gate)·up of the fused gate|up output (the MLP's down projection)
     kNormX = 2,    // RMSNorm of the residual stream, staged in shared memory by the prologue
+    kSumNormX = 3, // r · w_norm of the residual stream r, whose sum of squares a kResidualOut launch left
+};
+
+// Where the skinny kernel's results go (the kernel's O parameter).
+enum Output {
+    kPlainOut = 0,     // out = x · wᵀ (+ bias)
+    kResidualOut = 1,  // out (the residual stream) += x · wᵀ, and the block's sum of squares of the new out
 };
 
 // The weights are streamed once: on CUDA a load that does not allocate in L1 (evict-first) keeps
@@ -74,11 +83,21 @@ template <typename T> __device__ __forceinline__ float dot8(const float xf[8], c
 // The 8 x values of chunk c of row i as floats. With kSwigluX, x is the gate|up output (row
 // stride 2·k8 chunks, up k8 chunks after gate) and the value is silu(gate)·up, rounded to T as
 // the SiLU-and-multiply kernel stores it, so the result matches SiluMulFused + GEMM. With
-// kNormX, x is the normalised row in shared memory.
+// kNormX, x is the normalised row in shared memory. With kSumNormX, x is the residual row r and
+// the value r · nw (nw the norm weight), unrounded: the launch scales its sums by the row's
+// rsqrt(mean(r²) + eps) at the end instead of rounding each normalised value.
 template <typename T, int X>
-__device__ __forceinline__ void load_x8(const uint4* x4, int i, int k8, int c, float xf[8]) {
+__device__ __forceinline__ void load_x8(const uint4* x4, const uint4* nw4, int i, int k8, int c, float xf[8]) {
     if constexpr (X == kNormX) {
         unpack8<T>(x4[(size_t)i * k8 + c], xf);
+        return;
+    }
+    if constexpr (X == kSumNormX) {
+        float wf[8];
+        unpack8<T>(load_cached(x4 + c), xf);
+        unpack8<T>(load_cached(nw4 + c), wf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) xf[j] *= wf[j];
         return;
     }
     if constexpr (X == kPlainX) {
@@ -95,14 +114,44 @@ __device__ __forceinline__ void load_x8(const uint4* x4, int i, int k8, int c, f
 }
 
 // The RMSNorm input of a kNormX launch: r = residual (+ add, rounded to T, when add is not
-// NULL; then r is also stored to res_out), normalised as atomk_rms_norm does.
+// NULL; then r is also stored to res_out), normalised as atomk_rms_norm does. A kSumNormX
+// launch reads w, eps and the count partial sums of r's squares at sums (r is its x); a
+// kResidualOut launch writes its blocks' partial sums to sums[blockIdx.x].
 template <typename T> struct NormIn {
     const T* residual;
     const T* add;
     const T* w;
     T* res_out;
     float eps;
+    float* sums;
+    int count;
 };
+
+// Copies the count partial sums of a kSumNormX launch into shared memory without holding
+// registers (cp.async on CUDA; zeros past count up to a multiple of 4): the sums are needed
+// only in the epilogue, after the weight stream. Waited for by sums_wait.
+__device__ __forceinline__ void sums_fetch(float* dst, const float* sums, int count) {
+    for (int i = 4 * threadIdx.x; i < count; i += 4 * kThreads) {
+#if defined(ATOMK_CUDA)
+        const int bytes = 4 * min(4, count - i);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst + i)),
+                     "l"(sums + i), "r"(bytes)
+                     : "memory");
+#else
+        for (int j = 0; j < 4; ++j) dst[i + j] = i + j < count ? sums[i + j] : 0.f;
+#endif
+    }
+#if defined(ATOMK_CUDA)
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits for this thread's sums_fetch copies; a barrier must follow before others read them.
+__device__ __forceinline__ void sums_wait() {
+#if defined(ATOMK_CUDA)
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
 
 // r · rsqrt(mean(r²) + eps) · w of one row of k8 chunks, into xs (shared memory), by the whole
 // block; res_out chunk c is written by block c % gridDim.x only. Ends with a barrier.

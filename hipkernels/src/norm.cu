@@ -23,6 +23,19 @@ __device__ __forceinline__ float add_square(U& v, const U& add, bool sum) {
     return ss;
 }
 
+// v · inv · w elementwise, rounded to T.
+template <typename T, typename U>
+__device__ __forceinline__ U scale_row(const U& v, const U& w, float inv) {
+    constexpr int N = sizeof(U) / sizeof(T);
+    const T* ve = reinterpret_cast<const T*>(&v);
+    const T* we = reinterpret_cast<const T*>(&w);
+    U out;
+    T* oe = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int j = 0; j < N; ++j) oe[j] = atomk_from_float<T>(atomk_to_float(ve[j]) * inv * atomk_to_float(we[j]));
+    return out;
+}
+
 template <typename T, typename U>
 __global__ void rms_norm_kernel(T* out, const T* x, T* residual, const T* w, int cols, int width, float eps) {
     // The weights are no kernel's output: fetched into L2 while the previous kernel finishes.
@@ -34,6 +47,28 @@ __global__ void rms_norm_kernel(T* out, const T* x, T* residual, const T* w, int
     const size_t base = (size_t)blockIdx.x * cols;  // cols counts units of U
     const U* xr = reinterpret_cast<const U*>(x + base * N);
     U* rr = residual ? reinterpret_cast<U*>(residual + base * N) : nullptr;
+    const U* wv = reinterpret_cast<const U*>(w);
+    U* o = reinterpret_cast<U*>(out + base * N);
+    if (cols <= (int)blockDim.x) {  // a unit per thread (decode rows): w is loaded with x, not after the sum
+        const int c = threadIdx.x;
+        U v{}, ww{};
+        float ss = 0.f;
+        if (c < cols) {
+            v = xr[c];
+            ww = wv[c];
+            if (rr) {
+                U r = rr[c];
+                ss = add_square<T>(r, v, true);
+                rr[c] = r;
+                v = r;
+            } else {
+                ss = add_square<T>(v, v, false);
+            }
+        }
+        const float inv = rsqrtf(atomk_block_sum(ss, scratch) / (float)width + eps);
+        if (c < cols) o[c] = scale_row<T>(v, ww, inv);
+        return;
+    }
     float ss = 0.f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
         U v = xr[c];
@@ -47,18 +82,7 @@ __global__ void rms_norm_kernel(T* out, const T* x, T* residual, const T* w, int
     }
     const float inv = rsqrtf(atomk_block_sum(ss, scratch) / (float)width + eps);
     const U* src = rr ? rr : xr;
-    const U* wv = reinterpret_cast<const U*>(w);
-    U* o = reinterpret_cast<U*>(out + base * N);
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        const U sv = src[c], ww = wv[c];
-        const T* se = reinterpret_cast<const T*>(&sv);
-        const T* we = reinterpret_cast<const T*>(&ww);
-        U ov;
-        T* oe = reinterpret_cast<T*>(&ov);
-#pragma unroll
-        for (int j = 0; j < N; ++j) oe[j] = atomk_from_float<T>(atomk_to_float(se[j]) * inv * atomk_to_float(we[j]));
-        o[c] = ov;
-    }
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = scale_row<T>(src[c], wv[c], inv);
 }
 
 // One warp per head of x [rows, heads*head_dim], normalised in place with w [head_dim].

@@ -64,6 +64,10 @@ type Backend struct {
 	// ropeAttnOff: the library answered that it has no fused RoPE + attention kernel for this
 	// backend's shapes (or ATOM_GO_ATTN_ROPE is off), so RopeAttention stops asking.
 	ropeAttnOff bool
+	// sums holds the partial sums of squares the last fused residual add left (sumCount of
+	// them), for the next NormLinear with PreNorm.Summed.
+	sums     devBuf
+	sumCount int
 
 	bound     *bound             // step inputs the ops read instead of uploading (graphs)
 	capturing bool               // a graph capture is open on the stream
@@ -71,8 +75,9 @@ type Backend struct {
 }
 
 var (
-	_ ops.Backend      = (*Backend)(nil)
-	_ ops.RopeAttender = (*Backend)(nil)
+	_ ops.Backend       = (*Backend)(nil)
+	_ ops.RopeAttender  = (*Backend)(nil)
+	_ ops.ResidualAdder = (*Backend)(nil)
 )
 
 // New opens GPU device on the calling OS thread and prepares a stream, a BLAS handle and the
@@ -125,7 +130,8 @@ func (b *Backend) init() error {
 			return err
 		}
 	}
-	return nil
+	// Allocated here, not on first use: a graph capture may be the first user.
+	return b.ensure(&b.sums, maxResidualSums*4)
 }
 
 // BindThread makes the backend's device current on the calling OS thread, for a goroutine

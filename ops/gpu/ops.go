@@ -97,6 +97,9 @@ func (b *Backend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) 
 		}
 		xp, resOut = xt.ptr, st.ptr
 	}
+	if p.Summed && p.X == nil && b.sumCount > 0 {
+		return b.normSummed(out, p, w, bias)
+	}
 	bp = biasPtr("NormLinear", bias, n)
 	if m == 0 {
 		return p.Res

@@ -1,0 +1,73 @@
+//go:build gpu
+
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/atom-go/atom/ops"
+)
+
+// TestLinearResidual runs a sublayer's output projection added into the residual stream, then
+// the next pre-norm and projection, on both backends: the gpu one through LinearResidual (or
+// LinearSwiGLUResidual) and NormLinear with PreNorm.Summed where it fuses (one row of a 16-bit
+// dtype with $ATOM_GO_RESIDUAL_NORM=1), the plain ops elsewhere; the cpu one through the plain
+// ops. The residual stream and the projection must agree, and the fused path must be taken
+// exactly where it should.
+func TestLinearResidual(t *testing.T) {
+	on := os.Getenv("ATOM_GO_RESIDUAL_NORM") == "1"
+	for _, dt := range testDTypes {
+		for _, maxM := range []int{16, 0} {
+			b, c := newGPU(t, dt), newCPU(t)
+			require.NoError(t, b.SetGemvMaxM(maxM))
+			// h: the residual width (the projection's output, the next one's input); k: the
+			// projection's input; n: the next projection's output. h = 37 leaves the next
+			// NormLinear unfused (h % 8), after a fused add.
+			for _, sh := range []struct{ h, k, n int }{{4096, 4096, 1536}, {264, 136, 40}, {37, 264, 24}, {4096, 14336, 512}} {
+				w := weight(t, b, c, randVals(dt, sh.h*sh.k, 1/math.Sqrt(float64(sh.k))), sh.h, sh.k)
+				nw := weight(t, b, c, randVals(dt, sh.h, 1), sh.h)
+				w2 := weight(t, b, c, randVals(dt, sh.n*sh.h, 1/math.Sqrt(float64(sh.h))), sh.n, sh.h)
+				bias := weight(t, b, c, randVals(dt, sh.n, 1), sh.n)
+				for _, m := range []int{1, 3} {
+					for _, swiglu := range []bool{false, true} {
+						if swiglu && m > 1 {
+							continue // LinearSwiGLU's act scratch at m > 1: covered by TestLinearSwiGLU
+						}
+						name := fmt.Sprintf("LinearResidual %v h=%d k=%d n=%d m=%d swiglu=%v max m %d", dt, sh.h, sh.k, sh.n, m, swiglu, maxM)
+						res := activation(b, randVals(dt, m*sh.h, 1), m, sh.h)
+						spare, xo, out := output(b, c, m, sh.h), output(b, c, m, sh.h), output(b, c, m, sh.n)
+						var fused bool
+						if swiglu {
+							gu := activation(b, randVals(dt, m*2*sh.k, 1), m, 2*sh.k)
+							act := output(b, c, m, sh.k)
+							c.LinearSwiGLU(xo.c, gu.c, act.c, w.c)
+							if fused = b.LinearSwiGLUResidual(res.g, gu.g, w.g); !fused {
+								b.LinearSwiGLU(xo.g, gu.g, act.g, w.g)
+							}
+						} else {
+							x := activation(b, randVals(dt, m*sh.k, 1), m, sh.k)
+							c.Linear(xo.c, x.c, w.c, nil)
+							if fused = b.LinearResidual(res.g, x.g, w.g); !fused {
+								b.Linear(xo.g, x.g, w.g, nil)
+							}
+						}
+						require.Equal(t, on && m == 1 && dt != ops.F32 && maxM > 0, fused, name)
+						p := ops.PreNorm{Res: res.g, Spare: spare.g, Weight: nw.g, Eps: 1e-5, Summed: fused}
+						if !fused {
+							p.X = xo.g
+						}
+						got := b.NormLinear(out.g, p, w2.g, bias.g)
+						want := c.NormLinear(out.c, ops.PreNorm{X: xo.c, Res: res.c, Spare: spare.c, Weight: nw.c, Eps: 1e-5}, w2.c, bias.c)
+						compare(t, name+" residual", dt, read(b, got.(*Tensor)), want.(interface{ Float32() []float32 }).Float32())
+						compare(t, name, dt, read(b, out.g), out.c.Float32())
+					}
+				}
+			}
+		}
+	}
+}
