@@ -60,9 +60,9 @@ type fns struct {
 	gemmSwiGLU func(h, s uintptr, dt int32, out, gateUp, w, act uintptr, m, n, k int32) int32
 	gemmNorm   func(h, s uintptr, dt int32, out, resOut, residual, add, normW uintptr, eps float32, w, bias uintptr,
 		m, n, k int32, fused *int32) int32
-	gemmResidual func(h, s uintptr, dt int32, res, x, w uintptr, m, n, k, swiglu int32, sums uintptr, maxSums int32,
-		count, fused *int32) int32
-	gemmSummed func(h, s uintptr, dt int32, out, res, sums uintptr, count int32, normW uintptr, eps float32, w, bias uintptr,
+	gemmResidual func(h, s uintptr, dt int32, res, scaled, normW, x, w uintptr, m, n, k, swiglu int32, sums uintptr,
+		maxSums int32, count, fused *int32) int32
+	gemmSummed func(h, s uintptr, dt int32, out, scaled, sums uintptr, count int32, eps float32, w, bias uintptr,
 		m, n, k int32, fused *int32) int32
 	// batch-1 decode fusions (rope_kv.cu, gemv.cu)
 	ropeWriteKVFused func(dt int32, qOut, qkv, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,

@@ -54,11 +54,12 @@ func (l *Lib) GemmRMSNorm(h Blas, s Stream, dt DType, out, resOut, residual, add
 }
 
 // GemmResidual queues res[1,n] += x · w[n,k]ᵀ in one skinny kernel (swiglu: x is the fused
-// gate|up output [1, 2k], the input silu(gate)·up), each sum rounded as RMSNorm's residual add
-// stores it, with the new row's sum of squares left in sums (float32, 16-byte aligned, room for
-// maxSums) as count partial sums for GemmNormSummed; reports true. Where the kernel does not
-// serve it (see atomk_gemm_residual in src/atomk.h) it queues nothing and reports false.
-func (l *Lib) GemmResidual(h Blas, s Stream, dt DType, res, x, w Ptr, m, n, k int, swiglu bool, sums Ptr,
+// gate|up output [1, 2k], the input silu(gate)·up), each sum r rounded as RMSNorm's residual add
+// stores it, scaled = r·normW (the next RMSNorm's weight), and the row's sum of r² left in sums
+// (float32, 16-byte aligned, room for maxSums) as count partial sums for GemmNormSummed;
+// reports true. Where the kernel does not serve it (see atomk_gemm_residual in src/atomk.h) it
+// queues nothing and reports false.
+func (l *Lib) GemmResidual(h Blas, s Stream, dt DType, res, scaled, normW, x, w Ptr, m, n, k int, swiglu bool, sums Ptr,
 	maxSums int) (count int, fused bool, err error) {
 	var c, f int32
 	sw := int32(0)
@@ -66,21 +67,21 @@ func (l *Lib) GemmResidual(h Blas, s Stream, dt DType, res, x, w Ptr, m, n, k in
 		sw = 1
 	}
 	err = l.call("atomk_gemm_residual", func() int32 {
-		return l.f.gemmResidual(uintptr(h), uintptr(s), int32(dt), uintptr(res), uintptr(x), uintptr(w), int32(m), int32(n),
-			int32(k), sw, uintptr(sums), int32(maxSums), &c, &f)
+		return l.f.gemmResidual(uintptr(h), uintptr(s), int32(dt), uintptr(res), uintptr(scaled), uintptr(normW), uintptr(x),
+			uintptr(w), int32(m), int32(n), int32(k), sw, uintptr(sums), int32(maxSums), &c, &f)
 	})
 	return int(c), f == 1, err
 }
 
-// GemmNormSummed queues out[1,n] = (res·rsqrt(Σ sums/k + eps)·normW) · w[n,k]ᵀ (+ bias), sums and
-// count as GemmResidual left them for res, and reports true; where the kernel does not serve it,
-// nothing is queued and it reports false (the caller runs RMSNorm and GemmBias).
-func (l *Lib) GemmNormSummed(h Blas, s Stream, dt DType, out, res, sums Ptr, count int, normW Ptr, eps float32, w, bias Ptr,
+// GemmNormSummed queues out[1,n] = (scaled·rsqrt(Σ sums/k + eps)) · w[n,k]ᵀ (+ bias), scaled,
+// sums and count as GemmResidual left them, and reports true; where the kernel does not serve
+// it, nothing is queued and it reports false (the caller runs RMSNorm and GemmBias).
+func (l *Lib) GemmNormSummed(h Blas, s Stream, dt DType, out, scaled, sums Ptr, count int, eps float32, w, bias Ptr,
 	m, n, k int) (bool, error) {
 	var f int32
 	err := l.call("atomk_gemm_norm_summed", func() int32 {
-		return l.f.gemmSummed(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(res), uintptr(sums), int32(count),
-			uintptr(normW), eps, uintptr(w), uintptr(bias), int32(m), int32(n), int32(k), &f)
+		return l.f.gemmSummed(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(scaled), uintptr(sums), int32(count),
+			eps, uintptr(w), uintptr(bias), int32(m), int32(n), int32(k), &f)
 	})
 	return f == 1, err
 }

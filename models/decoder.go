@@ -195,10 +195,14 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 			be.RopeWriteKVFused(q, qkv, d.rope, l.qkNorm, cache, i, meta)
 			be.Attention(ao, q, cache, i, meta, d.attn)
 		}
-		pre = d.project(res, x, ao, l.o, nil)
+		pre = d.project(res, spare, x, ao, l.o, nil, l.postNorm)
 		pre.Res, pre.Spare, pre.Weight, pre.Eps = res, spare, l.postNorm, eps
 		res, spare = d.normLinear(gateUp, pre, l.gateUp, nil)
-		pre = d.project(res, x, gateUp, l.down, act)
+		next := d.norm
+		if i+1 < len(d.layers) {
+			next = d.layers[i+1].inNorm
+		}
+		pre = d.project(res, spare, x, gateUp, l.down, act, next)
 		pre.Eps = eps
 		d.dumpLayer(i+1, res, pre.X)
 	}
@@ -213,11 +217,13 @@ func (d *decoder) Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache
 // project runs a sublayer's row-parallel output projection (the attention's o, or with act
 // the MLP's SwiGLU down projection of gate|up in) and says what the next NormLinear takes:
 // the output in x, or nothing to add (Summed) when a ResidualAdder backend added it into res
-// itself. Not under tensor parallelism (the partial outputs are all-reduced first) nor with a
-// layer hook (which reads each sublayer's output).
-func (d *decoder) project(res, x, in, w, act ops.Tensor) ops.PreNorm {
+// itself (and res·next, next the following norm's weight, into spare). Not under tensor
+// parallelism (the partial outputs are all-reduced first) nor with a layer hook (which reads
+// each sublayer's output).
+func (d *decoder) project(res, spare, x, in, w, act, next ops.Tensor) ops.PreNorm {
 	if ra, ok := d.be.(ops.ResidualAdder); ok && d.shard.group == nil && d.hook == nil {
-		if act == nil && ra.LinearResidual(res, in, w) || act != nil && ra.LinearSwiGLUResidual(res, in, w) {
+		if act == nil && ra.LinearResidual(res, spare, in, w, next) ||
+			act != nil && ra.LinearSwiGLUResidual(res, spare, in, w, next) {
 			return ops.PreNorm{Summed: true}
 		}
 	}

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"math"
 	"path/filepath"
 	"testing"
 
@@ -77,21 +78,23 @@ func TestDecoderFollowsNormLinearResidual(t *testing.T) {
 // next NormLinear is told so (PreNorm.Summed, no X).
 type residualBackend struct {
 	*cpu.Backend
+	t             *testing.T
 	added, summed int
 }
 
-func (b *residualBackend) LinearResidual(res, x, w ops.Tensor) bool {
-	return b.add(res, func(out ops.Tensor) { b.Linear(out, x, w, nil) })
+func (b *residualBackend) LinearResidual(res, scaled, x, w, normW ops.Tensor) bool {
+	return b.add(res, scaled, normW, func(out ops.Tensor) { b.Linear(out, x, w, nil) })
 }
 
-func (b *residualBackend) LinearSwiGLUResidual(res, gateUp, w ops.Tensor) bool {
+func (b *residualBackend) LinearSwiGLUResidual(res, scaled, gateUp, w, normW ops.Tensor) bool {
 	rows := gateUp.Shape()[0]
 	act := b.Buffer(rows, w.Shape()[1])
-	return b.add(res, func(out ops.Tensor) { b.LinearSwiGLU(out, gateUp, act, w) })
+	return b.add(res, scaled, normW, func(out ops.Tensor) { b.LinearSwiGLU(out, gateUp, act, w) })
 }
 
-// add runs project into a scratch row and adds it into res, as RMSNorm's residual add does.
-func (b *residualBackend) add(res ops.Tensor, project func(out ops.Tensor)) bool {
+// add runs project into a scratch row and adds it into res, as RMSNorm's residual add does;
+// scaled gets NaN (the cpu NormLinear recomputes the norm from res and must not read it).
+func (b *residualBackend) add(res, scaled, normW ops.Tensor, project func(out ops.Tensor)) bool {
 	rows, cols := res.Shape()[0], res.Shape()[1]
 	if rows != 1 {
 		return false
@@ -105,6 +108,12 @@ func (b *residualBackend) add(res ops.Tensor, project func(out ops.Tensor)) bool
 		r[i] += y[i]
 	}
 	b.WriteRows(res, r)
+	nan := make([]float32, cols)
+	for i := range nan {
+		nan[i] = float32(math.NaN())
+	}
+	b.WriteRows(scaled, nan)
+	require.Equal(b.t, cols, normW.Shape()[0], "the next norm's weight")
 	b.added++
 	return true
 }
@@ -132,7 +141,7 @@ func TestDecoderAddsResidualInProjection(t *testing.T) {
 			c := ck.Config
 			plain := cpu.New(0)
 			defer plain.Close()
-			fused := &residualBackend{Backend: cpu.New(0)}
+			fused := &residualBackend{Backend: cpu.New(0), t: t}
 			defer fused.Close()
 			const bs, blocks = 4, 16
 			var logits [2][]float32

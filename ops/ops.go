@@ -127,9 +127,10 @@ type PreNorm struct {
 	Spare  Tensor // a buffer of Res's shape: the backend writes either norm(r)*Weight into it (and r into Res, as RMSNorm does) or r (leaving Res as it was)
 	Weight Tensor // the norm's weight
 	Eps    float32
-	// Summed says that X is nil and Res was last written by a ResidualAdder call that reported
-	// true: a backend may take the row's sum of squares that call left instead of computing
-	// it. The result is the same either way (up to rounding).
+	// Summed says that X is nil and that a ResidualAdder call that reported true last wrote
+	// Res, with Spare as its scaled output and Weight as its norm weight: a backend may take
+	// Spare and the row's sum of squares that call left instead of computing the norm. The
+	// result is the same either way (up to rounding).
 	Summed bool
 }
 
@@ -145,19 +146,20 @@ type RopeAttender interface {
 }
 
 // ResidualAdder is a Backend that may add a row-parallel projection's output into the residual
-// stream in the projection's own kernel, leaving the new row's sum of squares for the next
-// NormLinear (called with PreNorm.Summed), so that neither the projection's output nor a
-// separate RMSNorm pass goes through memory. Each method does what the plain op followed by
-// RMSNorm's residual add (res += out, rounded to the dtype) does, where the backend supports
-// the shape, and reports whether it did; when it returns false nothing was queued and the
-// caller runs the plain op and passes its output to NormLinear as PreNorm.X. The answer depends
-// only on the backend and the shapes, so a captured decode step makes the same choice at every
-// replay.
+// stream in the projection's own kernel, with the first half of the next RMSNorm: it writes
+// scaled = res·normW (normW the next norm's weight) and keeps the row's sum of squares for the
+// next NormLinear (called with PreNorm.Summed, Spare = scaled, Weight = normW), so that
+// neither the projection's output nor a separate RMSNorm pass goes through memory. Each method
+// does what the plain op followed by RMSNorm's residual add (res += out, rounded to the dtype)
+// does, where the backend supports the shape, and reports whether it did; when it returns
+// false nothing was queued and the caller runs the plain op and passes its output to NormLinear
+// as PreNorm.X. The answer depends only on the backend and the shapes, so a captured decode
+// step makes the same choice at every replay.
 type ResidualAdder interface {
 	// LinearResidual: res += x·wᵀ.
-	LinearResidual(res, x, w Tensor) bool
+	LinearResidual(res, scaled, x, w, normW Tensor) bool
 	// LinearSwiGLUResidual: res += (silu(gateUp[:, :c]) * gateUp[:, c:]) · wᵀ, c = w's input width.
-	LinearSwiGLUResidual(res, gateUp, w Tensor) bool
+	LinearSwiGLUResidual(res, scaled, gateUp, w, normW Tensor) bool
 }
 
 // NormThenLinear is NormLinear without a fused kernel: RMSNorm into p.Spare (r into p.Res),

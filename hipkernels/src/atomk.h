@@ -254,22 +254,24 @@ int atomk_gemm_rms_norm(void* handle, void* stream, int dtype, void* out, void* 
 
 /* The residual add of a row-parallel projection done in its epilogue, at decode size: res[1,n] +=
  * x · w[n,k]ᵀ (swiglu != 0: x is the fused gate|up output [1, 2k] and the input silu(gate)·up),
- * each sum rounded to dtype as atomk_rms_norm's residual add stores it (the projection's output
- * rounded first), and the new row's sum of squares left in sums as *count partial sums (at most
+ * each sum r rounded to dtype as atomk_rms_norm's residual add stores it (the projection's output
+ * rounded first); scaled[1,n] = r · norm_w (the next RMSNorm's weight; rounded to dtype; scaled
+ * must not overlap res), and the row's sum of r² left in sums as *count partial sums (at most
  * max_sums; sums 16-byte aligned) for atomk_gemm_norm_summed. *fused = 1 when queued; 0, with
  * nothing queued, where the skinny kernel does not serve it (m != 1, the atomk_gemm_bias rule,
  * more blocks than max_sums, or $ATOM_GO_RESIDUAL_NORM not 1): the caller then runs the
  * projection and passes its output to atomk_rms_norm's residual add. */
-int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, const void* x, const void* w, int m, int n,
-                        int k, int swiglu, float* sums, int max_sums, int* count, int* fused);
-/* The pre-norm and first projection of a sublayer whose residual row res was written by
- * atomk_gemm_residual: out[1,n] = (res * rsqrt(Σ sums / k + eps) * norm_w) · w[n,k]ᵀ (+ bias),
- * sums and count as that call left them. The normalised values are not rounded to dtype (the
- * scale is applied to the float sums). *fused = 0, nothing queued, where the skinny kernel does
- * not serve it: the caller then runs atomk_rms_norm (no residual) and atomk_gemm_bias. */
-int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, void* out, const void* res, const float* sums,
-                           int count, const void* norm_w, float eps, const void* w, const void* bias, int m, int n,
-                           int k, int* fused);
+int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, void* scaled, const void* norm_w, const void* x,
+                        const void* w, int m, int n, int k, int swiglu, float* sums, int max_sums, int* count,
+                        int* fused);
+/* The pre-norm and first projection of a sublayer after atomk_gemm_residual: out[1,n] = (scaled *
+ * rsqrt(Σ sums / k + eps)) · w[n,k]ᵀ (+ bias), scaled, sums and count as that call left them
+ * (so the norm is RMSNorm(res) · norm_w, except that the normalised values are not rounded to
+ * dtype: the scale is applied to the float sums). *fused = 0, nothing queued, where the skinny
+ * kernel does not serve it: the caller then runs atomk_rms_norm (no residual) and
+ * atomk_gemm_bias. */
+int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, void* out, const void* scaled, const float* sums,
+                           int count, float eps, const void* w, const void* bias, int m, int n, int k, int* fused);
 
 #ifdef __cplusplus
 }

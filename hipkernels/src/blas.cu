@@ -90,10 +90,10 @@ int atomk_gemv_norm_launch(void* stream, int dtype, void* out, void* res_out, co
 
 // The skinny kernel adding one row into the residual stream, and the one normalising it with the
 // sums that launch left (see atomk_gemm_residual and atomk_gemm_norm_summed).
-int atomk_gemv_residual_launch(void* stream, int dtype, void* res, const void* x, const void* w, int n, int k, int swiglu,
-                               float* sums, int max_sums, int* count);
-int atomk_gemv_summed_launch(void* stream, int dtype, void* out, const void* res, const float* sums, int count,
-                             const void* norm_w, float eps, const void* w, const void* bias, int n, int k);
+int atomk_gemv_residual_launch(void* stream, int dtype, void* res, void* scaled, const void* norm_w, const void* x,
+                               const void* w, int n, int k, int swiglu, float* sums, int max_sums, int* count);
+int atomk_gemv_summed_launch(void* stream, int dtype, void* out, const void* scaled, const float* sums, int count,
+                             float eps, const void* w, const void* bias, int n, int k);
 
 namespace {
 
@@ -333,36 +333,38 @@ int atomk_gemm_rms_norm(void* handle, void* stream, int dtype, void* out, void* 
 
 // Where the fused kernel does not serve, nothing is queued and *fused says so: the caller runs
 // the projection and the residual add as before.
-int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, const void* x, const void* w, int m, int n,
-                        int k, int swiglu, float* sums, int max_sums, int* count, int* fused) {
+int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, void* scaled, const void* norm_w, const void* x,
+                        const void* w, int m, int n, int k, int swiglu, float* sums, int max_sums, int* count,
+                        int* fused) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h || !fused || !count) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: null handle or output");
     *fused = 0;
     if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
-    if (!res || !x || !w || !sums) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: null operand");
+    if (!res || !scaled || !norm_w || !x || !w || !sums)
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: null operand");
+    const size_t row = (size_t)n * (dtype == ATOMK_F32 ? 4 : 2);
+    if ((uintptr_t)scaled < (uintptr_t)res + row && (uintptr_t)res < (uintptr_t)scaled + row)
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: scaled overlaps res");
     if (!residual_norm_enabled() || m != 1 || !use_gemv(h, dtype, m, n, k, x, w) || ((uintptr_t)res % 16) != 0 ||
         ((uintptr_t)sums % 16) != 0)
         return ATOMK_OK;
-    const int st = atomk_gemv_residual_launch(stream, dtype, res, x, w, n, k, swiglu, sums, max_sums, count);
+    const int st = atomk_gemv_residual_launch(stream, dtype, res, scaled, norm_w, x, w, n, k, swiglu, sums, max_sums, count);
     if (st == ATOMK_ERR_UNSUPPORTED) return ATOMK_OK;  // more blocks than sums: not fused
     *fused = st == ATOMK_OK;
     return st;
 }
 
-int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, void* out, const void* res, const float* sums,
-                           int count, const void* norm_w, float eps, const void* w, const void* bias, int m, int n,
-                           int k, int* fused) {
+int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, void* out, const void* scaled, const float* sums,
+                           int count, float eps, const void* w, const void* bias, int m, int n, int k, int* fused) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h || !fused) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_norm_summed: null handle or output");
     *fused = 0;
     if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_norm_summed: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
-    if (!out || !res || !sums || !norm_w || !w) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_norm_summed: null operand");
-    if (m != 1 || count <= 0 || !use_gemv(h, dtype, m, n, k, res, w) || ((uintptr_t)norm_w % 16) != 0 ||
-        ((uintptr_t)sums % 16) != 0)
-        return ATOMK_OK;
-    const int st = atomk_gemv_summed_launch(stream, dtype, out, res, sums, count, norm_w, eps, w, bias, n, k);
+    if (!out || !scaled || !sums || !w) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_norm_summed: null operand");
+    if (m != 1 || count <= 0 || !use_gemv(h, dtype, m, n, k, scaled, w) || ((uintptr_t)sums % 16) != 0) return ATOMK_OK;
+    const int st = atomk_gemv_summed_launch(stream, dtype, out, scaled, sums, count, eps, w, bias, n, k);
     *fused = st == ATOMK_OK;
     return st;
 }

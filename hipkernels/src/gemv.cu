@@ -76,8 +76,8 @@ __device__ __forceinline__ void load_step(uint4 (&wv)[U][R], const uint4* const 
 
 // acc[i][r] += x row i · weight chunks wv[·][r] of one loop step.
 template <typename T, int M, int U, int R, int X>
-__device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U][R], const uint4* x4, const uint4* nw4,
-                                         int c0, int stride, int k8) {
+__device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U][R], const uint4* x4, int c0, int stride,
+                                         int k8) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const int c = c0 + u * stride;
@@ -85,7 +85,7 @@ __device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U
 #pragma unroll
         for (int i = 0; i < M; ++i) {
             float xf[8];
-            load_x8<T, X>(x4, nw4, i, k8, c, xf);
+            load_x8<T, X>(x4, i, k8, c, xf);
 #pragma unroll
             for (int r = 0; r < R; ++r) acc[i][r] = dot8<T>(xf, wv[u][r], acc[i][r]);
         }
@@ -97,8 +97,9 @@ __device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U
 // 0 one step at a time, 1 pipelined with the first step loaded before the PDL wait, 2
 // pipelined with every load after it (see pipeline_mode). X is the Input; with kNormX (M = 1)
 // x is unused and the launch gives k8 * 16 bytes of dynamic shared memory; with kSumNormX x is
-// unused too (norm holds r, its weight and the sums). O is the Output: with kResidualOut (M = 1)
-// out is the residual stream, read and written.
+// r · w_norm (norm holds eps and the sums). O is the Output: with kResidualOut (M = 1) out is the
+// residual stream, read and written, and norm holds the next norm's weight, the row for r · w
+// (res_out) and the sums.
 template <typename T, int M, int X, int P = 0, int O = kPlainOut>
 __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
@@ -112,16 +113,17 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int slice = warp % kw;                                       // this warp's share of k
     const int row0 = (blockIdx.x * (kWarps / kw) + warp / kw) * R;     // first row of w of the group
-    const uint4* x4 = X == kNormX ? staged : X == kSumNormX ? reinterpret_cast<const uint4*>(norm.residual)
-                                                            : reinterpret_cast<const uint4*>(x);
-    const uint4* nw4 = reinterpret_cast<const uint4*>(norm.w);
-    // kResidualOut: the residual value this lane adds to (lane r < R of the group's first warp
-    // writes row row0 + r), loaded after the wait and used at the end.
-    float res_old = 0.f;
+    const uint4* x4 = X == kNormX ? staged : reinterpret_cast<const uint4*>(x);
+    // kResidualOut: the residual value this lane adds to and the norm weight of its row (lane
+    // r < R of the group's first warp writes row row0 + r), loaded after the wait, used at the end.
+    float res_old = 0.f, norm_w = 0.f;
     auto after_wait = [&] {
         if constexpr (X == kSumNormX) sums_fetch(sums, norm.sums, norm.count);
         if constexpr (O == kResidualOut)
-            if (slice == 0 && lane < R && row0 + lane < n) res_old = atomk_to_float(out[row0 + lane]);
+            if (slice == 0 && lane < R && row0 + lane < n) {
+                res_old = atomk_to_float(out[row0 + lane]);
+                norm_w = atomk_to_float(norm.w[row0 + lane]);
+            }
     };
     const uint4* wrow[R];
 #pragma unroll
@@ -155,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
         for (; c0 < k8; c0 += U * stride) {
             uint4 next[U][R];
             load_step<U, R>(next, wrow, c0 + U * stride, stride, k8);
-            dot_step<T, M, U, R, X>(acc, wv, x4, nw4, c0, stride, k8);
+            dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
 #pragma unroll
             for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
         for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
             uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
             load_step<U, R>(wv, wrow, c0, stride, k8);
-            dot_step<T, M, U, R, X>(acc, wv, x4, nw4, c0, stride, k8);
+            dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
         }
     }
 
@@ -218,7 +220,9 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
                     T y = atomk_from_float<T>(acc[i][r] * inv + b);
                     if constexpr (O == kResidualOut) {  // rounded as atomk_rms_norm's residual add stores it
                         y = atomk_from_float<T>(res_old + atomk_to_float(y));
-                        sq += atomk_to_float(y) * atomk_to_float(y);
+                        const float f = atomk_to_float(y);
+                        sq += f * f;
+                        norm.res_out[row] = atomk_from_float<T>(f * norm_w);
                     }
                     out[(size_t)i * n + row] = y;
                 }
@@ -394,12 +398,14 @@ int launch_norm(void* out, void* res_out, const void* residual, const void* add,
                                 k, s, in);
 }
 
-// One row added into the residual stream (kResidualOut), plain or SwiGLU input; the blocks'
-// partial sums of squares go to sums (at most max_sums, their number to *count).
+// One row added into the residual stream (kResidualOut), plain or SwiGLU input; r · norm_w goes
+// to scaled and the blocks' partial sums of r² to sums (at most max_sums, their number to *count).
 template <typename T>
-int launch_residual(void* res, const void* x, const void* w, int n, int k, bool swiglu, float* sums, int max_sums,
-                    int* count, gpuStream_t s) {
+int launch_residual(void* res, void* scaled, const void* norm_w, const void* x, const void* w, int n, int k, bool swiglu,
+                    float* sums, int max_sums, int* count, gpuStream_t s) {
     NormIn<T> in{};
+    in.w = static_cast<const T*>(norm_w);
+    in.res_out = static_cast<T*>(scaled);
     in.sums = sums;
     T* r = static_cast<T*>(res);
     const T* xs = static_cast<const T*>(x);
@@ -408,18 +414,16 @@ int launch_residual(void* res, const void* x, const void* w, int n, int k, bool 
                   : launch<T, 1, kPlainX, kResidualOut>(r, xs, ws, nullptr, n, k, s, in, max_sums, count);
 }
 
-// One row normalised with the partial sums a launch_residual left (kSumNormX).
+// One row r · norm_w normalised with the partial sums a launch_residual left (kSumNormX).
 template <typename T>
-int launch_summed(void* out, const void* res, const float* sums, int count, const void* norm_w, float eps, const void* w,
+int launch_summed(void* out, const void* scaled, const float* sums, int count, float eps, const void* w,
                   const void* bias, int n, int k, gpuStream_t s) {
     NormIn<T> in{};
-    in.residual = static_cast<const T*>(res);
-    in.w = static_cast<const T*>(norm_w);
     in.eps = eps;
     in.sums = const_cast<float*>(sums);
     in.count = count;
-    return launch<T, 1, kSumNormX>(static_cast<T*>(out), nullptr, static_cast<const T*>(w), static_cast<const T*>(bias), n,
-                                   k, s, in);
+    return launch<T, 1, kSumNormX>(static_cast<T*>(out), static_cast<const T*>(scaled), static_cast<const T*>(w),
+                                   static_cast<const T*>(bias), n, k, s, in);
 }
 
 }  // namespace
@@ -446,28 +450,30 @@ int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const v
     return ATOMK_OK;
 }
 
-// atomk_gemv_residual_launch queues res[1,n] += x·wᵀ (swiglu: x is gate|up [1, 2k]) with the
-// row's partial sums of squares to sums; ATOMK_ERR_UNSUPPORTED, nothing queued, when the grid
-// would exceed max_sums blocks. Internal (declared in blas.cu, whose atomk_gemm_residual checks
-// the operands).
-int atomk_gemv_residual_launch(void* stream, int dtype, void* res, const void* x, const void* w, int n, int k, int swiglu,
-                               float* sums, int max_sums, int* count) {
+// atomk_gemv_residual_launch queues res[1,n] += x·wᵀ (swiglu: x is gate|up [1, 2k]), scaled =
+// res · norm_w, and the row's partial sums of squares to sums; ATOMK_ERR_UNSUPPORTED, nothing
+// queued, when the grid would exceed max_sums blocks. Internal (declared in blas.cu, whose
+// atomk_gemm_residual checks the operands).
+int atomk_gemv_residual_launch(void* stream, int dtype, void* res, void* scaled, const void* norm_w, const void* x,
+                               const void* w, int n, int k, int swiglu, float* sums, int max_sums, int* count) {
     gpuStream_t s = ATOMK_STREAM(stream);
     if (max_sums > kMaxSums) max_sums = kMaxSums;
-    if (dtype == ATOMK_BF16) return launch_residual<atomk_bf16>(res, x, w, n, k, swiglu != 0, sums, max_sums, count, s);
-    if (dtype == ATOMK_F16) return launch_residual<atomk_f16>(res, x, w, n, k, swiglu != 0, sums, max_sums, count, s);
+    if (dtype == ATOMK_BF16)
+        return launch_residual<atomk_bf16>(res, scaled, norm_w, x, w, n, k, swiglu != 0, sums, max_sums, count, s);
+    if (dtype == ATOMK_F16)
+        return launch_residual<atomk_f16>(res, scaled, norm_w, x, w, n, k, swiglu != 0, sums, max_sums, count, s);
     return atomk_fail(ATOMK_ERR_UNSUPPORTED, "gemv residual: dtype %d", dtype);
 }
 
-// atomk_gemv_summed_launch queues out[1,n] = (r · rsqrt(Σ sums / k + eps) · norm_w) · wᵀ (+ bias),
-// r = res, sums the count partial sums an atomk_gemv_residual_launch left. Internal (declared in
+// atomk_gemv_summed_launch queues out[1,n] = (scaled · rsqrt(Σ sums / k + eps)) · wᵀ (+ bias),
+// scaled and the count sums as an atomk_gemv_residual_launch left them. Internal (declared in
 // blas.cu, whose atomk_gemm_norm_summed checks the operands).
-int atomk_gemv_summed_launch(void* stream, int dtype, void* out, const void* res, const float* sums, int count,
-                             const void* norm_w, float eps, const void* w, const void* bias, int n, int k) {
+int atomk_gemv_summed_launch(void* stream, int dtype, void* out, const void* scaled, const float* sums, int count,
+                             float eps, const void* w, const void* bias, int n, int k) {
     gpuStream_t s = ATOMK_STREAM(stream);
     if (count < 0 || count > kMaxSums) return atomk_fail(ATOMK_ERR_INVALID, "gemv summed: %d sums", count);
-    if (dtype == ATOMK_BF16) return launch_summed<atomk_bf16>(out, res, sums, count, norm_w, eps, w, bias, n, k, s);
-    if (dtype == ATOMK_F16) return launch_summed<atomk_f16>(out, res, sums, count, norm_w, eps, w, bias, n, k, s);
+    if (dtype == ATOMK_BF16) return launch_summed<atomk_bf16>(out, scaled, sums, count, eps, w, bias, n, k, s);
+    if (dtype == ATOMK_F16) return launch_summed<atomk_f16>(out, scaled, sums, count, eps, w, bias, n, k, s);
     return atomk_fail(ATOMK_ERR_UNSUPPORTED, "gemv summed: dtype %d", dtype);
 }
 

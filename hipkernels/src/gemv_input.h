@@ -1,7 +1,7 @@
 // gemv_input.h: the skinny GEMM's constants and how its input rows reach the registers: the
 // 16-byte loads, the unpacking of 16-bit pairs, the four inputs (x as given, the SwiGLU of the
 // fused gate|up output, the RMSNorm of the residual stream staged in shared memory, the residual
-// stream times the norm weight when its sum of squares is known) and the two outputs.
+// stream already times the norm weight, its sum of squares known) and the two outputs.
 // Included by gemv.cu only (kept apart to keep each file readable).
 #ifndef ATOMK_GEMV_INPUT_H
 #define ATOMK_GEMV_INPUT_H
@@ -25,13 +25,13 @@ enum Input {
     kPlainX = 0,   // x as given
     kSwigluX = 1,  // silu(gate)·up of the fused gate|up output (the MLP's down projection)
     kNormX = 2,    // RMSNorm of the residual stream, staged in shared memory by the prologue
-    kSumNormX = 3, // r · w_norm of the residual stream r, whose sum of squares a kResidualOut launch left
+    kSumNormX = 3, // r · w_norm (r the residual stream) as a kResidualOut launch left it, with r's sum of squares
 };
 
 // Where the skinny kernel's results go (the kernel's O parameter).
 enum Output {
     kPlainOut = 0,     // out = x · wᵀ (+ bias)
-    kResidualOut = 1,  // out (the residual stream) += x · wᵀ, and the block's sum of squares of the new out
+    kResidualOut = 1,  // out (the residual stream) += x · wᵀ, the new out times a norm weight, its sum of squares
 };
 
 // The weights are streamed once: on CUDA a load that does not allocate in L1 (evict-first) keeps
@@ -83,24 +83,16 @@ template <typename T> __device__ __forceinline__ float dot8(const float xf[8], c
 // The 8 x values of chunk c of row i as floats. With kSwigluX, x is the gate|up output (row
 // stride 2·k8 chunks, up k8 chunks after gate) and the value is silu(gate)·up, rounded to T as
 // the SiLU-and-multiply kernel stores it, so the result matches SiluMulFused + GEMM. With
-// kNormX, x is the normalised row in shared memory. With kSumNormX, x is the residual row r and
-// the value r · nw (nw the norm weight), unrounded: the launch scales its sums by the row's
-// rsqrt(mean(r²) + eps) at the end instead of rounding each normalised value.
+// kNormX, x is the normalised row in shared memory. With kSumNormX, x is r · w_norm as given (the
+// launch scales its sums by the row's rsqrt(mean(r²) + eps) at the end): one load per chunk, as
+// plain x (a second one, of the norm weight, cost the m = 1 GEMV 10% of its rate).
 template <typename T, int X>
-__device__ __forceinline__ void load_x8(const uint4* x4, const uint4* nw4, int i, int k8, int c, float xf[8]) {
+__device__ __forceinline__ void load_x8(const uint4* x4, int i, int k8, int c, float xf[8]) {
     if constexpr (X == kNormX) {
         unpack8<T>(x4[(size_t)i * k8 + c], xf);
         return;
     }
-    if constexpr (X == kSumNormX) {
-        float wf[8];
-        unpack8<T>(load_cached(x4 + c), xf);
-        unpack8<T>(load_cached(nw4 + c), wf);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) xf[j] *= wf[j];
-        return;
-    }
-    if constexpr (X == kPlainX) {
+    if constexpr (X == kPlainX || X == kSumNormX) {
         unpack8<T>(load_cached(x4 + (size_t)i * k8 + c), xf);
         return;
     }
@@ -114,9 +106,9 @@ __device__ __forceinline__ void load_x8(const uint4* x4, const uint4* nw4, int i
 }
 
 // The RMSNorm input of a kNormX launch: r = residual (+ add, rounded to T, when add is not
-// NULL; then r is also stored to res_out), normalised as atomk_rms_norm does. A kSumNormX
-// launch reads w, eps and the count partial sums of r's squares at sums (r is its x); a
-// kResidualOut launch writes its blocks' partial sums to sums[blockIdx.x].
+// NULL; then r is also stored to res_out), normalised as atomk_rms_norm does. A kResidualOut
+// launch writes r · w (rounded to T) to res_out and its blocks' partial sums of r² to
+// sums[blockIdx.x]; a kSumNormX launch reads eps and the count partial sums (x is r · w).
 template <typename T> struct NormIn {
     const T* residual;
     const T* add;

@@ -10,34 +10,39 @@ import (
 const maxResidualSums = 2048
 
 // LinearResidual adds x·wᵀ into res in the projection's kernel where the library serves it
-// (one row, $ATOM_GO_RESIDUAL_NORM=1), leaving the row's sum of squares for the next
-// NormLinear; it reports whether it did.
-func (b *Backend) LinearResidual(res, x, w ops.Tensor) bool {
-	rt, xt, wt := res.(*Tensor), x.(*Tensor), w.(*Tensor)
+// (one row, $ATOM_GO_RESIDUAL_NORM=1), writing scaled = res·normW and leaving the row's sum of
+// squares for the next NormLinear; it reports whether it did.
+func (b *Backend) LinearResidual(res, scaled, x, w, normW ops.Tensor) bool {
+	xt, wt := x.(*Tensor), w.(*Tensor)
 	m, k, n := xt.rows(), xt.cols(), wt.rows()
-	if len(wt.shape) != 2 || wt.cols() != k || rt.cols() != n || rt.rows() < m {
-		shapeErr("LinearResidual", "res %v += x %v · w %vᵀ", rt.shape, xt.shape, wt.shape)
+	if len(wt.shape) != 2 || wt.cols() != k {
+		shapeErr("LinearResidual", "x %v · w %vᵀ", xt.shape, wt.shape)
 	}
-	return b.residual("LinearResidual", rt, xt.ptr, wt, m, n, k, false)
+	return b.residual("LinearResidual", res, scaled, normW, xt.ptr, wt, m, n, k, false)
 }
 
 // LinearSwiGLUResidual adds (silu(gate)*up)·wᵀ into res in one kernel where the library serves
 // it, as LinearResidual does.
-func (b *Backend) LinearSwiGLUResidual(res, gateUp, w ops.Tensor) bool {
-	rt, gu, wt := res.(*Tensor), gateUp.(*Tensor), w.(*Tensor)
+func (b *Backend) LinearSwiGLUResidual(res, scaled, gateUp, w, normW ops.Tensor) bool {
+	gu, wt := gateUp.(*Tensor), w.(*Tensor)
 	m, k, n := gu.rows(), wt.cols(), wt.rows()
-	if len(wt.shape) != 2 || gu.cols() != 2*k || rt.cols() != n || rt.rows() < m {
-		shapeErr("LinearSwiGLUResidual", "res %v += silu·up of %v · w %vᵀ", rt.shape, gu.shape, wt.shape)
+	if len(wt.shape) != 2 || gu.cols() != 2*k {
+		shapeErr("LinearSwiGLUResidual", "silu·up of %v · w %vᵀ", gu.shape, wt.shape)
 	}
-	return b.residual("LinearSwiGLUResidual", rt, gu.ptr, wt, m, n, k, true)
+	return b.residual("LinearSwiGLUResidual", res, scaled, normW, gu.ptr, wt, m, n, k, true)
 }
 
-func (b *Backend) residual(op string, res *Tensor, x hipkernels.Ptr, w *Tensor, m, n, k int, swiglu bool) bool {
+func (b *Backend) residual(op string, res, scaled, normW ops.Tensor, x hipkernels.Ptr, w *Tensor, m, n, k int,
+	swiglu bool) bool {
+	rt, st, nw := res.(*Tensor), scaled.(*Tensor), normW.(*Tensor)
+	if rt.cols() != n || rt.rows() < m || st.cols() != n || st.rows() < m || nw.elems() != n {
+		shapeErr(op, "res %v, scaled %v, norm weight %v for %d outputs", rt.shape, st.shape, nw.shape, n)
+	}
 	if m == 0 {
 		return false
 	}
-	count, fused, err := b.lib.GemmResidual(b.blas, b.stream, b.kdt, res.ptr, x, w.ptr, m, n, k, swiglu, b.sums.ptr,
-		maxResidualSums)
+	count, fused, err := b.lib.GemmResidual(b.blas, b.stream, b.kdt, rt.ptr, st.ptr, nw.ptr, x, w.ptr, m, n, k, swiglu,
+		b.sums.ptr, maxResidualSums)
 	b.must(op, err)
 	if fused {
 		b.sumCount = count
@@ -45,17 +50,18 @@ func (b *Backend) residual(op string, res *Tensor, x hipkernels.Ptr, w *Tensor, 
 	return fused
 }
 
-// normSummed is NormLinear of a row whose sum of squares LinearResidual left: one kernel
-// where the library serves it, else RMSNorm into p.Spare and Linear. It returns p.Res.
+// normSummed is NormLinear of a row whose scaled form and sum of squares LinearResidual left:
+// one kernel where the library serves it, else RMSNorm into p.Spare and Linear. It returns
+// p.Res.
 func (b *Backend) normSummed(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) ops.Tensor {
-	o, rt, nw, wt := out.(*Tensor), p.Res.(*Tensor), p.Weight.(*Tensor), w.(*Tensor)
+	o, rt, st, wt := out.(*Tensor), p.Res.(*Tensor), p.Spare.(*Tensor), w.(*Tensor)
 	m, k, n := rt.rows(), rt.cols(), wt.rows()
 	bp := biasPtr("NormLinear", bias, n)
 	if m == 0 {
 		return p.Res
 	}
-	fused, err := b.lib.GemmNormSummed(b.blas, b.stream, b.kdt, o.ptr, rt.ptr, b.sums.ptr, b.sumCount, nw.ptr, p.Eps,
-		wt.ptr, bp, m, n, k)
+	fused, err := b.lib.GemmNormSummed(b.blas, b.stream, b.kdt, o.ptr, st.ptr, b.sums.ptr, b.sumCount, p.Eps, wt.ptr, bp,
+		m, n, k)
 	b.must("NormLinear", err)
 	if fused {
 		return p.Res

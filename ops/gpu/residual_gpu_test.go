@@ -46,17 +46,24 @@ func TestLinearResidual(t *testing.T) {
 							gu := activation(b, randVals(dt, m*2*sh.k, 1), m, 2*sh.k)
 							act := output(b, c, m, sh.k)
 							c.LinearSwiGLU(xo.c, gu.c, act.c, w.c)
-							if fused = b.LinearSwiGLUResidual(res.g, gu.g, w.g); !fused {
+							if fused = b.LinearSwiGLUResidual(res.g, spare.g, gu.g, w.g, nw.g); !fused {
 								b.LinearSwiGLU(xo.g, gu.g, act.g, w.g)
 							}
 						} else {
 							x := activation(b, randVals(dt, m*sh.k, 1), m, sh.k)
 							c.Linear(xo.c, x.c, w.c, nil)
-							if fused = b.LinearResidual(res.g, x.g, w.g); !fused {
+							if fused = b.LinearResidual(res.g, spare.g, x.g, w.g, nw.g); !fused {
 								b.Linear(xo.g, x.g, w.g, nil)
 							}
 						}
 						require.Equal(t, on && m == 1 && dt != ops.F32 && maxM > 0, fused, name)
+						if fused { // spare holds r · the next norm's weight
+							r, g := read(b, res.g), nw.c.Float32()
+							for i := range r {
+								r[i] = roundTo(dt, r[i]*g[i])
+							}
+							compare(t, name+" scaled", dt, read(b, spare.g), r)
+						}
 						p := ops.PreNorm{Res: res.g, Spare: spare.g, Weight: nw.g, Eps: 1e-5, Summed: fused}
 						if !fused {
 							p.X = xo.g
@@ -68,6 +75,74 @@ func TestLinearResidual(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestPerfLinearResidual times the 8B shape's sublayer boundaries at m = 1 (set ATOM_GO_PERF=1
+// and ATOM_GO_RESIDUAL_NORM=1): the output projection, the residual add and pre-norm, and the
+// next projection, as separate ops (Linear, then RMSNorm + Linear) and fused (LinearResidual,
+// then NormLinear with PreNorm.Summed), and each piece alone.
+func TestPerfLinearResidual(t *testing.T) {
+	if os.Getenv("ATOM_GO_PERF") == "" || os.Getenv("ATOM_GO_RESIDUAL_NORM") != "1" {
+		t.Skip("set ATOM_GO_PERF=1 and ATOM_GO_RESIDUAL_NORM=1 to time the ops")
+	}
+	b := newGPU(t, ops.BF16)
+	const h = 4096
+	res, spare, x, nw := b.Buffer(1, h), b.Buffer(1, h), b.Buffer(1, h), b.Buffer(1, h)
+	for _, v := range []ops.Tensor{res, x, nw} {
+		b.Fill(v, 0.01)
+	}
+	for _, sh := range []struct {
+		what      string
+		k, n      int
+		swiglu    bool
+		nextWidth int
+	}{{"o then gate|up", 4096, 4096, false, 28672}, {"down then qkv", 14336, 4096, true, 6144}} {
+		in := b.Buffer(1, sh.k)
+		if sh.swiglu {
+			in = b.Buffer(1, 2*sh.k)
+		}
+		act, w, next, out := b.Buffer(1, sh.k), b.Buffer(sh.n, sh.k), b.Buffer(sh.nextWidth, h), b.Buffer(1, sh.nextWidth)
+		for _, v := range []ops.Tensor{in, w, next} {
+			b.Fill(v, 0.01)
+		}
+		project := func() {
+			if sh.swiglu {
+				b.LinearSwiGLU(x, in, act, w)
+			} else {
+				b.Linear(x, in, w, nil)
+			}
+		}
+		add := func() {
+			fused := sh.swiglu && b.LinearSwiGLUResidual(res, spare, in, w, nw) || !sh.swiglu && b.LinearResidual(res, spare, in, w, nw)
+			require.True(t, fused)
+		}
+		for _, path := range []struct {
+			name string
+			fn   func()
+		}{
+			{"separate", func() {
+				project()
+				b.NormLinear(out, ops.PreNorm{X: x, Res: res, Spare: spare, Weight: nw, Eps: 1e-5}, next, nil)
+			}},
+			{"fused", func() {
+				add()
+				b.NormLinear(out, ops.PreNorm{Res: res, Spare: spare, Weight: nw, Eps: 1e-5, Summed: true}, next, nil)
+			}},
+			{"projection", project},
+			{"projection+add", add},
+			{"RMSNorm+next", func() {
+				b.NormLinear(out, ops.PreNorm{X: x, Res: res, Spare: spare, Weight: nw, Eps: 1e-5}, next, nil)
+			}},
+			{"next", func() { b.Linear(out, spare, next, nil) }},
+		} {
+			ms := medianMs(t, b, 9, func() {
+				for j := 0; j < 10; j++ {
+					path.fn()
+				}
+			}) / 10
+			record("%-44s %-8v %8.4f ms", fmt.Sprintf("perf %s: %s m=1", sh.what, path.name), ops.BF16, ms)
 		}
 	}
 }
