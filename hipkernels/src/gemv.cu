@@ -109,7 +109,6 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
     constexpr int R = Tile<M, X, P>::R, U = Tile<M, X, P>::U;
     extern __shared__ uint4 staged[];  // kNormX: the normalised row
     __shared__ float partial[kWarps][M * R];
-    __shared__ float sums[X == kSumNormX ? kMaxSums : 1];  // kSumNormX: the partial sums of r²
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int slice = warp % kw;                                       // this warp's share of k
     const int row0 = (blockIdx.x * (kWarps / kw) + warp / kw) * R;     // first row of w of the group
@@ -118,7 +117,6 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
     // r < R of the group's first warp writes row row0 + r), loaded after the wait, used at the end.
     float res_old = 0.f, norm_w = 0.f;
     auto after_wait = [&] {
-        if constexpr (X == kSumNormX) sums_fetch(sums, norm.sums, norm.count);
         if constexpr (O == kResidualOut)
             if (slice == 0 && lane < R && row0 + lane < n) {
                 res_old = atomk_to_float(out[row0 + lane]);
@@ -197,17 +195,9 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
                         for (int s = 1; s < kw; ++s) acc[i][r] += partial[warp + s][i * R + r];
         }
     }
-    if constexpr (X == kSumNormX) {  // uniform: every thread reaches the barrier
-        sums_wait();
-        __syncthreads();
-    }
     if (O == kPlainOut && slice != 0) return;
     float inv = 1.f;  // kSumNormX: rsqrt(mean(r²) + eps)
-    if (X == kSumNormX && slice == 0) {
-        float ss = 0.f;
-        for (int j = lane; j < (norm.count + 3) / 4 * 4; j += ATOMK_WARP_SIZE) ss += sums[j];
-        inv = rsqrtf(atomk_warp_sum(ss) / (float)(k8 * 8) + norm.eps);
-    }
+    if (X == kSumNormX && slice == 0) inv = rsqrtf(sum_partials(norm.sums, norm.count) / (float)(k8 * 8) + norm.eps);
     float sq = 0.f;  // kResidualOut: this lane's share of the block's sum of squares
     if (slice == 0) {
 #pragma unroll

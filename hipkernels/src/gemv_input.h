@@ -18,7 +18,7 @@ constexpr int kMaxM = 16;                             // rows of x one launch ha
 constexpr int kSwigluMaxM = 4;                        // the same with SwiGLU input (see blas.cu)
 constexpr int kTargetWarps = 4096;                    // grid size that covers the latency of an H200 / MI300
 constexpr int kNormMaxK = 16384;                      // widest input the RMSNorm prologue stages (32 KiB)
-constexpr int kMaxSums = 2048;                        // partial sums of squares a summed-norm launch stages (8 KiB)
+constexpr int kMaxSums = 2048;                        // partial sums of squares a kResidualOut launch may leave
 
 // Where a row of the GEMM's input x comes from (the kernel's X parameter).
 enum Input {
@@ -119,30 +119,17 @@ template <typename T> struct NormIn {
     int count;
 };
 
-// Copies the count partial sums of a kSumNormX launch into shared memory without holding
-// registers (cp.async on CUDA; zeros past count up to a multiple of 4): the sums are needed
-// only in the epilogue, after the weight stream. Waited for by sums_wait.
-__device__ __forceinline__ void sums_fetch(float* dst, const float* sums, int count) {
-    for (int i = 4 * threadIdx.x; i < count; i += 4 * kThreads) {
-#if defined(ATOMK_CUDA)
-        const int bytes = 4 * min(4, count - i);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst + i)),
-                     "l"(sums + i), "r"(bytes)
-                     : "memory");
-#else
-        for (int j = 0; j < 4; ++j) dst[i + j] = i + j < count ? sums[i + j] : 0.f;
-#endif
+// The sum of a kSumNormX launch's count partial sums (sums 16-byte aligned), by one warp, in the
+// epilogue: a round of loads at the end of each block rather than shared memory for them (8 KiB
+// of static shared memory made the m = 1 GEMM 10% slower, in the graph too).
+__device__ __forceinline__ float sum_partials(const float* sums, int count) {
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE;
+    float s = 0.f;
+    for (int i = 4 * lane; i < count; i += 4 * ATOMK_WARP_SIZE) {
+        const float4 v = *reinterpret_cast<const float4*>(sums + i);
+        s += v.x + (i + 1 < count ? v.y : 0.f) + (i + 2 < count ? v.z : 0.f) + (i + 3 < count ? v.w : 0.f);
     }
-#if defined(ATOMK_CUDA)
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Waits for this thread's sums_fetch copies; a barrier must follow before others read them.
-__device__ __forceinline__ void sums_wait() {
-#if defined(ATOMK_CUDA)
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#endif
+    return atomk_warp_sum(s);
 }
 
 // r · rsqrt(mean(r²) + eps) · w of one row of k8 chunks, into xs (shared memory), by the whole
