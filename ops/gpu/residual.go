@@ -38,7 +38,7 @@ func (b *Backend) residual(op string, res, scaled, normW ops.Tensor, x hipkernel
 	if rt.cols() != n || rt.rows() < m || st.cols() != n || st.rows() < m || nw.elems() != n {
 		shapeErr(op, "res %v, scaled %v, norm weight %v for %d outputs", rt.shape, st.shape, nw.shape, n)
 	}
-	if m == 0 {
+	if m != 1 { // the library fuses one row only (atomk_gemm_residual): no call for batches
 		return false
 	}
 	count, fused, err := b.lib.GemmResidual(b.blas, b.stream, b.kdt, rt.ptr, st.ptr, nw.ptr, x, w.ptr, m, n, k, swiglu,
