@@ -35,6 +35,27 @@ func (b *spareBackend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Ten
 	return p.Spare
 }
 
+// stepLogits loads ck on be and returns the last row's logits of a 5-token prefill and two
+// decode steps after it, one after the other.
+func stepLogits(t *testing.T, ck *Checkpoint, be ops.Backend) []float32 {
+	const bs, blocks = 4, 16
+	m, err := Load(ck, be, Options{MaxTokens: 16, MaxSeqs: 1})
+	require.NoError(t, err)
+	cache, err := m.NewKVCache(blocks, bs)
+	require.NoError(t, err)
+	var logits []float32
+	ctx, input := 0, []int32{1, 5, 9, 13, 2}
+	for step := 0; step < 3; step++ {
+		h := m.Forward(input, singleSeq(ctx, len(input), bs, blocks), cache)
+		out := make([]float32, ck.Config.VocabSize)
+		be.ReadRows(m.Logits(h, []int32{int32(len(input) - 1)}), out)
+		logits = append(logits, out...)
+		ctx += len(input)
+		input = []int32{int32(7 + step)}
+	}
+	return logits
+}
+
 // TestDecoderFollowsNormLinearResidual runs every test checkpoint on the cpu backend and on
 // spareBackend over a prefill and decode steps: the logits must be identical, which they are
 // only if every layer reads the residual stream from the buffer the last NormLinear returned.
@@ -49,24 +70,7 @@ func TestDecoderFollowsNormLinearResidual(t *testing.T) {
 			defer plain.Close()
 			spare := &spareBackend{Backend: cpu.New(0)}
 			defer spare.Close()
-			const bs, blocks = 4, 16
-			var logits [2][]float32
-			for i, be := range []ops.Backend{plain, spare} {
-				m, err := Load(ck, be, Options{MaxTokens: 16, MaxSeqs: 1})
-				require.NoError(t, err)
-				cache, err := m.NewKVCache(blocks, bs)
-				require.NoError(t, err)
-				ctx, input := 0, []int32{1, 5, 9, 13, 2}
-				for step := 0; step < 3; step++ {
-					h := m.Forward(input, singleSeq(ctx, len(input), bs, blocks), cache)
-					out := make([]float32, c.VocabSize)
-					be.ReadRows(m.Logits(h, []int32{int32(len(input) - 1)}), out)
-					logits[i] = append(logits[i], out...)
-					ctx += len(input)
-					input = []int32{int32(7 + step)}
-				}
-			}
-			require.Equal(t, logits[0], logits[1])
+			require.Equal(t, stepLogits(t, ck, plain), stepLogits(t, ck, spare))
 			require.Equal(t, 3*2*c.NumLayers, spare.calls)
 			require.Equal(t, 3*(2*c.NumLayers-1), spare.swapped)
 		})
@@ -143,24 +147,7 @@ func TestDecoderAddsResidualInProjection(t *testing.T) {
 			defer plain.Close()
 			fused := &residualBackend{Backend: cpu.New(0), t: t}
 			defer fused.Close()
-			const bs, blocks = 4, 16
-			var logits [2][]float32
-			for i, be := range []ops.Backend{plain, fused} {
-				m, err := Load(ck, be, Options{MaxTokens: 16, MaxSeqs: 1})
-				require.NoError(t, err)
-				cache, err := m.NewKVCache(blocks, bs)
-				require.NoError(t, err)
-				ctx, input := 0, []int32{1, 5, 9, 13, 2}
-				for step := 0; step < 3; step++ {
-					h := m.Forward(input, singleSeq(ctx, len(input), bs, blocks), cache)
-					out := make([]float32, c.VocabSize)
-					be.ReadRows(m.Logits(h, []int32{int32(len(input) - 1)}), out)
-					logits[i] = append(logits[i], out...)
-					ctx += len(input)
-					input = []int32{int32(7 + step)}
-				}
-			}
-			require.Equal(t, logits[0], logits[1])
+			require.Equal(t, stepLogits(t, ck, plain), stepLogits(t, ck, fused))
 			require.Equal(t, 2*2*c.NumLayers, fused.added)
 			require.Equal(t, 2*(2*c.NumLayers-1), fused.summed)
 		})
