@@ -56,27 +56,6 @@ func stepLogits(t *testing.T, ck *Checkpoint, be ops.Backend) []float32 {
 	return logits
 }
 
-// TestDecoderFollowsNormLinearResidual runs every test checkpoint on the cpu backend and on
-// spareBackend over a prefill and decode steps: the logits must be identical, which they are
-// only if every layer reads the residual stream from the buffer the last NormLinear returned.
-func TestDecoderFollowsNormLinearResidual(t *testing.T) {
-	for _, dir := range testCheckpoints(t) {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			ck, err := OpenCheckpoint(dir)
-			require.NoError(t, err)
-			defer ck.Close()
-			c := ck.Config
-			plain := cpu.New(0)
-			defer plain.Close()
-			spare := &spareBackend{Backend: cpu.New(0)}
-			defer spare.Close()
-			require.Equal(t, stepLogits(t, ck, plain), stepLogits(t, ck, spare))
-			require.Equal(t, 3*2*c.NumLayers, spare.calls)
-			require.Equal(t, 3*(2*c.NumLayers-1), spare.swapped)
-		})
-	}
-}
-
 // residualBackend is the cpu backend with a ResidualAdder at one row (decode steps), as the
 // gpu backend's fused residual add: the projection's output goes straight into res, and the
 // next NormLinear is told so (PreNorm.Summed, no X).
@@ -132,24 +111,41 @@ func (b *residualBackend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.
 	return b.Backend.NormLinear(out, p, w, bias)
 }
 
-// TestDecoderAddsResidualInProjection runs every test checkpoint on the cpu backend and on
-// residualBackend over a prefill (not fused: five rows) and two decode steps (fused): the
-// logits must be identical, and every projection of a decode step must have added itself
-// into the residual stream, with every NormLinear after one told so.
-func TestDecoderAddsResidualInProjection(t *testing.T) {
-	for _, dir := range testCheckpoints(t) {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			ck, err := OpenCheckpoint(dir)
-			require.NoError(t, err)
-			defer ck.Close()
-			c := ck.Config
-			plain := cpu.New(0)
-			defer plain.Close()
-			fused := &residualBackend{Backend: cpu.New(0), t: t}
-			defer fused.Close()
-			require.Equal(t, stepLogits(t, ck, plain), stepLogits(t, ck, fused))
-			require.Equal(t, 2*2*c.NumLayers, fused.added)
-			require.Equal(t, 2*(2*c.NumLayers-1), fused.summed)
-		})
+// TestDecoderResidualStream runs every test checkpoint on the cpu backend and on a backend
+// that handles the residual stream as a fused GPU kernel does, over a prefill and two decode
+// steps: the logits must be identical, and the fused paths must have been taken.
+//   - spareBackend: NormLinear leaves r in the spare buffer; the logits match only if every
+//     layer reads the residual stream from the buffer the last NormLinear returned.
+//   - residualBackend: at one row (the decode steps, not the 5-row prefill) every projection
+//     adds itself into the residual stream, and every NormLinear after one is told so.
+func TestDecoderResidualStream(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		be    func(t *testing.T) ops.Backend
+		check func(t *testing.T, be ops.Backend, layers int)
+	}{
+		{"spare", func(*testing.T) ops.Backend { return &spareBackend{Backend: cpu.New(0)} },
+			func(t *testing.T, be ops.Backend, layers int) {
+				require.Equal(t, 3*2*layers, be.(*spareBackend).calls)
+				require.Equal(t, 3*(2*layers-1), be.(*spareBackend).swapped)
+			}},
+		{"residual", func(t *testing.T) ops.Backend { return &residualBackend{Backend: cpu.New(0), t: t} },
+			func(t *testing.T, be ops.Backend, layers int) {
+				require.Equal(t, 2*2*layers, be.(*residualBackend).added)
+				require.Equal(t, 2*(2*layers-1), be.(*residualBackend).summed)
+			}},
+	} {
+		for _, dir := range testCheckpoints(t) {
+			t.Run(tc.name+"/"+filepath.Base(dir), func(t *testing.T) {
+				ck, err := OpenCheckpoint(dir)
+				require.NoError(t, err)
+				defer ck.Close()
+				plain, be := cpu.New(0), tc.be(t)
+				defer plain.Close()
+				defer be.(interface{ Close() }).Close()
+				require.Equal(t, stepLogits(t, ck, plain), stepLogits(t, ck, be))
+				tc.check(t, be, ck.Config.NumLayers)
+			})
+		}
 	}
 }
