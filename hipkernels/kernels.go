@@ -1,6 +1,26 @@
 package hipkernels
 
-import "unsafe"
+import (
+	"sync"
+	"unsafe"
+)
+
+// outs holds the int32 out-parameters of one library call. A local variable whose address
+// goes to the library escapes to the heap, which is an allocation per call of the eager
+// decode path; pooled ones are reused (a Lib is shared by the backends of all devices, so
+// one per Lib would race).
+type outs struct {
+	a, b int32
+	n    uint64
+}
+
+var outPool = sync.Pool{New: func() any { return new(outs) }}
+
+func getOuts() *outs {
+	o := outPool.Get().(*outs)
+	*o = outs{}
+	return o
+}
 
 // BlasCreate makes a BLAS handle (with a 32 MiB workspace) for the current device.
 func (l *Lib) BlasCreate() (Blas, error) {
@@ -45,12 +65,13 @@ func (l *Lib) GemmSwiGLU(h Blas, s Stream, dt DType, out, gateUp, w, act Ptr, m,
 // atomk_gemm_rms_norm in src/atomk.h): the caller runs RMSNorm and GemmBias instead.
 func (l *Lib) GemmRMSNorm(h Blas, s Stream, dt DType, out, resOut, residual, add, normW Ptr, eps float32, w, bias Ptr,
 	m, n, k int) (bool, error) {
-	var fused int32
+	o := getOuts()
+	defer outPool.Put(o)
 	err := l.call("atomk_gemm_rms_norm", func() int32 {
 		return l.f.gemmNorm(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(resOut), uintptr(residual), uintptr(add),
-			uintptr(normW), eps, uintptr(w), uintptr(bias), int32(m), int32(n), int32(k), &fused)
+			uintptr(normW), eps, uintptr(w), uintptr(bias), int32(m), int32(n), int32(k), &o.a)
 	})
-	return fused == 1, err
+	return o.a == 1, err
 }
 
 // GemmResidual queues res[1,n] += x · w[n,k]ᵀ in one skinny kernel (swiglu: x is the fused
@@ -61,16 +82,17 @@ func (l *Lib) GemmRMSNorm(h Blas, s Stream, dt DType, out, resOut, residual, add
 // queues nothing and reports false.
 func (l *Lib) GemmResidual(h Blas, s Stream, dt DType, res, scaled, normW, x, w Ptr, m, n, k int, swiglu bool, sums Ptr,
 	maxSums int) (count int, fused bool, err error) {
-	var c, f int32
+	o := getOuts()
+	defer outPool.Put(o)
 	sw := int32(0)
 	if swiglu {
 		sw = 1
 	}
 	err = l.call("atomk_gemm_residual", func() int32 {
 		return l.f.gemmResidual(uintptr(h), uintptr(s), int32(dt), uintptr(res), uintptr(scaled), uintptr(normW), uintptr(x),
-			uintptr(w), int32(m), int32(n), int32(k), sw, uintptr(sums), int32(maxSums), &c, &f)
+			uintptr(w), int32(m), int32(n), int32(k), sw, uintptr(sums), int32(maxSums), &o.a, &o.b)
 	})
-	return int(c), f == 1, err
+	return int(o.a), o.b == 1, err
 }
 
 // GemmNormSummed queues out[1,n] = (scaled·rsqrt(Σ sums/k + eps)) · w[n,k]ᵀ (+ bias), scaled,
@@ -78,12 +100,13 @@ func (l *Lib) GemmResidual(h Blas, s Stream, dt DType, res, scaled, normW, x, w 
 // it, nothing is queued and it reports false (the caller runs RMSNorm and GemmBias).
 func (l *Lib) GemmNormSummed(h Blas, s Stream, dt DType, out, scaled, sums Ptr, count int, eps float32, w, bias Ptr,
 	m, n, k int) (bool, error) {
-	var f int32
+	o := getOuts()
+	defer outPool.Put(o)
 	err := l.call("atomk_gemm_norm_summed", func() int32 {
 		return l.f.gemmSummed(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(scaled), uintptr(sums), int32(count),
-			eps, uintptr(w), uintptr(bias), int32(m), int32(n), int32(k), &f)
+			eps, uintptr(w), uintptr(bias), int32(m), int32(n), int32(k), &o.a)
 	})
-	return f == 1, err
+	return o.a == 1, err
 }
 
 // SetGemvMaxM sets the largest m that h's GEMMs send to the skinny kernel (0: never; negative:
@@ -231,11 +254,12 @@ type AttentionArgs struct {
 // the batch fills the GPU without splitting the context). Zero the scratch once when it is
 // allocated: the in-place merge counts finished blocks there and leaves the counts at zero.
 func (l *Lib) PagedAttentionWorkspace(tokens, numHeads, numKVHeads, headDim, maxCtx int) (int, error) {
-	var n uint64
+	o := getOuts()
+	defer outPool.Put(o)
 	err := l.call("atomk_paged_attention_workspace", func() int32 {
-		return l.f.attnWorkspace(int32(tokens), int32(numHeads), int32(numKVHeads), int32(headDim), int32(maxCtx), &n)
+		return l.f.attnWorkspace(int32(tokens), int32(numHeads), int32(numKVHeads), int32(headDim), int32(maxCtx), &o.n)
 	})
-	return int(n), err
+	return int(o.n), err
 }
 
 // PagedAttention queues causal attention of every query token over its sequence's cached context.

@@ -18,11 +18,12 @@ type PrefillArgs struct {
 // (the step of the tiles' first rows), or an error with StatusUnsupported when this build has
 // no such kernel for dt and headDim.
 func (l *Lib) PrefillAttentionTileRows(dt DType, numHeads, numKVHeads, headDim int) (int, error) {
-	var rows int32
+	o := getOuts()
+	defer outPool.Put(o)
 	err := l.call("atomk_prefill_attention_tile_rows", func() int32 {
-		return l.f.prefillTileRows(int32(dt), int32(numHeads), int32(numKVHeads), int32(headDim), &rows)
+		return l.f.prefillTileRows(int32(dt), int32(numHeads), int32(numKVHeads), int32(headDim), &o.a)
 	})
-	return int(rows), err
+	return int(o.a), err
 }
 
 // PrefillAttention queues causal attention of every query row over its sequence's context on
