@@ -68,7 +68,7 @@ if has tests; then
 	optin norm ATOM_GO_GEMV_NORM=1 NormLinear
 	optin prefix ATOM_GO_MERGE_PREFIX=1 Attention
 	optin rope ATOM_GO_ATTN_ROPE=1 RopeAttention
-	optin residual ATOM_GO_RESIDUAL_NORM=1 LinearResidual
+	optin residual ATOM_GO_RESIDUAL_NORM=0 LinearResidual
 fi
 
 if has chain; then

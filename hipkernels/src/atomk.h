@@ -259,7 +259,7 @@ int atomk_gemm_rms_norm(void* handle, void* stream, int dtype, void* out, void* 
  * must not overlap res), and the row's sum of r² left in sums as *count partial sums (at most
  * max_sums; sums 16-byte aligned) for atomk_gemm_norm_summed. *fused = 1 when queued; 0, with
  * nothing queued, where the skinny kernel does not serve it (m != 1, the atomk_gemm_bias rule,
- * more blocks than max_sums, or $ATOM_GO_RESIDUAL_NORM not 1): the caller then runs the
+ * more blocks than max_sums, or $ATOM_GO_RESIDUAL_NORM=0): the caller then runs the
  * projection and passes its output to atomk_rms_norm's residual add. */
 int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, void* scaled, const void* norm_w, const void* x,
                         const void* w, int m, int n, int k, int swiglu, float* sums, int max_sums, int* count,

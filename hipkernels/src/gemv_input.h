@@ -119,9 +119,9 @@ template <typename T> struct NormIn {
     int count;
 };
 
-// The sum of a kSumNormX launch's count partial sums (sums 16-byte aligned), by one warp, in the
-// epilogue: a round of loads at the end of each block rather than shared memory for them (8 KiB
-// of static shared memory made the m = 1 GEMM 10% slower, in the graph too).
+// The sum of a kSumNormX launch's count partial sums (sums 16-byte aligned), by one warp, right
+// after the wait: a round of loads rather than shared memory for them (8 KiB of static shared
+// memory made the m = 1 GEMM 10% slower, in the graph too).
 __device__ __forceinline__ float sum_partials(const float* sums, int count) {
     const int lane = threadIdx.x % ATOMK_WARP_SIZE;
     float s = 0.f;

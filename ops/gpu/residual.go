@@ -10,7 +10,7 @@ import (
 const maxResidualSums = 2048
 
 // LinearResidual adds x·wᵀ into res in the projection's kernel where the library serves it
-// (one row, $ATOM_GO_RESIDUAL_NORM=1), writing scaled = res·normW and leaving the row's sum of
+// (one row, unless $ATOM_GO_RESIDUAL_NORM=0), writing scaled = res·normW and leaving the row's sum of
 // squares for the next NormLinear; it reports whether it did.
 func (b *Backend) LinearResidual(res, scaled, x, w, normW ops.Tensor) bool {
 	xt, wt := x.(*Tensor), w.(*Tensor)
