@@ -66,7 +66,6 @@ if has tests; then
 	}
 	optin merge ATOM_GO_ATTN_INLINE_MERGE=1 Attention
 	optin norm ATOM_GO_GEMV_NORM=1 NormLinear
-	optin prefix ATOM_GO_MERGE_PREFIX=1 Attention
 	optin rope ATOM_GO_ATTN_ROPE=1 RopeAttention
 	optin residual ATOM_GO_RESIDUAL_NORM=0 LinearResidual
 fi

@@ -147,64 +147,74 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
                       part_m, part_l);
 }
 
-// Maximum of v over the block (blockDim.x a multiple of the warp size); every thread receives it.
-// scratch holds blockDim.x / ATOMK_WARP_SIZE floats; ends with a barrier.
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
-    v = atomk_warp_max(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    float m = -INFINITY;
-    for (int w = 0; w < (int)blockDim.x / ATOMK_WARP_SIZE; ++w) m = fmaxf(m, scratch[w]);
-    __syncthreads();
-    return m;
-}
+// Partitions each merging thread loads in one round (see attention_merge_kernel).
+constexpr int kMergeRound = 24;
 
 // Merges the partitions of one (token, query head), row = blockIdx.x * gridDim.y + blockIdx.y:
 // out = Σ_s acc_s·w_s / Σ_s l_s·w_s with w_s = exp(m_s - max_s m_s); a partition past the
-// token's context has m = -inf and weight 0. The block first reduces the maximum and the
-// denominator over the partitions, then blockDim/head_dim groups of head_dim threads each sum a
-// share of the partitions (so a long list of partitions is read with many loads in flight), and
-// the groups' sums are added through shared memory. head_dim <= kMergeThreads. With prefix
-// (ATOM_GO_MERGE_PREFIX=1, read once; for measurements) the sums stop after the last partition
-// holding positions (those past the context have m = -inf and weight 0), so the loads of the
-// empty ones are not waited for.
+// token's context has m = -inf and weight 0. blockDim/head_dim groups of head_dim threads each
+// take a share of the partitions and load its m, l and acc all at once (kMergeRound per
+// thread in flight), keeping their own maximum, sum and accumulator; the groups then meet once
+// in shared memory, rescaled to the common maximum. One round of loads and one barrier: the
+// merge sits between the attention and the output projection, and every round trip there is on
+// the decode step's critical path. head_dim <= kMergeThreads.
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
 attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const float* part_l, int head_dim,
-                       int splits, int prefix, int pdl_mode) {
+                       int splits, int pdl_mode) {
     atomk_pdl_enter_mode(pdl_mode);
     __shared__ float sums[kMergeThreads];
-    __shared__ float scratch[kMergeThreads / ATOMK_WARP_SIZE];
+    __shared__ float group_m[kMergeThreads], group_l[kMergeThreads];
     const size_t row = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
     const float* m = part_m + row * splits;
     const float* l = part_l + row * splits;
-    const int tid = threadIdx.x;
-    float mx = -INFINITY, hi = -1.f;
-    for (int s = tid; s < splits; s += blockDim.x) {
-        mx = fmaxf(mx, m[s]);
-        if (m[s] != -INFINITY) hi = (float)s;
-    }
-    mx = block_max(mx, scratch);
-    const int used = prefix ? (int)block_max(hi, scratch) + 1 : splits;
-    float den = 0.f;
-    for (int s = tid; s < used; s += blockDim.x) den += m[s] == -INFINITY ? 0.f : l[s] * expf(m[s] - mx);
-    den = atomk_block_sum(den, scratch);
-
-    const int groups = blockDim.x / head_dim, grp = tid / head_dim, d = tid % head_dim;
+    const float* acc = part_acc + row * splits * head_dim;
+    const int tid = threadIdx.x, groups = blockDim.x / head_dim, grp = tid / head_dim, d = tid % head_dim;
     if (grp < groups) {
-        float a = 0.f;
-#pragma unroll 4
-        for (int s = grp; s < used; s += groups) {
-            const float wt = m[s] == -INFINITY ? 0.f : expf(m[s] - mx);
-            a += part_acc[(row * splits + s) * head_dim + d] * wt;
+        float mx = -INFINITY, a = 0.f, den = 0.f;
+        for (int s0 = grp; s0 < splits; s0 += kMergeRound * groups) {
+            float ms[kMergeRound], as[kMergeRound], ls[kMergeRound];
+#pragma unroll
+            for (int u = 0; u < kMergeRound; ++u) {
+                const int s = s0 + u * groups;
+                const bool in = s < splits;
+                ms[u] = in ? m[s] : -INFINITY;
+                ls[u] = in ? l[s] : 0.f;
+                as[u] = in ? acc[(size_t)s * head_dim + d] : 0.f;
+            }
+            float top = mx;
+#pragma unroll
+            for (int u = 0; u < kMergeRound; ++u) top = fmaxf(top, ms[u]);
+            if (top == -INFINITY) continue;  // no positions in this round or before
+            const float c = mx == -INFINITY ? 0.f : expf(mx - top);
+            a *= c;
+            den *= c;
+            mx = top;
+#pragma unroll
+            for (int u = 0; u < kMergeRound; ++u)
+                if (ms[u] != -INFINITY) {
+                    const float w = expf(ms[u] - mx);
+                    a += as[u] * w;
+                    den += ls[u] * w;
+                }
         }
         sums[tid] = a;
+        if (d == 0) {
+            group_m[grp] = mx;
+            group_l[grp] = den;
+        }
     }
     __syncthreads();
     if (tid < head_dim) {
-        float a = 0.f;
-        for (int gi = 0; gi < groups; ++gi) a += sums[gi * head_dim + tid];
+        float mx = -INFINITY;
+        for (int gi = 0; gi < groups; ++gi) mx = fmaxf(mx, group_m[gi]);
+        float a = 0.f, den = 0.f;
+        for (int gi = 0; gi < groups; ++gi)
+            if (group_m[gi] != -INFINITY) {
+                const float w = expf(group_m[gi] - mx);
+                a += sums[gi * head_dim + tid] * w;
+                den += group_l[gi] * w;
+            }
         out[row * head_dim + tid] = atomk_from_float<T>(a / den);
     }
 }
@@ -240,13 +250,6 @@ int attention_splits(int tokens, int head_blocks, int max_ctx) {
 size_t counter_words() {
     const size_t n = (size_t)kBlocksPerSM * atomk_sm_count() / 2;
     return (n + 31) / 32 * 32;
-}
-
-// The merge kernel's prefix argument: ATOM_GO_MERGE_PREFIX (0 or 1, read once; for
-// measurements).
-int merge_prefix() {
-    static const int v = atomk_env_int("ATOM_GO_MERGE_PREFIX", 0, 0, 1);
-    return v;
 }
 
 // Whether a split launch of the tensor-core kernel merges in place (finish_splits) rather than
@@ -343,7 +346,7 @@ int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, con
     }
     if (st != ATOMK_OK || splits <= 1 || L.counters || atomk_skip("merge")) return st;
     atomk_launch_kind("merge", attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
-                 L.pl, L.head_dim, splits, merge_prefix(), atomk_pdl_mode("merge"));
+                 L.pl, L.head_dim, splits, atomk_pdl_mode("merge"));
     ATOMK_LAUNCHED("attention_merge");
     return ATOMK_OK;
 }
