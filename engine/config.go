@@ -120,7 +120,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_PROFILE_GRAPH_LAUNCH", "", "gpu: bracket the N-th CUDA graph launch of the process with cudaProfilerStart/Stop (ncu --profile-from-start off; read by libatomk)"},
 	{"ATOM_GO_PDL", "1", "gpu: 0 launches kernels without programmatic dependent launch (Hopper and later; read by libatomk)"},
 	{"ATOM_GO_GEMV_MAX_N", "1048575", "gpu: widest GEMM output the skinny kernel serves (for measurements; read by libatomk)"},
-	{"ATOM_GO_GEMV_PIPELINE", "1", "gpu: skinny GEMM loop at m <= 2: 0 one step at a time, 1 pipelined with the first loads before the PDL wait, 2 as 1 except after attention, 3 pipelined after the wait (for measurements; read by libatomk)"},
+	{"ATOM_GO_GEMV_PIPELINE", "1", "gpu: skinny GEMM loop at m <= 2: 0 one step at a time, 1 pipelined with the first loads before the PDL wait, 2 as 1 except after attention, 3 pipelined after the wait, 4 as 1 on one wave of blocks looping over row groups, 5 as 4 for grids of at most four waves (for measurements; read by libatomk)"},
 	{"ATOM_GO_RESIDUAL_NORM", "1", "gpu: 1 adds each decoder sublayer's output projection into the residual stream in the projection's kernel at batch 1, with the row's sum of squares left for the next pre-norm, which then runs inside the next projection; 0 runs RMSNorm kernels instead (for measurements; read by libatomk)"},
 	{"ATOM_GO_GEMV_NORM", "0", "gpu: 1 fuses each decoder sublayer's RMSNorm into the skinny GEMM after it at batch 1 (slower on an H200; for measurements; read by libatomk)"},
 	{"ATOM_GO_ATTN_INLINE_MERGE", "0", "gpu: 1 merges split decode attention in its last block instead of a merge kernel (for measurements; read by libatomk)"},

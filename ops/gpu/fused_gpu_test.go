@@ -189,7 +189,8 @@ func TestLinearSwiGLU(t *testing.T) {
 			t.Run(fmt.Sprintf("%v gemv max m %d", dt, maxM), func(t *testing.T) {
 				b, c := newGPU(t, dt), newCPU(t)
 				require.NoError(t, b.SetGemvMaxM(maxM))
-				for _, sh := range []struct{ n, k int }{{4096, 14336}, {37, 264}, {130, 1000}, {64, 36}} {
+				// n = 20000: more than one wave of blocks at m <= 2 (see TestLinearSkinny).
+				for _, sh := range []struct{ n, k int }{{4096, 14336}, {37, 264}, {130, 1000}, {64, 36}, {20000, 264}} {
 					w := weight(t, b, c, randVals(dt, sh.n*sh.k, 0.05), sh.n, sh.k)
 					for _, m := range []int{1, 2, 3, 4, 5, 9} {
 						gu := activation(b, randVals(dt, m*2*sh.k, 1), m, 2*sh.k)

@@ -177,12 +177,14 @@ func TestArgmaxRows(t *testing.T) {
 // TestLinearSkinny runs every m of 1..17 through the skinny GEMM kernel (threshold raised so m =
 // 17 takes two launches, 16 + 1 rows) at widths that cross the warp, block and 16-byte vector
 // boundaries: k = 4100 and 13 are not whole vectors and fall back to the BLAS, as does an x
-// that is not 16-byte aligned.
+// that is not 16-byte aligned. n = 20000 and 9000 need more than one wave of blocks on an
+// H200 at m <= 2 (ATOM_GO_GEMV_PIPELINE=4 then loops each block over several row groups: one
+// warp per group at k = 264, eight at 4096, a partial last group at 20000).
 func TestLinearSkinny(t *testing.T) {
 	for _, dt := range testDTypes {
 		b, c := newGPU(t, dt), newCPU(t)
 		require.NoError(t, b.SetGemvMaxM(64))
-		for _, nk := range [][2]int{{1, 4096}, {33, 4096}, {4096, 4096}, {33, 4100}, {4096, 13}, {1, 13}, {40, 24}} {
+		for _, nk := range [][2]int{{1, 4096}, {33, 4096}, {4096, 4096}, {33, 4100}, {4096, 13}, {1, 13}, {40, 24}, {20000, 264}, {9000, 4096}} {
 			n, k := nk[0], nk[1]
 			w := weight(t, b, c, randVals(dt, n*k, 1/math.Sqrt(float64(k))), n, k)
 			bias := weight(t, b, c, randVals(dt, n, 1), n)
