@@ -129,6 +129,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_PDL_NOTRIGGER", "", "gpu: comma-separated kernels (rope, gemv, o_gemv, attention, merge) that only wait, so their successor launches when they complete (for measurements; read by libatomk)"},
 	{"ATOM_GO_ATTN_ROPE", "0", "gpu: 1 rotates q and the new k inside the decode attention kernel (no RoPE kernel in decode steps; 16-bit, whole-head rotary; for measurements; read by libatomk)"},
 	{"ATOM_GO_SKIP_KERNELS", "", "gpu: comma-separated kernels not to run (rope, attention, merge, norm, gemv): wrong results, for timing what they cost (read by libatomk)"},
+	{"ATOM_GO_GEMV_ONE_WAVE", "0", "gpu: percent; the skinny GEMM splits k the least that still gives a single wave of blocks at least this full (0 off; for measurements; read by libatomk)"},
 	{"ATOM_GO_GEMV_PREFETCH", "0", "gpu: loop steps of weights the skinny kernel fetches into L2 before waiting on its predecessor (0-64; for measurements; read by libatomk)"},
 	{"ATOM_GO_NCCL", "", "gpu: path of the NCCL/RCCL library for tensor parallelism (default: the system's; read by libatomk)"},
 	{"ATOM_GO_PLUGIN_COOKIE", "", "go-plugin handshake cookie, set by the host that starts atom-plugin (bridge.MagicCookieValue)"},

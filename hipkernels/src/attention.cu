@@ -158,26 +158,30 @@ constexpr int kMergeRound = 24;
 // in shared memory, rescaled to the common maximum. One round of loads and one barrier: the
 // merge sits between the attention and the output projection, and every round trip there is on
 // the decode step's critical path. head_dim <= kMergeThreads.
+// Only the partitions holding positions are read (split_count of the token's context, with
+// the partition and quantum the attention kernel used): the others' acc and l were never
+// written (merge_warps_store), so reading them costs DRAM round trips for nothing.
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
 attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const float* part_l, int head_dim,
-                       int splits, int pdl_mode) {
+                       int splits, const int32_t* positions, int partition, int quantum, int pdl_mode) {
     atomk_pdl_enter_mode(pdl_mode);
     __shared__ float sums[kMergeThreads];
     __shared__ float group_m[kMergeThreads], group_l[kMergeThreads];
     const size_t row = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
+    const int active = split_count(positions[blockIdx.x] + 1, splits, partition, quantum);
     const float* m = part_m + row * splits;
     const float* l = part_l + row * splits;
     const float* acc = part_acc + row * splits * head_dim;
     const int tid = threadIdx.x, groups = blockDim.x / head_dim, grp = tid / head_dim, d = tid % head_dim;
     if (grp < groups) {
         float mx = -INFINITY, a = 0.f, den = 0.f;
-        for (int s0 = grp; s0 < splits; s0 += kMergeRound * groups) {
+        for (int s0 = grp; s0 < active; s0 += kMergeRound * groups) {
             float ms[kMergeRound], as[kMergeRound], ls[kMergeRound];
 #pragma unroll
             for (int u = 0; u < kMergeRound; ++u) {
                 const int s = s0 + u * groups;
-                const bool in = s < splits;
+                const bool in = s < active;
                 ms[u] = in ? m[s] : -INFINITY;
                 ls[u] = in ? l[s] : 0.f;
                 as[u] = in ? acc[(size_t)s * head_dim + d] : 0.f;
@@ -275,6 +279,7 @@ struct AttnLaunch {
     unsigned* counters;  // NULL: the merge kernel merges the partitions
     const int32_t *token_seq, *positions, *tables;
     int stride, num_heads, num_kv_heads, hpb, head_dim, block_size, partition;
+    int quantum;  // split_range's quantum of the kernel that ran (launch_decode sets it)
     float scale;
     const void* rope;  // RopeIn<T> of a Rope launch (the tensor-core kernel only), else NULL
 };
@@ -307,7 +312,7 @@ int launch_portable_dpl(const AttnLaunch& L, T* out, const T* q, const T* kc, co
 // Runs the tensor-core decode kernel when it applies (CUDA, 16-bit, head_dim 64/128/256,
 // 16-byte aligned rows); returns ATOMK_ERR_UNSUPPORTED otherwise, launching nothing.
 template <typename T>
-int launch_decode(const AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
+int launch_decode(AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
 #if defined(ATOMK_CUDA)
     if constexpr (sizeof(T) == 2) {
         if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % 16 != 0) return ATOMK_ERR_UNSUPPORTED;
@@ -318,10 +323,12 @@ int launch_decode(const AttnLaunch& L, T* out, const T* q, const T* kc, const T*
         L.grid, kWarps * 32, 0, L.stream, \
         out, L.pa, L.pm, L.pl, L.counters, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, \
         L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, atomk_pdl_mode("attention"), rope)
-        if (L.head_dim == 64) ATOMK_DECODE(64);
-        else if (L.head_dim == 128) ATOMK_DECODE(128);
-        else if (L.head_dim == 256) ATOMK_DECODE(256);
-        else return ATOMK_ERR_UNSUPPORTED;
+        switch (L.head_dim) {  // the quantum is the one of the kernel's split_range (the merge's too)
+            case 64: L.quantum = 8 * DecodeTiles<64>::value * kWarps; ATOMK_DECODE(64); break;
+            case 128: L.quantum = 8 * DecodeTiles<128>::value * kWarps; ATOMK_DECODE(128); break;
+            case 256: L.quantum = 8 * DecodeTiles<256>::value * kWarps; ATOMK_DECODE(256); break;
+            default: return ATOMK_ERR_UNSUPPORTED;
+        }
 #undef ATOMK_DECODE
         ATOMK_LAUNCHED("decode_attention");
         return ATOMK_OK;
@@ -337,16 +344,18 @@ int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, con
     T* o = static_cast<T*>(out);
     const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(kc), *vt = static_cast<const T*>(vc);
     int st = ATOMK_OK;
+    L.quantum = 1;
     if (!atomk_skip("attention")) {
         st = launch_decode<T>(L, o, qt, kt, vt);
         if (st == ATOMK_ERR_UNSUPPORTED && !L.rope) {  // a Rope launch has no portable form
             L.counters = nullptr;
+            L.quantum = 1;  // paged_attention_kernel's split_range
             st = launch_portable_dpl<T>(L, o, qt, kt, vt);
         }
     }
     if (st != ATOMK_OK || splits <= 1 || L.counters || atomk_skip("merge")) return st;
     atomk_launch_kind("merge", attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
-                 L.pl, L.head_dim, splits, atomk_pdl_mode("merge"));
+                 L.pl, L.head_dim, splits, L.positions, L.partition, L.quantum, atomk_pdl_mode("merge"));
     ATOMK_LAUNCHED("attention_merge");
     return ATOMK_OK;
 }

@@ -26,15 +26,23 @@ constexpr int kPrefetchPositions = 64;  // K/V rows a decode block fetches into 
 // rounded up to a multiple of `quantum`: the token's own context divided evenly, whatever bound
 // on the context chose S (a graph captured for the longest sequence still spreads a short one).
 // Trailing partitions may be empty.
+__device__ __forceinline__ int split_positions(int ctx, int splits, int partition, int quantum) {
+    if (splits <= 1) return ctx;
+    const int part = max((ctx + splits - 1) / splits, min(partition, kMinSplitPositions));
+    return (part + quantum - 1) / quantum * quantum;
+}
+
 __device__ __forceinline__ void split_range(int ctx, int split, int splits, int partition, int quantum, int* begin,
                                             int* end) {
-    int part = ctx;
-    if (splits > 1) {
-        part = max((ctx + splits - 1) / splits, min(partition, kMinSplitPositions));
-        part = (part + quantum - 1) / quantum * quantum;
-    }
+    const int part = split_positions(ctx, splits, partition, quantum);
     *begin = min(ctx, split * part);
     *end = min(ctx, *begin + part);
+}
+
+// The partitions of split_range that hold positions (a prefix; the rest are empty).
+__device__ __forceinline__ int split_count(int ctx, int splits, int partition, int quantum) {
+    const int part = split_positions(ctx, splits, partition, quantum);
+    return min(splits, (ctx + part - 1) / part);
 }
 
 // The end of both kernels: merges the kWarps warps' results of the block's hpb query heads from
@@ -474,10 +482,11 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
         rope_prologue<T, D>(rope, q_frag, k_new, v_new, t, h0, hpb, num_heads, num_kv_heads, (float)positions[t],
                             own >= 0);
     } else {
+        // A block past the token's context (begin == end) computes nothing: it loads no Q.
         for (int j = threadIdx.x; j < KP * 32; j += blockDim.x) {
             const int i = j / 32, gj = j % 32 / 4, cj = j % 4;
             const T* qh = q + ((size_t)t * num_heads + h0 + gj) * D;
-            q_frag[j] = gj < hpb ? load16(qh + 8 * (cj + 4 * i)) : make_uint4(0, 0, 0, 0);
+            q_frag[j] = gj < hpb && begin < end ? load16(qh + 8 * (cj + 4 * i)) : make_uint4(0, 0, 0, 0);
         }
         __syncthreads();
     }

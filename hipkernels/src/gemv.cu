@@ -332,13 +332,19 @@ int resident_blocks(size_t smem) {
 // full costs nearly as much time as a full one. H200, m = 1 (TestPerfGemv, 2026-12-03): the
 // 6144-wide q|k|v at 1.45 waves moved 2.86 TB/s, at 2.9 waves (kw 4) 3.73; gate|up 4.01 ->
 // 4.11. A larger kw (more, shorter warps) is taken only when it fills the waves at least 5%
-// better, since each split of k costs a reduction.
+// better, since each split of k costs a reduction. With ATOM_GO_GEMV_ONE_WAVE=P (percent; 0,
+// the default, off; for measurements) the smallest kw whose grid is one wave at least P% full
+// comes first: a wave partly empty may beat several whole ones with a ragged end.
 int warps_per_group(int groups, int k8, int resident) {
+    auto blocks_of = [&](int kw) { return (long)(groups + kWarps / kw - 1) / (kWarps / kw); };
     auto fill = [&](int kw) {  // fraction of the waves' block slots the grid uses
-        const long blocks = (groups + kWarps / kw - 1) / (kWarps / kw);
-        const long waves = (blocks + resident - 1) / resident;
+        const long blocks = blocks_of(kw), waves = (blocks + resident - 1) / resident;
         return (double)blocks / (double)(waves * resident);
     };
+    static const int one_wave = atomk_env_int("ATOM_GO_GEMV_ONE_WAVE", 0, 0, 100);
+    if (one_wave > 0 && resident > 0)
+        for (int kw = 1; kw <= kWarps && (kw == 1 || (long)kw * ATOMK_WARP_SIZE <= k8); kw *= 2)
+            if (blocks_of(kw) <= resident && blocks_of(kw) * 100 >= (long)one_wave * resident) return kw;
     if (resident <= 0) {  // no occupancy figure: enough warps to cover the latency
         int kw = 1;
         while (kw < kWarps && (long)groups * kw < kTargetWarps && (long)(2 * kw) * ATOMK_WARP_SIZE <= k8) kw *= 2;
