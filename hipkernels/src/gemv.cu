@@ -47,9 +47,7 @@ template <int M, int X = kPlainX, int P = 0> struct Tile {
     static constexpr int U = P == 0 ? kDepth : kDepth > 1 ? kDepth / 2 : 1;
     // Blocks per SM the register allocation must allow: without it ptxas caps the larger M at
     // 128 registers and spills; with it the small M keep their occupancy.
-    // The looping form (P = 3) with SwiGLU input needs a few registers more than 64 (it spilled
-    // 16 bytes at 4 blocks); its loads in flight do not need the fourth block.
-    static constexpr int kMinBlocks = G && P == 3 ? 3 : M <= 2 ? 4 : M <= 8 ? 2 : 1;
+    static constexpr int kMinBlocks = M <= 2 ? 4 : M <= 8 ? 2 : 1;
 };
 
 // Fetches U·R weight chunks of a lane (chunks c0, c0 + stride, ... of each row) into L2.
@@ -94,24 +92,94 @@ __device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U
     }
 }
 
-// Points wrow at rows row0 .. row0 + R - 1 of w (rows past n read row n - 1, valid memory, and
-// are not written).
-template <int R>
-__device__ __forceinline__ void set_rows(const uint4* (&wrow)[R], const void* w, int row0, int n, int k8) {
+// One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
+// out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row. P selects the loop:
+// 0 one step at a time, 1 pipelined with the first step loaded before the PDL wait, 2
+// pipelined with every load after it (see pipeline_mode). X is the Input; with kNormX (M = 1)
+// x is unused and the launch gives k8 * 16 bytes of dynamic shared memory; with kSumNormX x is
+// r · w_norm (norm holds eps and the sums). O is the Output: with kResidualOut (M = 1) out is the
+// residual stream, read and written, and norm holds the next norm's weight, the row for r · w
+// (res_out) and the sums.
+template <typename T, int M, int X, int P = 0, int O = kPlainOut>
+__global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
+                                                        const T* __restrict__ w, const T* __restrict__ bias,
+                                                        int n, int k8, int kw, int prefetch, NormIn<T> norm,
+                                                        int pdl_mode) {
+    static_assert((X != kNormX && X != kSumNormX && O == kPlainOut) || M == 1, "the fused norms take one row");
+    constexpr int R = Tile<M, X, P>::R, U = Tile<M, X, P>::U;
+    extern __shared__ uint4 staged[];  // kNormX: the normalised row
+    __shared__ float partial[kWarps][M * R];
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
+    const int slice = warp % kw;                                       // this warp's share of k
+    const int row0 = (blockIdx.x * (kWarps / kw) + warp / kw) * R;     // first row of w of the group
+    const uint4* x4 = X == kNormX ? staged : reinterpret_cast<const uint4*>(x);
+    // kResidualOut: the residual value this lane adds to and the norm weight of its row (lane
+    // r < R of the group's first warp writes row row0 + r), loaded after the wait, used at the end.
+    float res_old = 0.f, norm_w = 0.f;
+    // kSumNormX: rsqrt(mean(r²) + eps) of the row, from the producer's partial sums, read right
+    // after the wait, while the first step's weights are in flight: read in the epilogue, the
+    // round trip lengthened every block's tail (runner step 4.380 ms against 4.444 in one call
+    // with it here, 4.555 against 4.477 with it at the end; H200, 2026-12-03).
+    float inv = 1.f;
+    auto after_wait = [&] {
+        if constexpr (O == kResidualOut)
+            if (slice == 0 && lane < R && row0 + lane < n) {
+                res_old = atomk_to_float(out[row0 + lane]);
+                norm_w = atomk_to_float(norm.w[row0 + lane]);
+            }
+        if constexpr (X == kSumNormX)
+            if (slice == 0) inv = rsqrtf(sum_partials(norm.sums, norm.count) / (float)(k8 * 8) + norm.eps);
+    };
+    const uint4* wrow[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) wrow[r] = reinterpret_cast<const uint4*>(w) + (size_t)min(row0 + r, n - 1) * k8;
-}
+    for (int r = 0; r < R; ++r)  // rows past n read row n-1 (valid memory) and are not written
+        wrow[r] = reinterpret_cast<const uint4*>(w) + (size_t)min(row0 + r, n - 1) * k8;
 
-// The end of a row group: acc reduced over the lanes and, with kw > 1, over the group's warps
-// (the others hand their sums to the first through shared memory); the first warp's lanes store
-// the outputs. kResidualOut adds them to res_old (the residual value of the lane's row), writes
-// the sum times norm_w to norm.res_out and adds its square to sq. Every thread of the block
-// calls it (the barriers); with Again the partial sums are reused by a later group, so a second
-// barrier keeps a fast warp from overwriting them before they are read.
-template <typename T, int M, int R, int O, bool Again>
-__device__ __forceinline__ void store_group(float (&acc)[M][R], float (*partial)[M * R], int kw, int slice, int warp,
-                                            int lane, int row0, int n, T* out, const T* bias, float inv,
-                                            float res_old, float norm_w, const NormIn<T>& norm, float& sq) {
+    float acc[M][R];
+#pragma unroll
+    for (int i = 0; i < M; ++i)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
+
+    const int stride = kw * ATOMK_WARP_SIZE;  // chunks between one lane's consecutive chunks
+    // The first `prefetch` steps' weights may be fetched into L2 before the wait for the
+    // previous kernel (weights are never a kernel's output); off by default (prefetch_steps).
+    // Only at the m the skinny kernel serves by default: the larger tiles are short of
+    // registers already (the prefetch addresses made ptxas spill).
+    if constexpr (M <= 2)
+        for (int p = 0; p < prefetch; ++p) prefetch_step<U, R>(wrow, slice * ATOMK_WARP_SIZE + lane + p * U * stride, stride, k8);
+    if constexpr (P != 0) {
+        // Every step's loads are issued before the arithmetic of the step before, so a warp
+        // never waits on memory with nothing in flight; with P = 1 the first step's weights are
+        // loaded before the wait for the previous kernel (weights are no kernel's output).
+        int c0 = slice * ATOMK_WARP_SIZE + lane;
+        uint4 wv[U][R];
+        if constexpr (P == 2) atomk_pdl_enter_mode(pdl_mode);
+        load_step<U, R>(wv, wrow, c0, stride, k8);
+        if constexpr (P == 1) atomk_pdl_enter_mode(pdl_mode);
+        after_wait();
+        if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
+        for (; c0 < k8; c0 += U * stride) {
+            uint4 next[U][R];
+            load_step<U, R>(next, wrow, c0 + U * stride, stride, k8);
+            dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
+        }
+    } else {
+        atomk_pdl_enter_mode(pdl_mode);
+        after_wait();
+        if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
+        for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
+            uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
+            load_step<U, R>(wv, wrow, c0, stride, k8);
+            dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
+        }
+    }
+
+    // Reduce over the lanes; with kw > 1 the group's other warps hand their sums to its first.
 #pragma unroll
     for (int i = 0; i < M; ++i)
 #pragma unroll
@@ -133,166 +201,27 @@ __device__ __forceinline__ void store_group(float (&acc)[M][R], float (*partial)
                     if (lane == (i * R + r) % ATOMK_WARP_SIZE)
                         for (int s = 1; s < kw; ++s) acc[i][r] += partial[warp + s][i * R + r];
         }
-        if (Again) __syncthreads();
     }
-    if (slice != 0) return;
+    if (O == kPlainOut && slice != 0) return;
+    float sq = 0.f;  // kResidualOut: this lane's share of the block's sum of squares
+    if (slice == 0) {
 #pragma unroll
-    for (int i = 0; i < M; ++i)
+        for (int i = 0; i < M; ++i)
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const int row = row0 + r;
-            if (lane == (i * R + r) % ATOMK_WARP_SIZE && row < n) {
-                const float b = bias ? atomk_to_float(bias[row]) : 0.f;
-                T y = atomk_from_float<T>(acc[i][r] * inv + b);
-                if constexpr (O == kResidualOut) {  // rounded as atomk_rms_norm's residual add stores it
-                    y = atomk_from_float<T>(res_old + atomk_to_float(y));
-                    const float f = atomk_to_float(y);
-                    sq += f * f;
-                    norm.res_out[row] = atomk_from_float<T>(f * norm_w);
+            for (int r = 0; r < R; ++r) {
+                const int row = row0 + r;
+                if (lane == (i * R + r) % ATOMK_WARP_SIZE && row < n) {
+                    const float b = bias ? atomk_to_float(bias[row]) : 0.f;
+                    T y = atomk_from_float<T>(acc[i][r] * inv + b);
+                    if constexpr (O == kResidualOut) {  // rounded as atomk_rms_norm's residual add stores it
+                        y = atomk_from_float<T>(res_old + atomk_to_float(y));
+                        const float f = atomk_to_float(y);
+                        sq += f * f;
+                        norm.res_out[row] = atomk_from_float<T>(f * norm_w);
+                    }
+                    out[(size_t)i * n + row] = y;
                 }
-                out[(size_t)i * n + row] = y;
             }
-        }
-}
-
-// One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
-// out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row. P selects the loop:
-// 0 one step at a time, 1 pipelined with the first step loaded before the PDL wait, 2
-// pipelined with every load after it, 3 as 1 over several groups (see pipeline_mode). X is
-// the Input; with kNormX (M = 1) x is unused and the launch gives k8 * 16 bytes of dynamic
-// shared memory; with kSumNormX x is r · w_norm (norm holds eps and the sums). O is the
-// Output: with kResidualOut (M = 1) out is the residual stream, read and written, and norm
-// holds the next norm's weight, the row for r · w (res_out) and the sums.
-template <typename T, int M, int X, int P = 0, int O = kPlainOut>
-__global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
-                                                        const T* __restrict__ w, const T* __restrict__ bias,
-                                                        int n, int k8, int kw, int prefetch, NormIn<T> norm,
-                                                        int pdl_mode) {
-    static_assert((X != kNormX && X != kSumNormX && O == kPlainOut) || M == 1, "the fused norms take one row");
-    static_assert(P != 3 || X != kNormX, "the norm prologue stages one row group's input");
-    constexpr int R = Tile<M, X, P>::R, U = Tile<M, X, P>::U;
-    extern __shared__ uint4 staged[];  // kNormX: the normalised row
-    __shared__ float partial[kWarps][M * R];
-    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
-    const int slice = warp % kw;                                 // this warp's share of k
-    const int per_block = kWarps / kw;                           // row groups of a block
-    int row0 = (blockIdx.x * per_block + warp / kw) * R;         // first row of w of the group
-    const uint4* x4 = X == kNormX ? staged : reinterpret_cast<const uint4*>(x);
-    // kResidualOut: the residual value this lane adds to and the norm weight of its row (lane
-    // r < R of the group's first warp writes row row0 + r), loaded after the wait, used at the end.
-    float res_old = 0.f, norm_w = 0.f, sq = 0.f;
-    auto load_residual = [&] {
-        if constexpr (O == kResidualOut)
-            if (slice == 0 && lane < R && row0 + lane < n) {
-                res_old = atomk_to_float(out[row0 + lane]);
-                norm_w = atomk_to_float(norm.w[row0 + lane]);
-            }
-    };
-    // kSumNormX: rsqrt(mean(r²) + eps) of the row, from the producer's partial sums, read right
-    // after the wait, while the first step's weights are in flight: read in the epilogue, the
-    // round trip lengthened every block's tail (runner step 4.380 ms against 4.444 in one call
-    // with it here, 4.555 against 4.477 with it at the end; H200, 2026-12-03).
-    float inv = 1.f;
-    auto after_wait = [&] {
-        load_residual();
-        if constexpr (X == kSumNormX)
-            if (slice == 0) inv = rsqrtf(sum_partials(norm.sums, norm.count) / (float)(k8 * 8) + norm.eps);
-    };
-    const uint4* wrow[R];
-    set_rows<R>(wrow, w, row0, n, k8);
-
-    float acc[M][R];
-#pragma unroll
-    for (int i = 0; i < M; ++i)
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
-
-    const int stride = kw * ATOMK_WARP_SIZE;  // chunks between one lane's consecutive chunks
-    // The first `prefetch` steps' weights may be fetched into L2 before the wait for the
-    // previous kernel (weights are never a kernel's output); off by default (prefetch_steps).
-    // Only at the m the skinny kernel serves by default: the larger tiles are short of
-    // registers already (the prefetch addresses made ptxas spill).
-    if constexpr (M <= 2)
-        for (int p = 0; p < prefetch; ++p) prefetch_step<U, R>(wrow, slice * ATOMK_WARP_SIZE + lane + p * U * stride, stride, k8);
-    if constexpr (P == 3) {
-        // The grid is at most one wave of resident blocks; each block streams groups blockIdx.x,
-        // blockIdx.x + gridDim.x, ... and the next group's first loads are issued before the
-        // current group's last arithmetic, so a warp's stream never drains between groups and
-        // every block ends within about one group of the others (a grid of many waves ends
-        // with a ragged last wave: its blocks start as earlier ones finish).
-        const int groups = (n + R - 1) / R, blocks = (groups + per_block - 1) / per_block;
-        const int step = U * stride, steps = (k8 + step - 1) / step, c_first = slice * ATOMK_WARP_SIZE + lane;
-        int b = blockIdx.x, s = 0, c0 = c_first;
-        uint4 wv[U][R];
-        load_step<U, R>(wv, wrow, c0, stride, k8);
-        atomk_pdl_enter_mode(pdl_mode);
-        if constexpr (X == kSumNormX)
-            if (slice == 0) inv = rsqrtf(sum_partials(norm.sums, norm.count) / (float)(k8 * 8) + norm.eps);
-        for (;;) {
-            const bool last = s == steps - 1;  // uniform over the block
-            const int b_next = last ? b + (int)gridDim.x : b, c_next = last ? c_first : c0 + step;
-            uint4 next[U][R];
-            if (b_next < blocks) {
-                if (last) set_rows<R>(wrow, w, (b_next * per_block + warp / kw) * R, n, k8);
-                load_step<U, R>(next, wrow, c_next, stride, k8);
-            }
-            dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
-            if (last) {
-                // The residual values are loaded here, not held through the group: the registers
-                // are short (the SwiGLU form spilled), and the next group's loads are in flight.
-                load_residual();
-                store_group<T, M, R, O, true>(acc, partial, kw, slice, warp, lane, row0, n, out, bias, inv, res_old,
-                                              norm_w, norm, sq);
-                if (b_next >= blocks) break;
-                b = b_next;
-                s = 0;
-                row0 = (b * per_block + warp / kw) * R;
-#pragma unroll
-                for (int i = 0; i < M; ++i)
-#pragma unroll
-                    for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
-            } else {
-                ++s;
-            }
-            c0 = c_next;
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-#pragma unroll
-                for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
-        }
-    } else {
-        if constexpr (P != 0) {
-            // Every step's loads are issued before the arithmetic of the step before, so a warp
-            // never waits on memory with nothing in flight; with P = 1 the first step's weights
-            // are loaded before the wait for the previous kernel (weights are no kernel's output).
-            int c0 = slice * ATOMK_WARP_SIZE + lane;
-            uint4 wv[U][R];
-            if constexpr (P == 2) atomk_pdl_enter_mode(pdl_mode);
-            load_step<U, R>(wv, wrow, c0, stride, k8);
-            if constexpr (P == 1) atomk_pdl_enter_mode(pdl_mode);
-            after_wait();
-            if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
-            for (; c0 < k8; c0 += U * stride) {
-                uint4 next[U][R];
-                load_step<U, R>(next, wrow, c0 + U * stride, stride, k8);
-                dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-#pragma unroll
-                    for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
-            }
-        } else {
-            atomk_pdl_enter_mode(pdl_mode);
-            after_wait();
-            if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
-            for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
-                uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
-                load_step<U, R>(wv, wrow, c0, stride, k8);
-                dot_step<T, M, U, R, X>(acc, wv, x4, c0, stride, k8);
-            }
-        }
-        store_group<T, M, R, O, false>(acc, partial, kw, slice, warp, lane, row0, n, out, bias, inv, res_old, norm_w,
-                                       norm, sq);
     }
     if constexpr (O == kResidualOut) {  // every thread is still here: the block's sum, in a fixed order
         __shared__ float block_sq[kWarps];
@@ -332,19 +261,13 @@ int resident_blocks(size_t smem) {
 // full costs nearly as much time as a full one. H200, m = 1 (TestPerfGemv, 2026-12-03): the
 // 6144-wide q|k|v at 1.45 waves moved 2.86 TB/s, at 2.9 waves (kw 4) 3.73; gate|up 4.01 ->
 // 4.11. A larger kw (more, shorter warps) is taken only when it fills the waves at least 5%
-// better, since each split of k costs a reduction. With ATOM_GO_GEMV_ONE_WAVE=P (percent; 0,
-// the default, off; for measurements) the smallest kw whose grid is one wave at least P% full
-// comes first: a wave partly empty may beat several whole ones with a ragged end.
+// better, since each split of k costs a reduction.
 int warps_per_group(int groups, int k8, int resident) {
-    auto blocks_of = [&](int kw) { return (long)(groups + kWarps / kw - 1) / (kWarps / kw); };
     auto fill = [&](int kw) {  // fraction of the waves' block slots the grid uses
-        const long blocks = blocks_of(kw), waves = (blocks + resident - 1) / resident;
+        const long blocks = (groups + kWarps / kw - 1) / (kWarps / kw);
+        const long waves = (blocks + resident - 1) / resident;
         return (double)blocks / (double)(waves * resident);
     };
-    static const int one_wave = atomk_env_int("ATOM_GO_GEMV_ONE_WAVE", 0, 0, 100);
-    if (one_wave > 0 && resident > 0)
-        for (int kw = 1; kw <= kWarps && (kw == 1 || (long)kw * ATOMK_WARP_SIZE <= k8); kw *= 2)
-            if (blocks_of(kw) <= resident && blocks_of(kw) * 100 >= (long)one_wave * resident) return kw;
     if (resident <= 0) {  // no occupancy figure: enough warps to cover the latency
         int kw = 1;
         while (kw < kWarps && (long)groups * kw < kTargetWarps && (long)(2 * kw) * ATOMK_WARP_SIZE <= k8) kw *= 2;
@@ -369,10 +292,7 @@ int prefetch_steps() {
 // The loop of the next launch at m <= 2 (ATOM_GO_GEMV_PIPELINE, read once; for measurements):
 // 0 one step at a time; 1 pipelined, first loads before the PDL wait (the default); 2 as 1,
 // except the first launch after an attention launch on this thread (the projection of the
-// attention output); 3 pipelined, every load after the wait; 4 as 1 on a grid of at most one
-// wave of resident blocks, each looping over row groups, where mode 1's grid has more than one
-// wave (P = 3 in gemv_kernel; launch_loop); 5 as 4 for grids of at most four waves only.
-// Back-to-back (TestPerfGemv,
+// attention output); 3 pipelined, every load after the wait. Back-to-back (TestPerfGemv,
 // m = 1) mode 1 is the faster one (down 0.0309 -> 0.0288 ms, o 0.0078 -> 0.0074, LM head
 // 0.2389 -> 0.2352). In the decode step it lost (4.74 ms against 4.68) while the merge kernel
 // was launched with PDL, which put the o projection's early loads beside the attention's KV
@@ -380,13 +300,11 @@ int prefetch_steps() {
 // call, runner step at batch 1, 3 runs each, 4.441 ms against 4.699 with mode 0 (mode 2
 // 4.561, mode 3 4.566; docs/bench-results.md, 2026-12-03 13:47).
 int pipeline_mode(bool after_attention) {
-    static const int mode = atomk_env_int("ATOM_GO_GEMV_PIPELINE", 1, 0, 5);
+    static const int mode = atomk_env_int("ATOM_GO_GEMV_PIPELINE", 1, 0, 3);
     switch (mode) {
         case 1: return 1;
         case 2: return after_attention ? 0 : 1;
         case 3: return 2;
-        case 4: return 3;
-        case 5: return 4;
     }
     return 0;
 }
@@ -395,21 +313,13 @@ int pipeline_mode(bool after_attention) {
 // "o_gemv" for the projection launched right after an attention, "gemv" for the others. With
 // max_blocks > 0 a grid of more blocks is not launched (ATOMK_ERR_UNSUPPORTED; a kResidualOut
 // launch writes a partial sum per block); *blocks (when not NULL) receives the grid's size.
-// A P = 1 grid of more than one and at most loop_waves waves of resident blocks is launched as
-// P = 3 (one wave, each block looping over row groups); a grid of one wave has no ragged end
-// to remove.
 template <typename T, int M, int X, int P, int O>
 int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, const NormIn<T>& norm, gpuStream_t s,
-                const char* kind, int max_blocks, int* blocks_out, int loop_waves = 0) {
+                const char* kind, int max_blocks, int* blocks_out) {
     const int k8 = k / 8, groups = (n + Tile<M, X, P>::R - 1) / Tile<M, X, P>::R;
     const size_t smem = X == kNormX ? (size_t)k8 * sizeof(uint4) : 0;
-    const int resident = resident_blocks<T, M, X, P, O>(smem);
-    const int kw = warps_per_group(groups, k8, resident), per_block = kWarps / kw;
-    unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
-    if constexpr (P == 1)
-        if (resident > 0 && blocks > (unsigned)resident && (long long)blocks <= (long long)resident * loop_waves)
-            return launch_loop<T, M, X, 3, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks_out);
-    if (P == 3 && resident > 0 && blocks > (unsigned)resident) blocks = (unsigned)resident;
+    const int kw = warps_per_group(groups, k8, resident_blocks<T, M, X, P, O>(smem)), per_block = kWarps / kw;
+    const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
     if (max_blocks > 0 && blocks > (unsigned)max_blocks) return ATOMK_ERR_UNSUPPORTED;
     if (blocks_out) *blocks_out = (int)blocks;
     atomk_launch_kind(kind, gemv_kernel<T, M, X, P, O>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw,
@@ -430,8 +340,6 @@ int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStrea
         switch (pipeline_mode(after_attention)) {
             case 1: return launch_loop<T, M, X, 1, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks);
             case 2: return launch_loop<T, M, X, 2, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks);
-            case 3: return launch_loop<T, M, X, 1, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks, 1 << 20);
-            case 4: return launch_loop<T, M, X, 1, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks, 4);
         }
     }
     return launch_loop<T, M, X, 0, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks);

@@ -178,8 +178,8 @@ func TestArgmaxRows(t *testing.T) {
 // 17 takes two launches, 16 + 1 rows) at widths that cross the warp, block and 16-byte vector
 // boundaries: k = 4100 and 13 are not whole vectors and fall back to the BLAS, as does an x
 // that is not 16-byte aligned. n = 20000 and 9000 need more than one wave of blocks on an
-// H200 at m <= 2 (ATOM_GO_GEMV_PIPELINE=4 then loops each block over several row groups: one
-// warp per group at k = 264, eight at 4096, a partial last group at 20000).
+// H200 at m <= 2 (one warp per row group at k = 264, several at 4096, a partial last group
+// at 20000).
 func TestLinearSkinny(t *testing.T) {
 	for _, dt := range testDTypes {
 		b, c := newGPU(t, dt), newCPU(t)

@@ -28,8 +28,7 @@ func TestLinearResidual(t *testing.T) {
 			// h: the residual width (the projection's output, the next one's input); k: the
 			// projection's input; n: the next projection's output. h = 37 leaves the next
 			// NormLinear unfused (h % 8), after a fused add. h = 20000: more than one wave of
-			// blocks (with ATOM_GO_GEMV_PIPELINE=4 each block loops over row groups and leaves
-			// one partial sum for all of them).
+			// blocks, each leaving its partial sum of squares.
 			for _, sh := range []struct{ h, k, n int }{{4096, 4096, 1536}, {264, 136, 40}, {37, 264, 24}, {4096, 14336, 512}, {20000, 264, 40}} {
 				w := weight(t, b, c, randVals(dt, sh.h*sh.k, 1/math.Sqrt(float64(sh.k))), sh.h, sh.k)
 				nw := weight(t, b, c, randVals(dt, sh.h, 1), sh.h)
