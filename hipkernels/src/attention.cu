@@ -344,12 +344,11 @@ int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, con
     T* o = static_cast<T*>(out);
     const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(kc), *vt = static_cast<const T*>(vc);
     int st = ATOMK_OK;
-    L.quantum = 1;
+    L.quantum = 1;  // paged_attention_kernel's split_range; launch_decode sets its own
     if (!atomk_skip("attention")) {
         st = launch_decode<T>(L, o, qt, kt, vt);
         if (st == ATOMK_ERR_UNSUPPORTED && !L.rope) {  // a Rope launch has no portable form
             L.counters = nullptr;
-            L.quantum = 1;  // paged_attention_kernel's split_range
             st = launch_portable_dpl<T>(L, o, qt, kt, vt);
         }
     }

@@ -25,7 +25,7 @@ constexpr int kPrefetchPositions = 64;  // K/V rows a decode block fetches into 
 // S splits each covers P = ceil(ctx/S) positions (at least min(partition, kMinSplitPositions)),
 // rounded up to a multiple of `quantum`: the token's own context divided evenly, whatever bound
 // on the context chose S (a graph captured for the longest sequence still spreads a short one).
-// Trailing partitions may be empty.
+// Trailing partitions may be empty. split_positions is P.
 __device__ __forceinline__ int split_positions(int ctx, int splits, int partition, int quantum) {
     if (splits <= 1) return ctx;
     const int part = max((ctx + splits - 1) / splits, min(partition, kMinSplitPositions));
