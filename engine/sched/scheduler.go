@@ -279,6 +279,9 @@ func (s *Scheduler) AppendToken(seq *Sequence, tok int32) {
 	if seq.Status == Finished {
 		return
 	}
+	if seq.pending > 0 {
+		panic(fmt.Sprintf("sched: AppendToken: sequence %q has %d pending tokens to resolve first", seq.ID, seq.pending))
+	}
 	if seq.Len() >= s.cfg.MaxModelLen {
 		panic(fmt.Sprintf("sched: AppendToken: sequence %q already has MaxModelLen=%d tokens", seq.ID, s.cfg.MaxModelLen))
 	}

@@ -73,6 +73,10 @@ type Sequence struct {
 	numRegistered int
 	// numPreemptions counts how often this sequence lost its KV.
 	numPreemptions int
+	// pending counts the tokens at the end of TokenIDs that are placeholders
+	// for draws still on the device (Scheduler.ScheduleAhead); their blocks
+	// are not hashed until ResolvePending fills them in.
+	pending int
 }
 
 // NewSequence returns a waiting sequence whose tokens are a copy of prompt;
@@ -88,6 +92,9 @@ func NewSequence(id string, prompt []int32) *Sequence {
 
 // Len returns the number of tokens: prompt plus generated.
 func (s *Sequence) Len() int { return len(s.TokenIDs) }
+
+// NumPending returns how many of the last tokens are placeholders for draws not yet known.
+func (s *Sequence) NumPending() int { return s.pending }
 
 // NumGenerated returns the number of tokens generated so far.
 func (s *Sequence) NumGenerated() int { return len(s.TokenIDs) - s.NumPromptTokens }

@@ -39,7 +39,7 @@ for rep in $(seq 1 "${REPS:-2}"); do
 		python3 - "$TMP/r.json" "$name" "$rep" <<'EOF' | tee -a "$OUT/ab.txt"
 import json, sys
 d = json.load(open(sys.argv[1]))
-rows = " ".join("b%d graph %.3f eager %.3f" % (r["batch"], r["graph_ms"], r["eager_ms"]) for r in d["runner"]["decode"])
+rows = " ".join("b%d graph %.3f replay %.3f eager %.3f" % (r["batch"], r["graph_ms"], r.get("replay_ms", 0), r["eager_ms"]) for r in d["runner"]["decode"])
 print("%-24s rep %s  %s" % (sys.argv[2], sys.argv[3], rows))
 EOF
 	done

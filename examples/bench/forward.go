@@ -88,12 +88,17 @@ func measureForward(o options, res *Result, x cost) error {
 		if err != nil {
 			return fmt.Errorf("decode batch %d: %w", c, err)
 		}
+		replay := 0.0
 		if g1, _ := r.StepCounts(); g1 == g0 {
 			ms = -1 // no graph for this size: reported as eager only
+		} else if d, err := r.ReplayGraph(decode(c), 20); err == nil {
+			replay = float64(d.Microseconds()) / 1e3
+		} else {
+			return fmt.Errorf("decode batch %d replay: %w", c, err)
 		}
 		f := x.decodeStep(res.Ceilings, c, ctx+1)
 		res.Forward.Decode = append(res.Forward.Decode, ForwardRow{Batch: c, Context: ctx + 1, GraphMs: ms,
-			FloorMs: f.Seconds * 1e3, Bound: f.Bound})
+			ReplayMs: replay, FloorMs: f.Seconds * 1e3, Bound: f.Bound})
 	}
 	if err := r.CaptureGraphs(nil, 0); err != nil { // drop the graphs: eager from here on
 		return err

@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "atomk_internal.h"
+#include "atomk_vec.h"
 
 // True when (v, i) should win over (bv, bi): larger value, or equal value and smaller index.
 // NaN never wins (comparisons with NaN are false), so a row of NaN yields index -1.
@@ -97,6 +98,7 @@ int atomk_argmax_rows(int dtype, int32_t* out, const void* x, int rows, int cols
 
 constexpr int kSampleThreads = 512;  // 1024 would cap registers at 64 and spill
 constexpr int kSampleBins = 256;
+constexpr int kSampleLoads = 4;  // 16-byte loads in flight per thread in sample_scan
 constexpr int kSampleHists = 4;  // warps spread their atomics over copies of the histogram
 constexpr int kSampleWarps = kSampleThreads / ATOMK_WARP_SIZE;
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
@@ -141,11 +143,41 @@ __device__ __forceinline__ unsigned long long sample_mass(float z, float zmax) {
     return (unsigned long long)(expf(z - zmax) * kMassOne);
 }
 
-// z = x[c] / t; false when z is not finite (such tokens are never sampled).
-template <typename T>
-__device__ __forceinline__ bool sample_z(const T* row, int c, float t, float& z) {
-    z = atomk_to_float(row[c]) / t;
+// z = x / t; false when z is not finite (such tokens are never sampled).
+__device__ __forceinline__ bool sample_z(float x, float t, float& z) {
+    z = x / t;
     return isfinite(z);
+}
+
+// Calls f(c, x[c] as float) for the block's share of the row, each thread's elements in
+// ascending order. At batch 1 one block reads the whole row (256 KB at a 128k vocabulary), so
+// what bounds a pass is how many loads are in flight: 16-byte loads, kSampleLoads of them
+// issued before the first is used, where the row is 16-byte aligned and whole vectors; a
+// scalar loop otherwise.
+template <typename T, typename F>
+__device__ __forceinline__ void sample_scan(const T* row, int cols, F&& f) {
+    constexpr int N = Vec<T>::N, U = sizeof(T) == 4 ? kSampleLoads / 2 : kSampleLoads;  // float: 64 registers spill at 4
+    if (((uintptr_t)row & 15u) != 0 || cols % N != 0) {
+        for (int c = threadIdx.x; c < cols; c += kSampleThreads) f(c, atomk_to_float(row[c]));
+        return;
+    }
+    const Vec<T>* rv = reinterpret_cast<const Vec<T>*>(row);
+    const int nv = cols / N;
+    int i = threadIdx.x;
+    for (; i + (U - 1) * kSampleThreads < nv; i += U * kSampleThreads) {
+        Vec<T> buf[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) buf[u] = rv[i + u * kSampleThreads];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int e = 0; e < N; ++e) f((i + u * kSampleThreads) * N + e, atomk_to_float(buf[u].v[e]));
+    }
+    for (; i < nv; i += kSampleThreads) {
+        const Vec<T> b = rv[i];
+#pragma unroll
+        for (int e = 0; e < N; ++e) f(i * N + e, atomk_to_float(b.v[e]));
+    }
 }
 
 // Block-wide argmax of (v, i) pairs with atomk_better; every thread receives the winner.
@@ -198,13 +230,12 @@ template <typename T>
 __device__ void sample_raw_pass(const T* row, int cols, SampleShared& sm) {
     float best = -INFINITY, m = -INFINITY, s = 0.f;
     int bi = -1, n = 0;
-    for (int c = threadIdx.x; c < cols; c += kSampleThreads) {
-        const float v = atomk_to_float(row[c]);
+    sample_scan(row, cols, [&](int c, float v) {
         if (atomk_better(v, c, best, bi)) {
             best = v;
             bi = c;
         }
-        if (!isfinite(v)) continue;
+        if (!isfinite(v)) return;
         ++n;
         if (v > m) {
             s = s * expf(m - v) + 1.f;
@@ -212,7 +243,7 @@ __device__ void sample_raw_pass(const T* row, int cols, SampleShared& sm) {
         } else {
             s += expf(v - m);
         }
-    }
+    });
 #pragma unroll
     for (int k = ATOMK_WARP_SIZE / 2; k > 0; k >>= 1) {
         const float om = ATOMK_SHFL_XOR(m, k), os = ATOMK_SHFL_XOR(s, k);
@@ -256,11 +287,11 @@ __device__ uint32_t sample_radix_select(const T* row, int cols, float t, float z
                 (&sm.count[0][0])[b] = 0;
         }
         __syncthreads();
-        for (int c = threadIdx.x; c < cols; c += kSampleThreads) {
+        sample_scan(row, cols, [&](int, float x) {
             float z;
-            if (!sample_z(row, c, t, z)) continue;
+            if (!sample_z(x, t, z)) return;
             const uint32_t key = sample_key(z);
-            if (key < lo || (key & hi_mask) != prefix) continue;
+            if (key < lo || (key & hi_mask) != prefix) return;
             const int bin = (key >> shift) & (kSampleBins - 1);
             if (Mass) {
                 const unsigned long long w = sample_mass(z, zmax);
@@ -268,7 +299,7 @@ __device__ uint32_t sample_radix_select(const T* row, int cols, float t, float z
             } else {
                 atomicAdd(&sm.count[h][bin], 1u);
             }
-        }
+        });
         __syncthreads();
         for (int b = threadIdx.x; b < kSampleBins; b += kSampleThreads)
             for (int k = 1; k < kSampleHists; ++k) {
@@ -301,10 +332,10 @@ template <typename T>
 __device__ unsigned long long sample_total_mass(const T* row, int cols, float t, float zmax, uint32_t lo,
                                                 SampleShared& sm) {
     unsigned long long acc = 0;
-    for (int c = threadIdx.x; c < cols; c += kSampleThreads) {
+    sample_scan(row, cols, [&](int, float x) {
         float z;
-        if (sample_z(row, c, t, z) && sample_key(z) >= lo) acc += sample_mass(z, zmax);
-    }
+        if (sample_z(x, t, z) && sample_key(z) >= lo) acc += sample_mass(z, zmax);
+    });
 #pragma unroll
     for (int m = ATOMK_WARP_SIZE / 2; m > 0; m >>= 1) {
         const unsigned lo32 = ATOMK_SHFL_XOR((unsigned)acc, m), hi32 = ATOMK_SHFL_XOR((unsigned)(acc >> 32), m);
@@ -335,16 +366,16 @@ __device__ int sample_draw(const T* row, int cols, const atomk_sampling_params& 
     const uint64_t row_key = atomk_fmix64(atomk_fmix64(p.seed) + (p.offset + 1) * kGolden);
     float best = -INFINITY;
     int bi = -1;
-    for (int c = threadIdx.x; c < cols; c += kSampleThreads) {
+    sample_scan(row, cols, [&](int c, float x) {
         float z;
-        if (!sample_z(row, c, t, z) || sample_key(z) < lo || z - zmax < log_min_p) continue;
+        if (!sample_z(x, t, z) || sample_key(z) < lo || z - zmax < log_min_p) return;
         const float g = -logf(-logf(sample_uniform(row_key, c)));
         const float score = z + g;
         if (atomk_better(score, c, best, bi)) {
             best = score;
             bi = c;
         }
-    }
+    });
     sample_block_argmax(best, bi, sm);
     return bi;
 }
