@@ -26,6 +26,7 @@ type Config struct {
 	MaxNumBatchedTokens   int
 	NoPrefixCaching       bool
 	EnforceEager          bool
+	NoAsyncScheduling     bool
 	CudagraphCaptureSizes []int
 	Threads               int
 	Seed                  int64
@@ -55,6 +56,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 8192, "token budget of one step (prefill chunks plus decodes)")
 	fs.BoolVar(&c.NoPrefixCaching, "no-enable-prefix-caching", false, "turn prefix caching off")
 	fs.BoolVar(&c.EnforceEager, "enforce-eager", false, "gpu backend: no CUDA graphs")
+	fs.BoolVar(&c.NoAsyncScheduling, "no-async-scheduling", false, "gpu backend: read each decode step's tokens before scheduling the next (no scheduling ahead)")
 	c.CudagraphCaptureSizes = []int{1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256}
 	fs.Func("cudagraph-capture-sizes", "gpu backend: decode batch sizes captured as graphs (comma-separated; default 1,2,4,...,256)", func(s string) error {
 		sizes, err := parseInts(s)

@@ -39,6 +39,7 @@ type Engine struct {
 	pool     *samplerPool // engine-scheduled steps
 	rng      *rand.Rand
 	work     []Work
+	flight   *flight // a queued step whose draw is not read yet (ahead.go)
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -206,6 +207,8 @@ func (e *Engine) failAll(err error) {
 		delete(e.reqs, id)
 	}
 	clear(e.bySeq)
+	e.flight = nil
+	e.runner.DropQueued()
 	// Blocks registered for the failed batch were never written: forget every cached prefix.
 	e.sched.ResetPrefixCache()
 }

@@ -38,6 +38,10 @@ type Runner struct {
 
 	graphs                 *decodeGraphs // nil: every step eager (see graphs.go)
 	graphSteps, eagerSteps int64
+
+	queue      []queuedDraw // queued steps not collected, oldest first (runner_queue.go)
+	queueEager bool         // tests: queue eager steps too
+	fedSteps   int64        // steps queued fed from the previous draw
 }
 
 // NewRunner binds a model, whose workspaces were sized by limits, to a freshly allocated KV

@@ -61,6 +61,9 @@ func (e *Engine) abort(id, reason string) {
 
 // step runs one scheduled batch through the model and hands each sampled token to its choice.
 func (e *Engine) step() error {
+	if e.flight != nil {
+		return e.stepQueued()
+	}
 	start := time.Now()
 	batch := e.sched.Schedule()
 	if len(batch.Items) == 0 {
@@ -74,6 +77,9 @@ func (e *Engine) step() error {
 		if it.Start < it.Seq.NumPromptTokens {
 			prompt += int64(min(it.NumTokens, it.Seq.NumPromptTokens-it.Start))
 		}
+	}
+	if queued, err := e.queueBatch(batch); queued || err != nil {
+		return err
 	}
 	sampled, samples, err := e.runAndSample(batch)
 	if err != nil {

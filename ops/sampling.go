@@ -34,6 +34,20 @@ type DeviceSampler interface {
 	SampleRows(logits Tensor, params []RowSampling, out []SampledToken)
 }
 
+// QueuedSampler is a DeviceSampler whose draws can stay queued: QueueSample queues the work of
+// SampleRows and returns at once, so the host can queue the next step (whose input tokens the
+// device takes from this draw) before the draw is known; CollectSample waits for the oldest
+// queued draw and writes its results into out[:rows]. At most MaxQueuedDraws draws are
+// queued at a time; SampleRows needs none queued. Errors leave the queue as it was.
+type QueuedSampler interface {
+	DeviceSampler
+	QueueSample(logits Tensor, params []RowSampling) error
+	CollectSample(out []SampledToken) (rows int, err error)
+}
+
+// MaxQueuedDraws is how many draws a QueuedSampler holds: the running step's and the next's.
+const MaxQueuedDraws = 2
+
 // massOne is the fixed-point weight of the most likely token (2^40): top-p sums integers.
 const massOne = 1 << 40
 

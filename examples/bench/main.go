@@ -44,6 +44,7 @@ type options struct {
 	conc                           []int
 	memUtil                        float64
 	report, skipForward, eager     bool
+	noAsync                        bool
 	skipEngine                     bool
 	verbose                        bool
 }
@@ -73,6 +74,7 @@ func run(args []string) error {
 	fs.BoolVar(&o.skipForward, "skip-forward", false, "skip the runner-only timings")
 	fs.BoolVar(&o.skipEngine, "skip-engine", false, "skip the engine workloads (runner-only timings)")
 	fs.BoolVar(&o.eager, "enforce-eager", false, "engine without CUDA graphs")
+	fs.BoolVar(&o.noAsync, "no-async-scheduling", false, "engine reading each decode step's tokens before scheduling the next")
 	fs.BoolVar(&o.verbose, "v", false, "engine logs at info level")
 	if err := fs.Parse(args); err != nil {
 		return err

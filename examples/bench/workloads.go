@@ -19,7 +19,7 @@ func measureEngine(o options, res *Result, x cost) error {
 	}
 	cfg := engine.DefaultConfig()
 	cfg.Model, cfg.Device, cfg.MaxModelLen, cfg.MaxNumSeqs = o.model, "gpu", o.maxModelLen, maxConc
-	cfg.GPUMemoryUtilization, cfg.EnforceEager = o.memUtil, o.eager
+	cfg.GPUMemoryUtilization, cfg.EnforceEager, cfg.NoAsyncScheduling = o.memUtil, o.eager, o.noAsync
 	t0 := time.Now()
 	e, err := engine.New(cfg, quietLogger(o.verbose))
 	if err != nil {

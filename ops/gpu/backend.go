@@ -56,7 +56,7 @@ type Backend struct {
 	ids      devBuf
 	rows     devBuf
 	attnWork devBuf
-	sampling devBuf // SampleRows: the rows' params, then their tokens and logprobs
+	draws    drawQueue // SampleRows and QueueSample (sampling.go)
 	meta     metaCache
 	ropes    map[*ops.RoPE]hipkernels.Ptr
 	allocs   map[hipkernels.Ptr]int
@@ -130,6 +130,11 @@ func (b *Backend) init() error {
 			return err
 		}
 	}
+	for i := range b.draws.slots {
+		if b.draws.slots[i].host.ev, err = b.lib.EventCreate(); err != nil {
+			return err
+		}
+	}
 	// Allocated here, not on first use: a graph capture may be the first user.
 	return b.ensure(&b.sums, maxResidualSums*4)
 }
@@ -190,6 +195,10 @@ func (b *Backend) Close() {
 		_ = b.lib.EventDestroy(b.ring[i].ev)
 	}
 	_ = b.lib.HostFree(b.readback.ptr)
+	for i := range b.draws.slots {
+		_ = b.lib.HostFree(b.draws.slots[i].host.ptr)
+		_ = b.lib.EventDestroy(b.draws.slots[i].host.ev)
+	}
 	if b.blas != 0 {
 		_ = b.lib.BlasDestroy(b.blas)
 	}

@@ -211,3 +211,33 @@ func TestPerfSampleRows(t *testing.T) {
 		record("%-44s %-8v %8.3f ms  wall (host path copy only)", fmt.Sprintf("perf ReadRows logits %dx%d", rows, vocab), ops.BF16, ms)
 	}
 }
+
+// TestQueueSample queues two draws over different logits, checks that a third is refused and
+// that SampleRows refuses to run meanwhile, then collects both in order: each equals what
+// SampleRows gives for its logits alone.
+func TestQueueSample(t *testing.T) {
+	b := newGPU(t, ops.BF16)
+	const vocab = 32000
+	params := []ops.RowSampling{{}, {Temperature: 0.8, TopK: 40, Seed: 3, Offset: 1}, {Temperature: 1, TopP: 0.9, Seed: 4}}
+	x1 := activation(b, randVals(ops.BF16, len(params)*vocab, 3), len(params), vocab).g
+	x2 := activation(b, randVals(ops.BF16, 2*vocab, 3), 2, vocab).g
+	want1, want2 := make([]ops.SampledToken, 3), make([]ops.SampledToken, 2)
+	b.SampleRows(x1, params, want1)
+	b.SampleRows(x2, params[:2], want2)
+
+	_, err := b.CollectSample(make([]ops.SampledToken, 3))
+	require.Error(t, err, "nothing queued")
+	require.NoError(t, b.QueueSample(x1, params))
+	require.NoError(t, b.QueueSample(x2, params[:2]))
+	require.Error(t, b.QueueSample(x1, params), "two draws queued already")
+	require.Panics(t, func() { b.SampleRows(x1, params, want1) })
+	got := make([]ops.SampledToken, 3)
+	n, err := b.CollectSample(got)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, want1, got)
+	n, err = b.CollectSample(got)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, want2, got[:2])
+}
