@@ -48,7 +48,7 @@ if has tests; then
 	say "[$(el)] ops/gpu tests rc=$rc"
 	grep -E "^--- FAIL|panic:|Error:|_test.go:[0-9]+: " "$OUT/gpu_ops.log" | cut -c1-240 | head -10 | tee -a "$SUM"
 	sed -n '/^SUMMARY/,$p' "$OUT/gpu_ops.log" | grep -E "Attention|Graph|graph|model |model-batch|FAIL|^ok" | cut -c1-160 | tee -a "$SUM"
-	(cd engine && timeout 90 ../bin/engine_gpu.test -test.v -test.run 'Graph|DeviceSampling' -test.timeout 85s >"$OUT/engine_gpu.log" 2>&1)
+	(cd engine && timeout 90 ../bin/engine_gpu.test -test.v -test.run 'Graph|DeviceSampling|AsyncScheduling' -test.timeout 85s >"$OUT/engine_gpu.log" 2>&1)
 	rc=$?
 	say "[$(el)] engine graph tests rc=$rc"
 	grep -E "^(--- |ok|FAIL)|graph-vs-eager|engine graphs|panic:|Error:|_test.go:[0-9]+: " "$OUT/engine_gpu.log" | cut -c1-240 | head -24 | tee -a "$SUM"
