@@ -50,6 +50,8 @@ type fns struct {
 	ncclDel       func(comm uintptr) int32
 
 	fill        func(dt int32, dst uintptr, n uint64, value float32, s uintptr) int32
+	copySmall   func(dst, src uintptr, bytes uint64, s uintptr) int32
+	feedTokens  func(ids, tokens uintptr, n int32, s uintptr) int32
 	gatherRows  func(dt int32, out, src, rows uintptr, n, cols, srcRows int32, s uintptr) int32
 	rmsNorm     func(dt int32, out, x, residual, w uintptr, rows, cols int32, eps float32, s uintptr) int32
 	headRMSNorm func(dt int32, x, w uintptr, rows, heads, headDim int32, eps float32, s uintptr) int32
@@ -131,6 +133,8 @@ func (f *fns) table() []binding {
 		{&f.ncclAllReduce, "atomk_nccl_all_reduce_sum"},
 		{&f.ncclDel, "atomk_nccl_destroy"},
 		{&f.fill, "atomk_fill"},
+		{&f.copySmall, "atomk_copy_small"},
+		{&f.feedTokens, "atomk_feed_tokens"},
 		{&f.gatherRows, "atomk_gather_rows"},
 		{&f.rmsNorm, "atomk_rms_norm"},
 		{&f.headRMSNorm, "atomk_head_rms_norm"},

@@ -141,6 +141,22 @@ func (l *Lib) NcclDestroy(c Comm) error {
 	return l.call("atomk_nccl_destroy", func() int32 { return l.f.ncclDel(uintptr(c)) })
 }
 
+// CopySmallMax is the most bytes CopySmall moves.
+const CopySmallMax = 64 << 10
+
+// CopySmall queues a copy of bytes (at most CopySmallMax) from src to dst by a kernel; either
+// may be pinned host memory from HostAlloc, so per-step uploads and readbacks put no
+// copy-engine operation between the step's kernels.
+func (l *Lib) CopySmall(dst, src Ptr, bytes int, s Stream) error {
+	return l.call("atomk_copy_small", func() int32 { return l.f.copySmall(uintptr(dst), uintptr(src), uint64(bytes), uintptr(s)) })
+}
+
+// FeedTokens queues ids[i] = tokens[i] for i < n (int32 device arrays), a negative token
+// (a draw that found no finite logit) becoming 0.
+func (l *Lib) FeedTokens(ids, tokens Ptr, n int, s Stream) error {
+	return l.call("atomk_feed_tokens", func() int32 { return l.f.feedTokens(uintptr(ids), uintptr(tokens), int32(n), uintptr(s)) })
+}
+
 // Fill queues dst[0:n] = value.
 func (l *Lib) Fill(dt DType, dst Ptr, n int, value float32, s Stream) error {
 	return l.call("atomk_fill", func() int32 { return l.f.fill(int32(dt), uintptr(dst), uint64(n), value, uintptr(s)) })

@@ -95,6 +95,13 @@ int atomk_nccl_all_reduce_sum(void* comm, int dtype, const void* send, void* rec
 int atomk_nccl_destroy(void* comm);
 
 /* ---- kernels ---- */
+/* dst[0:bytes) = src[0:bytes) by one small kernel, for bytes <= ATOMK_COPY_SMALL_MAX; either
+ * side may be pinned host memory from atomk_host_alloc (read or written by the device directly),
+ * so per-step uploads and readbacks need no copy-engine operation in the stream. */
+#define ATOMK_COPY_SMALL_MAX (64 << 10)
+int atomk_copy_small(void* dst, const void* src, size_t bytes, void* stream);
+/* ids[i] = tokens[i] for i < n (device int32), a negative token becoming 0. */
+int atomk_feed_tokens(int32_t* ids, const int32_t* tokens, int n, void* stream);
 /* dst[0:n] = value. */
 int atomk_fill(int dtype, void* dst, size_t n, float value, void* stream);
 /* out[i,:] = src[rows[i],:] for i < n (rows on the device; src has src_rows rows of cols).

@@ -1,5 +1,7 @@
-// embedding.cu: row gathers (the embedding lookup, the selection of rows for the logits) and a
-// fill used to initialise and poison buffers.
+// embedding.cu: row gathers (the embedding lookup, the selection of rows for the logits), a
+// fill used to initialise and poison buffers, and the small copies of a decode step done by
+// kernels (per-step inputs from pinned host memory, drawn tokens back to it and into the next
+// step's ids), so that no copy-engine operation sits between two decode graphs.
 #include <stdint.h>
 
 #include "atomk_internal.h"
@@ -25,6 +27,29 @@ __global__ void fill_kernel(T* dst, size_t n, float value) {
     const T v = atomk_from_float<T>(value);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = v;
+}
+
+// dst[0:n) = src[0:n) in units of U, grid-stride; either side may be pinned host memory (the
+// device reads and writes it directly through unified addressing).
+template <typename U>
+__global__ void copy_units_kernel(U* dst, const U* src, size_t n) {
+    ATOMK_PDL_ENTER();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) dst[i] = src[i];
+}
+
+// ids[i] = tokens[i], a token of -1 (a row with no finite logit) becoming 0 as on the host.
+__global__ void feed_tokens_kernel(int32_t* ids, const int32_t* tokens, int n) {
+    ATOMK_PDL_ENTER();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ids[i] = tokens[i] < 0 ? 0 : tokens[i];
+}
+
+template <typename U>
+static int launch_copy(void* dst, const void* src, size_t bytes, gpuStream_t s) {
+    const size_t n = bytes / sizeof(U);
+    atomk_launch(copy_units_kernel<U>, (int)((n + 255) / 256 < 32 ? (n + 255) / 256 : 32), 256, 0, s,
+                 static_cast<U*>(dst), static_cast<const U*>(src), n);
+    ATOMK_LAUNCHED("copy_units");
+    return ATOMK_OK;
 }
 
 template <typename U>
@@ -56,6 +81,30 @@ int atomk_gather_rows(int dtype, void* out, const void* src, const int32_t* rows
     if (row_bytes % 16 == 0 && align % 16 == 0) return launch_gather<uint4>(out, src, rows, n, row_bytes, src_rows, s);
     if (row_bytes % 4 == 0 && align % 4 == 0) return launch_gather<uint32_t>(out, src, rows, n, row_bytes, src_rows, s);
     return launch_gather<uint16_t>(out, src, rows, n, row_bytes, src_rows, s);
+}
+
+int atomk_copy_small(void* dst, const void* src, size_t bytes, void* stream) {
+    if (bytes > ATOMK_COPY_SMALL_MAX || (bytes > 0 && (dst == NULL || src == NULL)))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_copy_small: %zu bytes (at most %d)", bytes, ATOMK_COPY_SMALL_MAX);
+    if (bytes == 0) return ATOMK_OK;
+    gpuStream_t s = ATOMK_STREAM(stream);
+    static const bool kernel = atomk_env_int("ATOM_GO_COPY_KERNEL", 1, 0, 1) == 1;
+    if (!kernel) {
+        ATOMK_RT(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDefault, s));
+        return ATOMK_OK;
+    }
+    const uintptr_t align = (uintptr_t)dst | (uintptr_t)src | bytes;
+    if (align % 16 == 0) return launch_copy<uint4>(dst, src, bytes, s);
+    if (align % 4 == 0) return launch_copy<uint32_t>(dst, src, bytes, s);
+    return launch_copy<uint8_t>(dst, src, bytes, s);
+}
+
+int atomk_feed_tokens(int32_t* ids, const int32_t* tokens, int n, void* stream) {
+    if (n < 0 || (n > 0 && (ids == NULL || tokens == NULL))) return atomk_fail(ATOMK_ERR_INVALID, "atomk_feed_tokens: n=%d", n);
+    if (n == 0) return ATOMK_OK;
+    atomk_launch(feed_tokens_kernel, 1, 256, 0, ATOMK_STREAM(stream), ids, tokens, n);
+    ATOMK_LAUNCHED("feed_tokens");
+    return ATOMK_OK;
 }
 
 int atomk_fill(int dtype, void* dst, size_t n, float value, void* stream) {

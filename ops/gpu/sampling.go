@@ -81,7 +81,7 @@ func (b *Backend) QueueSample(logits ops.Tensor, params []ops.RowSampling) error
 	if err := b.lib.SampleRows(hipkernels.DType(x.dt), s.toks, lps, x.ptr, s.dev.ptr, rows, vocab, b.stream); err != nil {
 		return err
 	}
-	if err := b.lib.MemcpyD2H(s.host.ptr, s.toks, 8*rows, b.stream); err != nil {
+	if err := b.copyOut(s.host.ptr, s.toks, 8*rows); err != nil {
 		return err
 	}
 	if err := b.lib.EventRecord(s.host.ev, b.stream); err != nil {
@@ -117,15 +117,23 @@ func (b *Backend) CollectSample(out []ops.SampledToken) (int, error) {
 
 // FeedDecodeIDs queues a copy of the latest queued draw's first n tokens into in's token ids:
 // the decode step replayed next takes as input, row for row, the tokens that draw produces,
-// without the host seeing them. A row whose draw found no finite logit (token -1) feeds an
-// id the embedding skips, leaving that row's hidden state unwritten; its sequence's output is
-// meaningless from there on, as on the host path where such a row yields token 0.
+// without the host seeing them. A row whose draw found no finite logit (token -1) feeds token
+// 0, as the host path does.
 func (b *Backend) FeedDecodeIDs(in *StepInputs, n int) error {
 	s := b.draws.last
 	if s == nil || n <= 0 || n > s.rows || n > in.loaded {
 		return fmt.Errorf("gpu FeedDecodeIDs: %d rows from the last draw (%v) into inputs of %d rows", n, s != nil, in.loaded)
 	}
-	return b.lib.MemcpyD2D(in.region(regIDs), s.toks, 4*n, b.stream)
+	return b.lib.FeedTokens(in.region(regIDs), s.toks, n, b.stream)
+}
+
+// copyOut queues a copy of n bytes from device src to pinned host dst, by a kernel when small
+// (see copyIn).
+func (b *Backend) copyOut(dst, src hipkernels.Ptr, n int) error {
+	if n <= hipkernels.CopySmallMax {
+		return b.lib.CopySmall(dst, src, n, b.stream)
+	}
+	return b.lib.MemcpyD2H(dst, src, n, b.stream)
 }
 
 // DropDraws forgets every queued draw after waiting for the stream: after a failed step whose

@@ -82,7 +82,7 @@ func (b *Backend) stage(dst hipkernels.Ptr, n int, fill func([]byte)) error {
 		return err
 	}
 	fill(hipkernels.HostBytes(s.ptr, n))
-	if err := b.lib.MemcpyH2D(dst, s.ptr, n, b.stream); err != nil {
+	if err := b.copyIn(dst, s.ptr, n); err != nil {
 		return err
 	}
 	if err := b.lib.EventRecord(s.ev, b.stream); err != nil {
@@ -90,6 +90,17 @@ func (b *Backend) stage(dst hipkernels.Ptr, n int, fill func([]byte)) error {
 	}
 	s.used = true
 	return nil
+}
+
+// copyIn queues a copy of n bytes from pinned host src to device dst: a step's inputs (a few
+// KiB) by a kernel that reads the host memory itself, so that between two decode steps the
+// stream holds no copy-engine operation to wait for; weights and larger uploads by the copy
+// engine.
+func (b *Backend) copyIn(dst, src hipkernels.Ptr, n int) error {
+	if n <= hipkernels.CopySmallMax {
+		return b.lib.CopySmall(dst, src, n, b.stream)
+	}
+	return b.lib.MemcpyH2D(dst, src, n, b.stream)
 }
 
 // upload copies n elements of raw (type from) to dst in the compute dtype, one staging chunk at
