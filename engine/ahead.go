@@ -104,11 +104,13 @@ func (e *Engine) stepQueued() error {
 	if err != nil {
 		return err
 	}
+	generated := int64(0)
 	for i, seq := range f.seqs {
 		c := e.bySeq[seq]
 		if c == nil || seq.Status == sched.Finished {
 			continue // finished or aborted while its draw was queued
 		}
+		generated++
 		s := deviceSample(toks[i])
 		if next != nil {
 			e.sched.ResolvePending(seq, s.Token)
@@ -119,7 +121,7 @@ func (e *Engine) stepQueued() error {
 		e.emit(c, s, reason, stop)
 	}
 	e.flight = next
-	e.updateStats(0, int64(len(f.seqs)), time.Since(start))
+	e.updateStats(0, generated, time.Since(start))
 	return nil
 }
 

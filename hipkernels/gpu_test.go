@@ -124,3 +124,56 @@ func TestNcclUniqueID(t *testing.T) {
 	must(t, l.StreamSync(s))
 	t.Log("NCCL: one-rank communicator and all-reduce ran")
 }
+
+// TestCopySmallAndFeedTokens moves bytes between pinned host memory and the device with the
+// copy kernel (sizes and offsets that take each unit width), checks that a size over the limit
+// is refused, and feeds tokens into ids with -1 becoming 0.
+func TestCopySmallAndFeedTokens(t *testing.T) {
+	l := open(t)
+	s, err := l.StreamCreate()
+	must(t, err)
+	defer l.StreamDestroy(s)
+	const size = CopySmallMax + 64
+	host, err := l.HostAlloc(2 * size)
+	must(t, err)
+	defer l.HostFree(host)
+	d, err := l.Malloc(size)
+	must(t, err)
+	defer l.Free(d)
+	buf := HostBytes(host, 2*size)
+	for _, c := range []struct{ off, n int }{{0, CopySmallMax}, {16, 4096}, {4, 1000}, {3, 77}, {0, 1}} {
+		for i := range buf {
+			buf[i] = byte(i*13 + c.n)
+		}
+		clear(buf[size : 2*size])
+		must(t, l.CopySmall(d+Ptr(c.off), host+Ptr(c.off), c.n, s))
+		must(t, l.CopySmall(host+Ptr(size+c.off), d+Ptr(c.off), c.n, s))
+		must(t, l.StreamSync(s))
+		for i := 0; i < size; i++ {
+			want := byte(0)
+			if i >= c.off && i < c.off+c.n {
+				want = byte(i*13 + c.n)
+			}
+			if buf[size+i] != want {
+				t.Fatalf("copy of %d bytes at %d: byte %d is %d, want %d", c.n, c.off, i, buf[size+i], want)
+			}
+		}
+	}
+	if err := l.CopySmall(d, host, CopySmallMax+1, s); err == nil {
+		t.Fatal("a copy over CopySmallMax was accepted")
+	}
+	toks := []int32{5, -1, 7, 0, 123456}
+	for i, v := range toks {
+		binary.LittleEndian.PutUint32(buf[4*i:], uint32(v))
+	}
+	must(t, l.CopySmall(d, host, 4*len(toks), s))
+	must(t, l.FeedTokens(d+64, d, len(toks), s))
+	must(t, l.CopySmall(host, d+64, 4*len(toks), s))
+	must(t, l.StreamSync(s))
+	for i, v := range toks {
+		got := int32(binary.LittleEndian.Uint32(buf[4*i:]))
+		if want := max(v, 0); got != want {
+			t.Fatalf("fed id %d = %d, want %d", i, got, want)
+		}
+	}
+}
