@@ -68,10 +68,16 @@ func (e *Engine) deviceParams(items []sched.Item) bool {
 	return true
 }
 
+// newFlight records the queued batch's sequences in the flight that is not in use (the
+// engine alternates two, so a step allocates nothing once they have grown).
 func (e *Engine) newFlight(items []sched.Item) *flight {
-	f := &flight{seqs: make([]*sched.Sequence, len(items))}
-	for i, it := range items {
-		f.seqs[i] = it.Seq
+	f := &e.flights[0]
+	if e.flight == f {
+		f = &e.flights[1]
+	}
+	f.seqs = f.seqs[:0]
+	for _, it := range items {
+		f.seqs = append(f.seqs, it.Seq)
 	}
 	return f
 }
@@ -81,7 +87,6 @@ func (e *Engine) newFlight(items []sched.Item) *flight {
 func (e *Engine) stepQueued() error {
 	start := time.Now()
 	f := e.flight
-	e.flight = nil
 	var next *flight
 	if e.chainable(f) {
 		if batch, ok := e.sched.ScheduleAhead(f.seqs); ok {

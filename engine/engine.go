@@ -39,7 +39,8 @@ type Engine struct {
 	pool     *samplerPool // engine-scheduled steps
 	rng      *rand.Rand
 	work     []Work
-	flight   *flight // a queued step whose draw is not read yet (ahead.go)
+	flight   *flight   // a queued step whose draw is not read yet (ahead.go)
+	flights  [2]flight // the storage flight points into
 
 	statsMu sync.Mutex
 	stats   Stats
