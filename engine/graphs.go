@@ -195,12 +195,25 @@ func (r *Runner) graphFor(work []Work) *decodeGraph {
 // runGraph replays g for the prepared decode batch and returns its logits (the first rows of
 // the graph's logits buffer, one per sequence of the batch).
 func (r *Runner) runGraph(g *decodeGraph) (ops.Tensor, error) {
-	dg := r.graphs
-	if dg.ranked != nil {
+	if r.graphs.ranked != nil {
 		return r.runRanked(g)
 	}
+	return r.replay(g, false)
+}
+
+// replay uploads the prepared decode batch into the single-rank graphs' inputs, with its ids
+// taken on the device from the last queued draw when fed is set (see QueueSampled), launches
+// g and returns its logits (the first rows of the graph's logits buffer, one per sequence).
+func (r *Runner) replay(g *decodeGraph, fed bool) (ops.Tensor, error) {
+	dg := r.graphs
 	if err := dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache); err != nil {
 		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
+	}
+	if fed {
+		if err := dg.be.FeedDecodeIDs(dg.in, len(r.ids)); err != nil {
+			return nil, err
+		}
+		r.fedSteps++
 	}
 	if err := g.g.Launch(); err != nil {
 		return nil, err

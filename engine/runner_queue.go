@@ -55,21 +55,10 @@ func (r *Runner) QueueSampled(work []Work, params []ops.RowSampling, fed bool) e
 	}
 	var logits ops.Tensor
 	if g := r.graphFor(work); g != nil && r.graphs.ranked == nil && !r.queueEager {
-		dg := r.graphs
-		if err := dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache); err != nil {
-			return fmt.Errorf("queued decode graph of %d: %w", g.n, err)
-		}
-		if fed {
-			if err := dg.be.FeedDecodeIDs(dg.in, len(work)); err != nil {
-				return err
-			}
-			r.fedSteps++
-		}
-		if err := g.g.Launch(); err != nil {
+		var err error
+		if logits, err = r.replay(g, fed); err != nil {
 			return err
 		}
-		r.graphSteps++
-		logits = dg.be.View(g.logits, len(work))
 	} else if r.queueEager {
 		if fed {
 			if err := r.feedFromPrevious(); err != nil {
