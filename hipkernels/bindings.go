@@ -79,7 +79,8 @@ type fns struct {
 		attnFactor float32, qNorm, kNorm uintptr, normEps float32, rotaryDim int32, numSlots int64, workspace uintptr,
 		workspaceSize uint64, s uintptr) int32
 	argmaxRows func(dt int32, out, x uintptr, rows, cols int32, s uintptr) int32
-	sampleRows func(dt int32, tokens, logprobs, logits, params uintptr, rows, vocab int32, s uintptr) int32
+	sampleRows func(dt int32, tokens, logprobs, host, logits, params uintptr, rows, vocab int32, work, s uintptr) int32
+	sampleWork func(bytes *uint64) int32
 
 	prefillTileRows  func(dt, numHeads, numKVHeads, headDim int32, rows *int32) int32
 	prefillAttention func(dt int32, out, q, kCache, vCache, queryStart, seqLens, blockTables uintptr, btStride int32,
@@ -151,6 +152,7 @@ func (f *fns) table() []binding {
 		{&f.pagedAttentionRope, "atomk_paged_attention_rope"},
 		{&f.argmaxRows, "atomk_argmax_rows"},
 		{&f.sampleRows, "atomk_sample_rows"},
+		{&f.sampleWork, "atomk_sample_work_bytes"},
 		{&f.prefillTileRows, "atomk_prefill_attention_tile_rows"},
 		{&f.prefillAttention, "atomk_prefill_attention"},
 	}

@@ -30,12 +30,22 @@ func (p *SamplingParams) Put(dst []byte) {
 }
 
 // SampleRows queues one draw per row of logits [rows, vocab] (dtype dt) with the row's
-// SamplingParams (rows of them at params, SamplingParamsBytes each): the token into
-// tokens[r] (int32) and its raw logprob into logprobs[r] (float32), all device memory.
-// See atomk_sample_rows in atomk.h for the algorithm; it needs no workspace.
-func (l *Lib) SampleRows(dt DType, tokens, logprobs, logits, params Ptr, rows, vocab int, s Stream) error {
+// SamplingParams (rows of them at params, SamplingParamsBytes each; device or pinned host
+// memory): the token into tokens[r] (int32) and its raw logprob into logprobs[r] (float32), both
+// device memory, and, when host is not 0, the same into pinned host memory (rows tokens, then
+// rows logprobs), written by the kernel. work (0: none) is SampleWorkBytes of zeroed device
+// memory that lets a batch of few rows spread over many blocks; calls sharing it must run on one
+// stream. See atomk_sample_rows in atomk.h for the algorithm.
+func (l *Lib) SampleRows(dt DType, tokens, logprobs, host, logits, params Ptr, rows, vocab int, work Ptr, s Stream) error {
 	return l.call("atomk_sample_rows", func() int32 {
-		return l.f.sampleRows(int32(dt), uintptr(tokens), uintptr(logprobs), uintptr(logits), uintptr(params),
-			int32(rows), int32(vocab), uintptr(s))
+		return l.f.sampleRows(int32(dt), uintptr(tokens), uintptr(logprobs), uintptr(host), uintptr(logits), uintptr(params),
+			int32(rows), int32(vocab), uintptr(work), uintptr(s))
 	})
+}
+
+// SampleWorkBytes returns the size of SampleRows' workspace on the current device.
+func (l *Lib) SampleWorkBytes() (int, error) {
+	var n uint64
+	err := l.call("atomk_sample_work_bytes", func() int32 { return l.f.sampleWork(&n) })
+	return int(n), err
 }

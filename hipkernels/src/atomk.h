@@ -185,9 +185,16 @@ typedef struct atomk_sampling_params {
  * finite logits of row r (raw logprob); NaN when the row has no finite logit. Non-finite logits
  * are never drawn. The exact algorithm (thresholds by radix select over float keys, fixed-point
  * 2^-40 mass for top_p, the hash) is documented in sampling.cu and mirrored by ops.SampleRow in
- * Go. No workspace; one block per row. */
-int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, const void* logits,
-                      const atomk_sampling_params* params, int rows, int vocab, void* stream);
+ * Go. tokens and logprobs are device memory; host (NULL: none) is pinned host memory that also
+ * receives them, written by the kernel (the rows' tokens, then their logprobs: 8 bytes a row), so
+ * no copy has to follow. params may be pinned host memory too. work (NULL: none) is device memory
+ * of atomk_sample_work_bytes() bytes, zeroed once before its first use (every launch leaves it
+ * so): with it a batch of few rows spreads each row's first pass over many blocks; without it
+ * one block per row. Launches sharing a workspace must be ordered (one stream). */
+int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, void* host, const void* logits,
+                      const atomk_sampling_params* params, int rows, int vocab, void* work, void* stream);
+/* *bytes = the workspace atomk_sample_rows may use on the current device (a few KiB). */
+int atomk_sample_work_bytes(size_t* bytes);
 
 /* ---- skinny GEMM and fused projections ---- */
 /* atomk_gemm plus an optional bias (NULL: none): out[m,n] = x[m,k] · w[n,k]ᵀ + bias[n]. Up to a

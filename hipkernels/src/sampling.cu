@@ -380,14 +380,12 @@ __device__ int sample_draw(const T* row, int cols, const atomk_sampling_params& 
     return bi;
 }
 
+// Steps 2-4 once a row's first pass is in sm: the token (greedy, or drawn when the row samples)
+// and its raw logprob, written to tokens[r] and logprobs[r] and, when host is not NULL, to the
+// pinned host memory host (tokens of every row, then their logprobs), so that no copy follows.
 template <typename T>
-__global__ void __launch_bounds__(kSampleThreads)
-sample_rows_kernel(int32_t* tokens, float* logprobs, const T* x, const atomk_sampling_params* params, int cols) {
-    ATOMK_PDL_ENTER();
-    __shared__ SampleShared sm;
-    const T* row = x + (size_t)blockIdx.x * cols;
-    const atomk_sampling_params p = params[blockIdx.x];
-    sample_raw_pass(row, cols, sm);
+__device__ void sample_finish(int32_t* tokens, float* logprobs, void* host, int rows, int r, const T* row, int cols,
+                              const atomk_sampling_params& p, SampleShared& sm) {
     const float xmax = sm.lse_m, lse = sm.lse_m + logf(sm.lse_s);
     const int n = sm.finite;
     int tok = sm.best_i;
@@ -399,21 +397,164 @@ sample_rows_kernel(int32_t* tokens, float* logprobs, const T* x, const atomk_sam
         }
     }
     if (threadIdx.x == 0) {
-        tokens[blockIdx.x] = tok;
-        logprobs[blockIdx.x] = tok >= 0 && n > 0 ? atomk_to_float(row[tok]) - lse : NAN;
+        const float lp = tok >= 0 && n > 0 ? atomk_to_float(row[tok]) - lse : NAN;
+        tokens[r] = tok;
+        logprobs[r] = lp;
+        if (host != NULL) {
+            static_cast<int32_t*>(host)[r] = tok;
+            static_cast<float*>(host)[rows + r] = lp;
+        }
     }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSampleThreads)
+sample_rows_kernel(int32_t* tokens, float* logprobs, void* host, const T* x, const atomk_sampling_params* params,
+                   int rows, int cols) {
+    ATOMK_PDL_ENTER();
+    __shared__ SampleShared sm;
+    const T* row = x + (size_t)blockIdx.x * cols;
+    const atomk_sampling_params p = params[blockIdx.x];
+    sample_raw_pass(row, cols, sm);
+    sample_finish(tokens, logprobs, host, rows, blockIdx.x, row, cols, p, sm);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batches of few rows: the first pass split over blocks. One block streaming a 128k row is bound
+// by its SM's arithmetic (a compare and an expf per logit, 16 warps): ~15 µs at batch 1, on the
+// critical path of every decode step. With a workspace, a batch of at most kSampleSplitRows rows
+// spreads each row's first pass over gridDim.x blocks of `per` logits; each block leaves its
+// argmax, log-sum-exp and finite count in the workspace, and the last of a row's blocks to finish
+// merges them (in a fixed order: the result does not depend on which block was last) and carries
+// on as the one-block kernel does; a row that samples draws in that block.
+// Workspace: kSampleSplitRows counter words (zero between launches: the last block resets its
+// row's word), then the partial results, rows × splits of them. The counters sit at the same
+// place for every launch, so no launch's partials land on a counter.
+
+constexpr int kSampleSplitRows = 64;
+constexpr int kSampleMaxSplits = 64;
+constexpr int kSampleMinSplitCols = 2048;  // fewer logits a block and the merge costs more than it saves
+
+struct SamplePartial {
+    float best, m, s;
+    int best_i, n;
+};
+
+// A load through L2: the partials are written by other blocks of the grid.
+template <typename V>
+__device__ __forceinline__ V sample_load_l2(const V* p) {
+#if defined(ATOMK_CUDA)
+    return __ldcg(p);
+#else
+    return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#endif
+}
+
+// Blocks per row for a batch of rows × vocab (1: no split): at most one block per SM in all (one
+// is resident per SM).
+static int sample_splits(int rows, int vocab) {
+    if (rows > kSampleSplitRows) return 1;
+    int g = atomk_sm_count() / rows;
+    g = g < kSampleMaxSplits ? g : kSampleMaxSplits;
+    g = g < vocab / kSampleMinSplitCols ? g : vocab / kSampleMinSplitCols;
+    return g > 1 ? g : 1;
+}
+
+// Merges the row's partials into sm (warp 0 loads them, a shuffle tree combines them: the
+// same order every launch), as sample_raw_pass leaves a whole row's.
+__device__ void sample_merge_partials(const SamplePartial* part, int splits, SampleShared& sm) {
+    if (threadIdx.x < ATOMK_WARP_SIZE) {
+        float best = -INFINITY, m = -INFINITY, s = 0.f;
+        int bi = -1, n = 0;
+        for (int g = threadIdx.x; g < splits; g += ATOMK_WARP_SIZE) {
+            const float pb = sample_load_l2(&part[g].best), pm = sample_load_l2(&part[g].m), ps = sample_load_l2(&part[g].s);
+            const int pi = sample_load_l2(&part[g].best_i);
+            n += sample_load_l2(&part[g].n);
+            if (pi >= 0 && atomk_better(pb, pi, best, bi)) {
+                best = pb;
+                bi = pi;
+            }
+            sample_lse_merge(m, s, pm, ps);
+        }
+#pragma unroll
+        for (int k = ATOMK_WARP_SIZE / 2; k > 0; k >>= 1) {
+            const float ob = ATOMK_SHFL_XOR(best, k), om = ATOMK_SHFL_XOR(m, k), os = ATOMK_SHFL_XOR(s, k);
+            const int oi = ATOMK_SHFL_XOR(bi, k);
+            if (oi >= 0 && atomk_better(ob, oi, best, bi)) {
+                best = ob;
+                bi = oi;
+            }
+            sample_lse_merge(m, s, om, os);
+            n += ATOMK_SHFL_XOR(n, k);
+        }
+        if (threadIdx.x == 0) {
+            sm.best = best;
+            sm.best_i = bi;
+            sm.lse_m = m;
+            sm.lse_s = s;
+            sm.finite = n;
+        }
+    }
+    __syncthreads();
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSampleThreads, 1)  // 71 registers: at the default 64 it spills
+sample_rows_split_kernel(int32_t* tokens, float* logprobs, void* host, const T* x, const atomk_sampling_params* params,
+                         int rows, int cols, int per, unsigned* work) {
+    ATOMK_PDL_ENTER();
+    __shared__ SampleShared sm;
+    __shared__ bool last;
+    const int r = blockIdx.y, g = blockIdx.x, splits = gridDim.x;
+    const T* row = x + (size_t)r * cols;
+    const int lo = g * per;
+    sample_raw_pass(row + lo, min(per, cols - lo), sm);
+    SamplePartial* part = reinterpret_cast<SamplePartial*>(work + kSampleSplitRows) + (size_t)r * splits;
+    if (threadIdx.x == 0) {
+        part[g] = SamplePartial{sm.best, sm.lse_m, sm.lse_s, sm.best_i < 0 ? -1 : sm.best_i + lo, sm.finite};
+        __threadfence();
+        last = atomicAdd(work + r, 1u) == (unsigned)splits - 1;
+        if (last) {
+            atomicExch(work + r, 0u);
+            __threadfence();
+        }
+    }
+    __syncthreads();
+    if (!last) return;
+    // Issued before the merge, whose loads and barrier hide the read (params may be host memory),
+    // and only here: the other blocks do not need them.
+    const atomk_sampling_params p = params[r];
+    sample_merge_partials(part, splits, sm);
+    sample_finish(tokens, logprobs, host, rows, r, row, cols, p, sm);
 }
 
 extern "C" {
 
-int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, const void* logits,
-                      const atomk_sampling_params* params, int rows, int vocab, void* stream) {
+int atomk_sample_work_bytes(size_t* bytes) {
+    if (bytes == NULL) return atomk_fail(ATOMK_ERR_INVALID, "atomk_sample_work_bytes: bytes=NULL");
+    *bytes = kSampleSplitRows * sizeof(unsigned) + (size_t)atomk_sm_count() * sizeof(SamplePartial);
+    return ATOMK_OK;
+}
+
+int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, void* host, const void* logits,
+                      const atomk_sampling_params* params, int rows, int vocab, void* work, void* stream) {
     if (rows < 0 || vocab <= 0 || (rows > 0 && (tokens == NULL || logprobs == NULL || logits == NULL || params == NULL)))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_sample_rows: rows=%d vocab=%d", rows, vocab);
     if (rows == 0) return ATOMK_OK;
-    ATOMK_DISPATCH(dtype, "atomk_sample_rows",
-                   atomk_launch(sample_rows_kernel<T>, rows, kSampleThreads, 0, ATOMK_STREAM(stream),
-                       tokens, logprobs, static_cast<const T*>(logits), params, vocab));
+    const int splits = work != NULL ? sample_splits(rows, vocab) : 1;
+    if (splits > 1) {
+        int per = (vocab + splits - 1) / splits;
+        per = (per + 7) / 8 * 8;  // whole 16-byte vectors in every block but the last
+        const dim3 grid((vocab + per - 1) / per, rows);
+        ATOMK_DISPATCH(dtype, "atomk_sample_rows",
+                       atomk_launch(sample_rows_split_kernel<T>, grid, kSampleThreads, 0, ATOMK_STREAM(stream), tokens,
+                           logprobs, host, static_cast<const T*>(logits), params, rows, vocab, per,
+                           static_cast<unsigned*>(work)));
+    } else {
+        ATOMK_DISPATCH(dtype, "atomk_sample_rows",
+                       atomk_launch(sample_rows_kernel<T>, rows, kSampleThreads, 0, ATOMK_STREAM(stream), tokens,
+                           logprobs, host, static_cast<const T*>(logits), params, rows, vocab));
+    }
     ATOMK_LAUNCHED("sample_rows");
     return ATOMK_OK;
 }

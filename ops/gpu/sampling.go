@@ -13,12 +13,14 @@ import (
 var _ ops.QueuedSampler = (*Backend)(nil)
 
 // drawQueue holds the draws queued on the stream, oldest first: each slot has its device
-// buffer (the rows' params, then their tokens and logprobs) and the pinned memory its results
-// are copied back into, with the event recorded after that copy.
+// buffer (the rows' tokens and logprobs, then the kernel's workspace) and its pinned memory (the
+// rows' params, read by the kernel, then the results it writes back), with the event recorded
+// after the kernel.
 type drawQueue struct {
 	slots       [ops.MaxQueuedDraws]drawSlot
 	head, count int
 	last        *drawSlot // the slot of the latest draw queued, whose tokens FeedDecodeIDs copies
+	workBytes   int       // the sampling kernel's workspace; 0 until the first draw asks
 }
 
 type drawSlot struct {
@@ -26,14 +28,15 @@ type drawSlot struct {
 	host pinnedSlot
 	rows int
 	toks hipkernels.Ptr
+	out  int // offset of the results in host
 }
 
 // errDrawQueue reports a misuse of the draw queue: full, empty, or busy for SampleRows.
 var errDrawQueue = errors.New("gpu draw queue")
 
 // SampleRows draws a token for each of the first len(params) rows of logits on the device
-// (see ops.DeviceSampler and ops.SampleRow): the params go up through the staging ring, one
-// kernel samples every row, and one copy of 8 bytes per row comes back. It waits for the
+// (see ops.DeviceSampler and ops.SampleRow): one kernel reads the params from pinned memory,
+// samples every row and writes 8 bytes per row back into pinned memory itself. It waits for the
 // queued work; no QueueSample draw may be outstanding.
 func (b *Backend) SampleRows(logits ops.Tensor, params []ops.RowSampling, out []ops.SampledToken) {
 	if len(params) == 0 {
@@ -47,8 +50,8 @@ func (b *Backend) SampleRows(logits ops.Tensor, params []ops.RowSampling, out []
 	b.must("SampleRows", err)
 }
 
-// QueueSample queues SampleRows' work (params upload, kernel, readback of 8 bytes per row)
-// without waiting; see ops.QueuedSampler.
+// QueueSample queues SampleRows' work (one kernel; the params and the results go through the
+// slot's pinned memory) without waiting; see ops.QueuedSampler.
 func (b *Backend) QueueSample(logits ops.Tensor, params []ops.RowSampling) error {
 	x := logits.(*Tensor)
 	rows, vocab := len(params), x.cols()
@@ -59,29 +62,29 @@ func (b *Backend) QueueSample(logits ops.Tensor, params []ops.RowSampling) error
 	case q.count == len(q.slots):
 		return fmt.Errorf("%w: %d draws queued already", errDrawQueue, q.count)
 	}
-	s := &q.slots[(q.head+q.count)%len(q.slots)]
-	pb := rows * hipkernels.SamplingParamsBytes
-	if err := b.ensure(&s.dev, pb+8*rows); err != nil {
-		return err
-	}
-	if err := b.growPinned(&s.host, 8*rows); err != nil {
-		return err
-	}
-	err := b.stage(s.dev.ptr, pb, func(buf []byte) {
-		for i, p := range params {
-			kp := hipkernels.SamplingParams{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, MinP: p.MinP, Seed: p.Seed, Offset: p.Offset}
-			kp.Put(buf[i*hipkernels.SamplingParamsBytes:])
+	if q.workBytes == 0 {
+		n, err := b.lib.SampleWorkBytes()
+		if err != nil {
+			return err
 		}
-	})
-	if err != nil {
+		q.workBytes = (n + 255) &^ 255 // the results after it on their own lines
+	}
+	s := &q.slots[(q.head+q.count)%len(q.slots)]
+	if err := b.ensureDrawSlot(s, rows, q.workBytes); err != nil {
 		return err
 	}
-	s.rows, s.toks = rows, s.dev.ptr+hipkernels.Ptr(pb)
+	pb := rows * hipkernels.SamplingParamsBytes
+	buf := hipkernels.HostBytes(s.host.ptr, pb)
+	for i, p := range params {
+		kp := hipkernels.SamplingParams{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, MinP: p.MinP, Seed: p.Seed, Offset: p.Offset}
+		kp.Put(buf[i*hipkernels.SamplingParamsBytes:])
+	}
+	work := s.dev.ptr
+	s.rows, s.toks, s.out = rows, work+hipkernels.Ptr(q.workBytes), pb
 	lps := s.toks + hipkernels.Ptr(4*rows)
-	if err := b.lib.SampleRows(hipkernels.DType(x.dt), s.toks, lps, x.ptr, s.dev.ptr, rows, vocab, b.stream); err != nil {
-		return err
-	}
-	if err := b.copyOut(s.host.ptr, s.toks, 8*rows); err != nil {
+	err := b.lib.SampleRows(hipkernels.DType(x.dt), s.toks, lps, s.host.ptr+hipkernels.Ptr(pb), x.ptr, s.host.ptr,
+		rows, vocab, work, b.stream)
+	if err != nil {
 		return err
 	}
 	if err := b.lib.EventRecord(s.host.ev, b.stream); err != nil {
@@ -90,6 +93,25 @@ func (b *Backend) QueueSample(logits ops.Tensor, params []ops.RowSampling) error
 	q.count++
 	q.last = s
 	return nil
+}
+
+// ensureDrawSlot makes s hold a draw of rows: pinned memory for the params and results, device
+// memory for the kernel's workspace (work bytes, at the start: the same place whatever the rows)
+// and the results. The workspace must be zero before its first use, so a new buffer is zeroed;
+// the kernel leaves it so. The slot is free (its last draw collected): its pinned memory may be
+// rewritten.
+func (b *Backend) ensureDrawSlot(s *drawSlot, rows, work int) error {
+	if err := b.growPinned(&s.host, rows*(hipkernels.SamplingParamsBytes+8)); err != nil {
+		return err
+	}
+	old := s.dev.ptr
+	if err := b.ensure(&s.dev, work+8*rows); err != nil {
+		return err
+	}
+	if s.dev.ptr == old {
+		return nil
+	}
+	return b.lib.Memset(s.dev.ptr, 0, work, b.stream)
 }
 
 // CollectSample waits for the oldest queued draw and writes its results into out; see
@@ -107,7 +129,7 @@ func (b *Backend) CollectSample(out []ops.SampledToken) (int, error) {
 		return 0, err
 	}
 	q.head, q.count = (q.head+1)%len(q.slots), q.count-1
-	host := hipkernels.HostBytes(s.host.ptr, 8*s.rows)
+	host := hipkernels.HostBytes(s.host.ptr+hipkernels.Ptr(s.out), 8*s.rows)
 	for i := range s.rows {
 		out[i].Token = int32(binary.LittleEndian.Uint32(host[4*i:]))
 		out[i].Logprob = math.Float32frombits(binary.LittleEndian.Uint32(host[4*(s.rows+i):]))
@@ -125,15 +147,6 @@ func (b *Backend) FeedDecodeIDs(in *StepInputs, n int) error {
 		return fmt.Errorf("gpu FeedDecodeIDs: %d rows from the last draw (%v) into inputs of %d rows", n, s != nil, in.loaded)
 	}
 	return b.lib.FeedTokens(in.region(regIDs), s.toks, n, b.stream)
-}
-
-// copyOut queues a copy of n bytes from device src to pinned host dst, by a kernel when small
-// (see copyIn).
-func (b *Backend) copyOut(dst, src hipkernels.Ptr, n int) error {
-	if n <= hipkernels.CopySmallMax {
-		return b.lib.CopySmall(dst, src, n, b.stream)
-	}
-	return b.lib.MemcpyD2H(dst, src, n, b.stream)
 }
 
 // DropDraws forgets every queued draw after waiting for the stream: after a failed step whose

@@ -172,6 +172,71 @@ func TestSampleRowsNonFinite(t *testing.T) {
 	require.True(t, math.IsNaN(float64(got[0].Logprob)))
 }
 
+// TestSampleRowsFewRows covers batches of few rows, whose first pass the kernel splits over many
+// blocks and merges in the last one: tokens and logprobs equal to ops.SampleRow (sampled rows as
+// in TestSampleRows), the greedy tie between the maxima of two blocks won by the smaller index,
+// a NaN row and a row of -inf but one +inf placed late; and the same draw twice gives the same
+// bits (every launch must leave the workspace as it found it).
+func TestSampleRowsFewRows(t *testing.T) {
+	combos := sampleCombos()
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for _, c := range []struct {
+		dt          ops.DType
+		rows, vocab int
+	}{{ops.BF16, 1, 128256}, {ops.BF16, 3, 50257}, {ops.F32, 7, 32000}, {ops.BF16, 64, 128256}, {ops.F32, 2, 4100}} {
+		t.Run(fmt.Sprintf("%v_%dx%d", c.dt, c.rows, c.vocab), func(t *testing.T) {
+			b := newGPU(t, c.dt)
+			vals := randVals(c.dt, c.rows*c.vocab, 3)
+			params := make([]ops.RowSampling, c.rows)
+			for r := range params {
+				params[r] = combos[(r*13)%len(combos)]
+				params[r].Seed, params[r].Offset = uint64(r+1), uint64(r*7)
+			}
+			row := func(r int) []float32 { return vals[r*c.vocab : (r+1)*c.vocab] }
+			// Row 0 (greedy): the maximum twice, far apart; the first one must win.
+			tie := row(0)
+			tie[c.vocab-3], tie[c.vocab/3] = 40, 40
+			if c.rows > 2 {
+				for i := range row(1) {
+					row(1)[i] = nan
+				}
+				params[1] = ops.RowSampling{Temperature: 1, TopP: 1}
+				for i := range row(2) {
+					row(2)[i] = float32(math.Inf(-1))
+				}
+				row(2)[c.vocab-5] = inf
+			}
+			first := sampleOnGPU(b, vals, c.vocab, params)
+			require.Equal(t, int32(c.vocab/3), first[0].Token, "greedy tie")
+			differ := 0
+			for r, p := range params {
+				want := ops.SampleRow(row(r), p)
+				if c.rows > 2 && r == 1 {
+					require.Equal(t, int32(-1), first[r].Token, "NaN row")
+					require.True(t, math.IsNaN(float64(first[r].Logprob)), "NaN row logprob")
+					continue
+				}
+				if first[r].Token != want.Token {
+					require.NotZero(t, p.Temperature, "row %d: greedy token %d, want %d", r, first[r].Token, want.Token)
+					differ++
+					continue
+				}
+				if math.IsNaN(float64(want.Logprob)) {
+					require.True(t, math.IsNaN(float64(first[r].Logprob)), "row %d logprob %g", r, first[r].Logprob)
+					continue
+				}
+				require.InDelta(t, want.Logprob, first[r].Logprob, 1e-3, "row %d %+v", r, p)
+			}
+			require.LessOrEqual(t, differ, max(1, c.rows/20), "%d of %d tokens differ", differ, c.rows)
+			again := sampleOnGPU(b, vals, c.vocab, params)
+			for r := range params {
+				require.Equal(t, first[r].Token, again[r].Token, "row %d twice", r)
+				require.Equal(t, math.Float32bits(first[r].Logprob), math.Float32bits(again[r].Logprob), "row %d twice", r)
+			}
+		})
+	}
+}
+
 // TestPerfSampleRows times SampleRows at 128k vocabulary against copying the logits to the
 // host (the host path's copy alone), for 1, 32 and 256 rows (set ATOM_GO_PERF=1).
 func TestPerfSampleRows(t *testing.T) {
