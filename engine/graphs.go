@@ -206,13 +206,16 @@ func (r *Runner) runGraph(g *decodeGraph) (ops.Tensor, error) {
 // g and returns its logits (the first rows of the graph's logits buffer, one per sequence).
 func (r *Runner) replay(g *decodeGraph, fed bool) (ops.Tensor, error) {
 	dg := r.graphs
-	if err := dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache); err != nil {
+	var err error
+	if fed {
+		err = dg.be.LoadDecodeFed(dg.in, g.n, r.ids, &r.meta, r.cache)
+	} else {
+		err = dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
 	}
 	if fed {
-		if err := dg.be.FeedDecodeIDs(dg.in, len(r.ids)); err != nil {
-			return nil, err
-		}
 		r.fedSteps++
 	}
 	if err := g.g.Launch(); err != nil {

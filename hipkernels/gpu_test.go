@@ -127,7 +127,7 @@ func TestNcclUniqueID(t *testing.T) {
 
 // TestCopySmallAndFeedTokens moves bytes between pinned host memory and the device with the
 // copy kernel (sizes and offsets that take each unit width), checks that a size over the limit
-// is refused, and feeds tokens into ids with -1 becoming 0.
+// is refused, and feeds tokens into ids with -1 becoming 0, alone and inside a copy.
 func TestCopySmallAndFeedTokens(t *testing.T) {
 	l := open(t)
 	s, err := l.StreamCreate()
@@ -175,5 +175,31 @@ func TestCopySmallAndFeedTokens(t *testing.T) {
 		if want := max(v, 0); got != want {
 			t.Fatalf("fed id %d = %d, want %d", i, got, want)
 		}
+	}
+	// The same feed inside the inputs' copy: words 3..7 of a 40-word upload take the tokens
+	// (still at d), the others come from the host.
+	for i, v := range toks {
+		binary.LittleEndian.PutUint32(buf[4*i:], uint32(v))
+	}
+	must(t, l.CopySmall(d, host, 4*len(toks), s))
+	must(t, l.StreamSync(s))
+	const words, at = 40, 3
+	for i := range words {
+		binary.LittleEndian.PutUint32(buf[1024+4*i:], uint32(1000+i))
+	}
+	must(t, l.CopySmallFeed(d+1024, host+1024, 4*words, 4*at, d, len(toks), s))
+	must(t, l.CopySmall(host+4096, d+1024, 4*words, s))
+	must(t, l.StreamSync(s))
+	for i := range words {
+		want := int32(1000 + i)
+		if i >= at && i < at+len(toks) {
+			want = max(toks[i-at], 0)
+		}
+		if got := int32(binary.LittleEndian.Uint32(buf[4096+4*i:])); got != want {
+			t.Fatalf("copy with feed: word %d = %d, want %d", i, got, want)
+		}
+	}
+	if err := l.CopySmallFeed(d, host, 16, 8, d, 3, s); err == nil {
+		t.Fatal("a feed past the copy's end was accepted")
 	}
 }

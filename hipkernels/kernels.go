@@ -151,6 +151,15 @@ func (l *Lib) CopySmall(dst, src Ptr, bytes int, s Stream) error {
 	return l.call("atomk_copy_small", func() int32 { return l.f.copySmall(uintptr(dst), uintptr(src), uint64(bytes), uintptr(s)) })
 }
 
+// CopySmallFeed is CopySmall for a fed decode step's inputs (see FeedTokens): the n int32
+// words at byte offset idsAt of dst take tokens[0:n) (device memory, a negative token becoming
+// 0) instead of src's, in the same kernel. bytes and idsAt are multiples of 4.
+func (l *Lib) CopySmallFeed(dst, src Ptr, bytes, idsAt int, tokens Ptr, n int, s Stream) error {
+	return l.call("atomk_copy_small_feed", func() int32 {
+		return l.f.copySmallFeed(uintptr(dst), uintptr(src), uint64(bytes), uint64(idsAt), uintptr(tokens), int32(n), uintptr(s))
+	})
+}
+
 // FeedTokens queues ids[i] = tokens[i] for i < n (int32 device arrays), a negative token
 // (a draw that found no finite logit) becoming 0.
 func (l *Lib) FeedTokens(ids, tokens Ptr, n int, s Stream) error {

@@ -274,8 +274,28 @@ func (d *decoder) dumpLayer(layer int, res, x ops.Tensor) {
 }
 
 func (d *decoder) Logits(hidden ops.Tensor, rows []int32) ops.Tensor {
-	sel, out := d.be.View(d.sel, len(rows)), d.be.View(d.logits, len(rows))
+	out := d.be.View(d.logits, len(rows))
+	if identityRows(rows, hidden.Shape()[0]) {
+		// A decode batch samples every row in order: the LM head reads the hidden state itself,
+		// with no copy (one dependent kernel fewer per decode step).
+		d.be.Linear(out, hidden, d.lmHead, nil)
+		return out
+	}
+	sel := d.be.View(d.sel, len(rows))
 	d.be.GatherRows(sel, hidden, rows)
 	d.be.Linear(out, sel, d.lmHead, nil)
 	return out
+}
+
+// identityRows reports whether rows is 0, 1, ..., n-1.
+func identityRows(rows []int32, n int) bool {
+	if len(rows) != n {
+		return false
+	}
+	for i, r := range rows {
+		if int(r) != i {
+			return false
+		}
+	}
+	return true
 }

@@ -149,3 +149,34 @@ func TestDecoderResidualStream(t *testing.T) {
 		}
 	}
 }
+
+// TestLogitsRows: a decode batch's rows in order take the LM head straight off the hidden state
+// (no gather); any other selection gathers. Both give each row the same logits.
+func TestLogitsRows(t *testing.T) {
+	for _, c := range []struct {
+		rows []int32
+		n    int
+		want bool
+	}{{[]int32{0, 1, 2}, 3, true}, {[]int32{0}, 1, true}, {[]int32{2, 1, 0}, 3, false}, {[]int32{0, 1}, 3, false}, {[]int32{}, 0, true}} {
+		require.Equal(t, c.want, identityRows(c.rows, c.n), "%v of %d", c.rows, c.n)
+	}
+	dir := testCheckpoints(t)[0]
+	ck, err := OpenCheckpoint(dir)
+	require.NoError(t, err)
+	defer ck.Close()
+	be := cpu.New(0)
+	defer be.Close()
+	const bs, blocks = 4, 16
+	m, err := Load(ck, be, Options{MaxTokens: 16, MaxSeqs: 3})
+	require.NoError(t, err)
+	cache, err := m.NewKVCache(blocks, bs)
+	require.NoError(t, err)
+	h := m.Forward([]int32{1, 5, 9}, singleSeq(0, 3, bs, blocks), cache)
+	vocab := ck.Config.VocabSize
+	inOrder, reversed := make([]float32, 3*vocab), make([]float32, 3*vocab)
+	be.ReadRows(m.Logits(h, []int32{0, 1, 2}), inOrder)
+	be.ReadRows(m.Logits(h, []int32{2, 1, 0}), reversed)
+	for r := range 3 {
+		require.Equal(t, inOrder[r*vocab:(r+1)*vocab], reversed[(2-r)*vocab:(3-r)*vocab], "row %d", r)
+	}
+}

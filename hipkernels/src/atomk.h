@@ -102,6 +102,12 @@ int atomk_nccl_destroy(void* comm);
 int atomk_copy_small(void* dst, const void* src, size_t bytes, void* stream);
 /* ids[i] = tokens[i] for i < n (device int32), a negative token becoming 0. */
 int atomk_feed_tokens(int32_t* ids, const int32_t* tokens, int n, void* stream);
+/* atomk_copy_small of a fed decode step's inputs: dst[0:bytes) = src[0:bytes), except the n
+ * int32 words at byte offset ids_at, which take tokens[0:n) (device memory; -1 becomes 0) as
+ * atomk_feed_tokens gives them, in the same kernel. bytes and ids_at multiples of 4, ids_at + 4n
+ * <= bytes <= ATOMK_COPY_SMALL_MAX. */
+int atomk_copy_small_feed(void* dst, const void* src, size_t bytes, size_t ids_at, const int32_t* tokens, int n,
+                          void* stream);
 /* dst[0:n] = value. */
 int atomk_fill(int dtype, void* dst, size_t n, float value, void* stream);
 /* out[i,:] = src[rows[i],:] for i < n (rows on the device; src has src_rows rows of cols).

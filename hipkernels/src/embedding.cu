@@ -43,6 +43,21 @@ __global__ void feed_tokens_kernel(int32_t* ids, const int32_t* tokens, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) ids[i] = tokens[i] < 0 ? 0 : tokens[i];
 }
 
+// copy_units_kernel over 32-bit words, except words [feed_at, feed_at + feed_n), which take the
+// drawn tokens instead (as feed_tokens_kernel writes them): a fed step's inputs in one kernel.
+__global__ void copy_feed_kernel(uint32_t* dst, const uint32_t* src, size_t n, size_t feed_at, const int32_t* tokens,
+                                 int feed_n) {
+    ATOMK_PDL_ENTER();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        if (i >= feed_at && i < feed_at + feed_n) {
+            const int32_t tok = tokens[i - feed_at];
+            dst[i] = (uint32_t)(tok < 0 ? 0 : tok);
+        } else {
+            dst[i] = src[i];
+        }
+    }
+}
+
 template <typename U>
 static int launch_copy(void* dst, const void* src, size_t bytes, gpuStream_t s) {
     const size_t n = bytes / sizeof(U);
@@ -104,6 +119,26 @@ int atomk_feed_tokens(int32_t* ids, const int32_t* tokens, int n, void* stream) 
     if (n == 0) return ATOMK_OK;
     atomk_launch(feed_tokens_kernel, 1, 256, 0, ATOMK_STREAM(stream), ids, tokens, n);
     ATOMK_LAUNCHED("feed_tokens");
+    return ATOMK_OK;
+}
+
+int atomk_copy_small_feed(void* dst, const void* src, size_t bytes, size_t ids_at, const int32_t* tokens, int n,
+                          void* stream) {
+    if (bytes > ATOMK_COPY_SMALL_MAX || bytes % 4 != 0 || ids_at % 4 != 0 || n < 0 || ids_at + 4 * (size_t)n > bytes ||
+        (bytes > 0 && (dst == NULL || src == NULL)) || (n > 0 && tokens == NULL))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_copy_small_feed: %zu bytes, %d ids at %zu", bytes, n, ids_at);
+    if (bytes == 0) return ATOMK_OK;
+    static const bool kernel = atomk_env_int("ATOM_GO_COPY_KERNEL", 1, 0, 1) == 1;
+    if (!kernel) {
+        const int rc = atomk_copy_small(dst, src, bytes, stream);
+        if (rc != ATOMK_OK) return rc;
+        return atomk_feed_tokens(reinterpret_cast<int32_t*>(static_cast<char*>(dst) + ids_at), tokens, n, stream);
+    }
+    const size_t words = bytes / 4;
+    atomk_launch(copy_feed_kernel, (int)((words + 255) / 256 < 32 ? (words + 255) / 256 : 32), 256, 0,
+                 ATOMK_STREAM(stream), static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), words, ids_at / 4,
+                 tokens, n);
+    ATOMK_LAUNCHED("copy_feed");
     return ATOMK_OK;
 }
 

@@ -82,6 +82,22 @@ func (in *StepInputs) region(r int) hipkernels.Ptr {
 // token, meta its attention metadata) against the cache and queues its upload into in, padded
 // to n rows. The rows to sample are 0..n-1. An error leaves nothing queued.
 func (b *Backend) LoadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) error {
+	return b.loadDecode(in, n, ids, meta, cache, nil)
+}
+
+// LoadDecodeFed is LoadDecode for a step fed by the latest queued draw (QueueSample): the first
+// len(ids) ids (placeholders here) become, row for row, the tokens that draw produces, without
+// the host seeing them (a row whose draw found no finite logit feeds token 0, as the host path
+// does). The kernel that uploads the inputs puts them in place.
+func (b *Backend) LoadDecodeFed(in *StepInputs, n int, ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) error {
+	s := b.draws.last
+	if s == nil || len(ids) > s.rows {
+		return fmt.Errorf("gpu LoadDecodeFed: %d rows fed from the last draw (%v)", len(ids), s != nil)
+	}
+	return b.loadDecode(in, n, ids, meta, cache, s)
+}
+
+func (b *Backend) loadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnMetadata, cache ops.KVCache, feed *drawSlot) error {
 	kv, ok := cache.(*KVCache)
 	if !ok {
 		return fmt.Errorf("gpu LoadDecode: cache of type %T", cache)
@@ -129,10 +145,23 @@ func (b *Backend) LoadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnM
 		}
 	}
 	in.loaded = n
-	return b.stage(in.buf.ptr, 4*size, func(buf []byte) {
+	fill := func(buf []byte) {
 		for i, x := range h {
 			binary.LittleEndian.PutUint32(buf[4*i:], uint32(x))
 		}
+	}
+	if feed == nil {
+		return b.stage(in.buf.ptr, 4*size, fill)
+	}
+	idsAt := int(in.region(regIDs) - in.buf.ptr)
+	return b.stageCopy(in.buf.ptr, 4*size, fill, func(dst, src hipkernels.Ptr, bytes int) error {
+		if bytes <= hipkernels.CopySmallMax {
+			return b.lib.CopySmallFeed(dst, src, bytes, idsAt, feed.toks, k, b.stream)
+		}
+		if err := b.copyIn(dst, src, bytes); err != nil {
+			return err
+		}
+		return b.lib.FeedTokens(dst+hipkernels.Ptr(idsAt), feed.toks, k, b.stream)
 	})
 }
 

@@ -19,7 +19,7 @@ var _ ops.QueuedSampler = (*Backend)(nil)
 type drawQueue struct {
 	slots       [ops.MaxQueuedDraws]drawSlot
 	head, count int
-	last        *drawSlot // the slot of the latest draw queued, whose tokens FeedDecodeIDs copies
+	last        *drawSlot // the slot of the latest draw queued, whose tokens LoadDecodeFed feeds
 	workBytes   int       // the sampling kernel's workspace; 0 until the first draw asks
 }
 
@@ -135,18 +135,6 @@ func (b *Backend) CollectSample(out []ops.SampledToken) (int, error) {
 		out[i].Logprob = math.Float32frombits(binary.LittleEndian.Uint32(host[4*(s.rows+i):]))
 	}
 	return s.rows, nil
-}
-
-// FeedDecodeIDs queues a copy of the latest queued draw's first n tokens into in's token ids:
-// the decode step replayed next takes as input, row for row, the tokens that draw produces,
-// without the host seeing them. A row whose draw found no finite logit (token -1) feeds token
-// 0, as the host path does.
-func (b *Backend) FeedDecodeIDs(in *StepInputs, n int) error {
-	s := b.draws.last
-	if s == nil || n <= 0 || n > s.rows || n > in.loaded {
-		return fmt.Errorf("gpu FeedDecodeIDs: %d rows from the last draw (%v) into inputs of %d rows", n, s != nil, in.loaded)
-	}
-	return b.lib.FeedTokens(in.region(regIDs), s.toks, n, b.stream)
 }
 
 // DropDraws forgets every queued draw after waiting for the stream: after a failed step whose

@@ -64,6 +64,11 @@ func (b *Backend) ensure(d *devBuf, n int) error {
 // stage queues a copy of n bytes to device dst: fill writes them into the next pinned slot of
 // the ring (after the slot's previous copy has finished), then the copy is queued on the stream.
 func (b *Backend) stage(dst hipkernels.Ptr, n int, fill func([]byte)) error {
+	return b.stageCopy(dst, n, fill, b.copyIn)
+}
+
+// stageCopy is stage with the copy queued by copy (from the pinned slot to dst).
+func (b *Backend) stageCopy(dst hipkernels.Ptr, n int, fill func([]byte), copy func(dst, src hipkernels.Ptr, n int) error) error {
 	if n == 0 {
 		return nil
 	}
@@ -82,7 +87,7 @@ func (b *Backend) stage(dst hipkernels.Ptr, n int, fill func([]byte)) error {
 		return err
 	}
 	fill(hipkernels.HostBytes(s.ptr, n))
-	if err := b.copyIn(dst, s.ptr, n); err != nil {
+	if err := copy(dst, s.ptr, n); err != nil {
 		return err
 	}
 	if err := b.lib.EventRecord(s.ev, b.stream); err != nil {
