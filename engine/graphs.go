@@ -137,7 +137,7 @@ func (r *Runner) CaptureGraphs(sizes []int, maxLen int) (err error) {
 // captureOne warms up the forward pass of model m over n padding rows bound to in, then
 // captures it.
 func captureOne(be *gpu.Backend, in *gpu.StepInputs, n int, m models.Model, cache ops.KVCache) (g *decodeGraph, err error) {
-	if err := be.LoadDecode(in, n, nil, &ops.AttnMetadata{}, cache); err != nil {
+	if err := be.LoadDecode(in, n, nil, &ops.AttnMetadata{}, cache, nil); err != nil {
 		return nil, err
 	}
 	if err := be.BindStepInputs(in, n, cache); err != nil {
@@ -198,19 +198,20 @@ func (r *Runner) runGraph(g *decodeGraph) (ops.Tensor, error) {
 	if r.graphs.ranked != nil {
 		return r.runRanked(g)
 	}
-	return r.replay(g, false)
+	return r.replay(g, false, nil)
 }
 
 // replay uploads the prepared decode batch into the single-rank graphs' inputs, with its ids
-// taken on the device from the last queued draw when fed is set (see QueueSampled), launches
-// g and returns its logits (the first rows of the graph's logits buffer, one per sequence).
-func (r *Runner) replay(g *decodeGraph, fed bool) (ops.Tensor, error) {
+// taken on the device from the last queued draw when fed is set (see QueueSampled) and the
+// rows' sampling params when the step's draw is on the device (params not nil), launches g and
+// returns its logits (the first rows of the graph's logits buffer, one per sequence).
+func (r *Runner) replay(g *decodeGraph, fed bool, params []ops.RowSampling) (ops.Tensor, error) {
 	dg := r.graphs
 	var err error
 	if fed {
-		err = dg.be.LoadDecodeFed(dg.in, g.n, r.ids, &r.meta, r.cache)
+		err = dg.be.LoadDecodeFed(dg.in, g.n, r.ids, &r.meta, r.cache, params)
 	} else {
-		err = dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache)
+		err = dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache, params)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
@@ -287,7 +288,7 @@ func (r *Runner) runRanked(g *decodeGraph) (ops.Tensor, error) {
 	dg, k := r.graphs, len(r.sampleRows)
 	dg.ranked.OnRanks(r.cache, func(rank int, _ ops.Backend, _ models.Model, shard ops.KVCache) {
 		ri := dg.ranks[rank]
-		dg.errs[rank] = ri.be.LoadDecode(ri.in, g.n, r.ids, &r.meta, shard)
+		dg.errs[rank] = ri.be.LoadDecode(ri.in, g.n, r.ids, &r.meta, shard, nil)
 	})
 	if err := dg.rankErrs(); err != nil {
 		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
@@ -321,7 +322,7 @@ func (r *Runner) ReplayGraph(work []Work, k int) (time.Duration, error) {
 		return 0, fmt.Errorf("ReplayGraph: no single-rank graph for a batch of %d", len(work))
 	}
 	dg := r.graphs
-	if err := dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache); err != nil {
+	if err := dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache, nil); err != nil {
 		return 0, fmt.Errorf("ReplayGraph: %w", err)
 	}
 	if err := dg.be.Synchronize(); err != nil {

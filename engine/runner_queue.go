@@ -56,7 +56,7 @@ func (r *Runner) QueueSampled(work []Work, params []ops.RowSampling, fed bool) e
 	var logits ops.Tensor
 	if g := r.graphFor(work); g != nil && r.graphs.ranked == nil && !r.queueEager {
 		var err error
-		if logits, err = r.replay(g, fed); err != nil {
+		if logits, err = r.replay(g, fed, params); err != nil {
 			return err
 		}
 	} else if r.queueEager {

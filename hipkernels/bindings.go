@@ -49,16 +49,16 @@ type fns struct {
 	ncclAllReduce func(comm uintptr, dt int32, send, recv uintptr, count uint64, s uintptr) int32
 	ncclDel       func(comm uintptr) int32
 
-	fill          func(dt int32, dst uintptr, n uint64, value float32, s uintptr) int32
-	copySmall     func(dst, src uintptr, bytes uint64, s uintptr) int32
-	copySmallFeed func(dst, src uintptr, bytes, idsAt uint64, tokens uintptr, n int32, s uintptr) int32
-	feedTokens    func(ids, tokens uintptr, n int32, s uintptr) int32
-	gatherRows    func(dt int32, out, src, rows uintptr, n, cols, srcRows int32, s uintptr) int32
-	rmsNorm       func(dt int32, out, x, residual, w uintptr, rows, cols int32, eps float32, s uintptr) int32
-	headRMSNorm   func(dt int32, x, w uintptr, rows, heads, headDim int32, eps float32, s uintptr) int32
-	siluMul       func(dt int32, out, gate, up uintptr, rows, cols int32, s uintptr) int32
-	addBias       func(dt int32, out, bias uintptr, rows, cols int32, s uintptr) int32
-	ropeWriteKV   func(dt int32, q, k, v, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
+	fill        func(dt int32, dst uintptr, n uint64, value float32, s uintptr) int32
+	copySmall   func(dst, src uintptr, bytes uint64, s uintptr) int32
+	loadStep    func(dst, src uintptr, regions, n, m, tail, extra, extraAt int32, feed uintptr, feedN int32, s uintptr) int32
+	feedTokens  func(ids, tokens uintptr, n int32, s uintptr) int32
+	gatherRows  func(dt int32, out, src, rows uintptr, n, cols, srcRows int32, s uintptr) int32
+	rmsNorm     func(dt int32, out, x, residual, w uintptr, rows, cols int32, eps float32, s uintptr) int32
+	headRMSNorm func(dt int32, x, w uintptr, rows, heads, headDim int32, eps float32, s uintptr) int32
+	siluMul     func(dt int32, out, gate, up uintptr, rows, cols int32, s uintptr) int32
+	addBias     func(dt int32, out, bias uintptr, rows, cols int32, s uintptr) int32
+	ropeWriteKV func(dt int32, q, k, v, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
 		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
 	gemmSwiGLU func(h, s uintptr, dt int32, out, gateUp, w, act uintptr, m, n, k int32) int32
 	gemmNorm   func(h, s uintptr, dt int32, out, resOut, residual, add, normW uintptr, eps float32, w, bias uintptr,
@@ -136,7 +136,7 @@ func (f *fns) table() []binding {
 		{&f.ncclDel, "atomk_nccl_destroy"},
 		{&f.fill, "atomk_fill"},
 		{&f.copySmall, "atomk_copy_small"},
-		{&f.copySmallFeed, "atomk_copy_small_feed"},
+		{&f.loadStep, "atomk_load_step_inputs"},
 		{&f.feedTokens, "atomk_feed_tokens"},
 		{&f.gatherRows, "atomk_gather_rows"},
 		{&f.rmsNorm, "atomk_rms_norm"},

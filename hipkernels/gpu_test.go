@@ -127,7 +127,8 @@ func TestNcclUniqueID(t *testing.T) {
 
 // TestCopySmallAndFeedTokens moves bytes between pinned host memory and the device with the
 // copy kernel (sizes and offsets that take each unit width), checks that a size over the limit
-// is refused, and feeds tokens into ids with -1 becoming 0, alone and inside a copy.
+// is refused, feeds tokens into ids with -1 becoming 0, and scatters a compact step input with a
+// feed.
 func TestCopySmallAndFeedTokens(t *testing.T) {
 	l := open(t)
 	s, err := l.StreamCreate()
@@ -176,30 +177,53 @@ func TestCopySmallAndFeedTokens(t *testing.T) {
 			t.Fatalf("fed id %d = %d, want %d", i, got, want)
 		}
 	}
-	// The same feed inside the inputs' copy: words 3..7 of a 40-word upload take the tokens
-	// (still at d), the others come from the host.
+	// A step's inputs from a compact host layout: 3 regions of n = 5 words into regions of m = 8,
+	// a tail of 6 after them, 3 extra words two past the tail's end; the first 4 ids fed from the
+	// tokens (still at d).
 	for i, v := range toks {
 		binary.LittleEndian.PutUint32(buf[4*i:], uint32(v))
 	}
 	must(t, l.CopySmall(d, host, 4*len(toks), s))
 	must(t, l.StreamSync(s))
-	const words, at = 40, 3
-	for i := range words {
+	sl := StepLayout{Regions: 3, N: 5, M: 8, Tail: 6, Extra: 3, ExtraAt: 3*8 + 6 + 2}
+	const fed = 4
+	compact, span := sl.Regions*sl.N+sl.Tail+sl.Extra, sl.ExtraAt+sl.Extra
+	for i := range compact {
 		binary.LittleEndian.PutUint32(buf[1024+4*i:], uint32(1000+i))
 	}
-	must(t, l.CopySmallFeed(d+1024, host+1024, 4*words, 4*at, d, len(toks), s))
-	must(t, l.CopySmall(host+4096, d+1024, 4*words, s))
+	must(t, l.Memset(d+1024, 0xff, 4*span, s))
+	must(t, l.LoadStepInputs(d+1024, host+1024, sl, d, fed, s))
+	must(t, l.CopySmall(host+4096, d+1024, 4*span, s))
 	must(t, l.StreamSync(s))
-	for i := range words {
-		want := int32(1000 + i)
-		if i >= at && i < at+len(toks) {
-			want = max(toks[i-at], 0)
+	tailAt := sl.Regions * sl.M
+	for i := range span {
+		r, j := i/sl.M, i%sl.M
+		want := int32(-1) // rows past n and the gap before the extra words are not written
+		switch {
+		case i >= sl.ExtraAt:
+			want = int32(1000 + sl.Regions*sl.N + sl.Tail + i - sl.ExtraAt)
+		case i >= tailAt && i < tailAt+sl.Tail:
+			want = int32(1000 + sl.Regions*sl.N + i - tailAt)
+		case r == 0 && j < fed:
+			want = max(toks[j], 0)
+		case r < sl.Regions && j < sl.N:
+			want = int32(1000 + r*sl.N + j)
 		}
 		if got := int32(binary.LittleEndian.Uint32(buf[4096+4*i:])); got != want {
-			t.Fatalf("copy with feed: word %d = %d, want %d", i, got, want)
+			t.Fatalf("step inputs: word %d = %d, want %d", i, got, want)
 		}
 	}
-	if err := l.CopySmallFeed(d, host, 16, 8, d, 3, s); err == nil {
-		t.Fatal("a feed past the copy's end was accepted")
+	for _, bad := range []struct {
+		sl   StepLayout
+		feed int
+		why  string
+	}{
+		{StepLayout{Regions: 3, N: 5, M: 4}, 0, "regions narrower than their rows"},
+		{StepLayout{Regions: 1, N: 4, M: 4}, 5, "more fed rows than rows"},
+		{StepLayout{Regions: 1, N: 4, M: 4, Tail: 2, Extra: 1, ExtraAt: 5}, 0, "extra words inside the tail"},
+	} {
+		if err := l.LoadStepInputs(d, host, bad.sl, d, bad.feed, s); err == nil {
+			t.Fatalf("%s: accepted", bad.why)
+		}
 	}
 }

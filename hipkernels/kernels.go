@@ -151,12 +151,21 @@ func (l *Lib) CopySmall(dst, src Ptr, bytes int, s Stream) error {
 	return l.call("atomk_copy_small", func() int32 { return l.f.copySmall(uintptr(dst), uintptr(src), uint64(bytes), uintptr(s)) })
 }
 
-// CopySmallFeed is CopySmall for a fed decode step's inputs (see FeedTokens): the n int32
-// words at byte offset idsAt of dst take tokens[0:n) (device memory, a negative token becoming
-// 0) instead of src's, in the same kernel. bytes and idsAt are multiples of 4.
-func (l *Lib) CopySmallFeed(dst, src Ptr, bytes, idsAt int, tokens Ptr, n int, s Stream) error {
-	return l.call("atomk_copy_small_feed", func() int32 {
-		return l.f.copySmallFeed(uintptr(dst), uintptr(src), uint64(bytes), uint64(idsAt), uintptr(tokens), int32(n), uintptr(s))
+// StepLayout places a decode step's compact inputs (LoadStepInputs): Regions arrays of N int32
+// words, then Tail words, then Extra words; on the device the regions are M words apart, the
+// tail follows them, and the extra words start at word ExtraAt.
+type StepLayout struct {
+	Regions, N, M, Tail, Extra, ExtraAt int
+}
+
+// LoadStepInputs queues one kernel that writes a decode step's inputs, compact at src (pinned
+// host or device memory), into dst as l places them. With feedN > 0 the first feedN words of
+// region 0 take the int32 tokens at feed (device memory) instead, a negative token becoming 0.
+// The kernel reads host memory over the bus: for a large input, copy it to the device first.
+func (l *Lib) LoadStepInputs(dst, src Ptr, sl StepLayout, feed Ptr, feedN int, s Stream) error {
+	return l.call("atomk_load_step_inputs", func() int32 {
+		return l.f.loadStep(uintptr(dst), uintptr(src), int32(sl.Regions), int32(sl.N), int32(sl.M), int32(sl.Tail),
+			int32(sl.Extra), int32(sl.ExtraAt), uintptr(feed), int32(feedN), uintptr(s))
 	})
 }
 

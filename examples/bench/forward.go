@@ -91,7 +91,7 @@ func measureForward(o options, res *Result, x cost) error {
 		replay := 0.0
 		if g1, _ := r.StepCounts(); g1 == g0 {
 			ms = -1 // no graph for this size: reported as eager only
-		} else if d, err := r.ReplayGraph(decode(c), 20); err == nil {
+		} else if d, err := r.ReplayGraph(decode(c), o.replays); err == nil {
 			replay = float64(d.Microseconds()) / 1e3
 		} else {
 			return fmt.Errorf("decode batch %d replay: %w", c, err)

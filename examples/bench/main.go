@@ -40,6 +40,7 @@ import (
 type options struct {
 	model, out, hfJSON, md, commit string
 	prompt, output, ttftReps       int
+	replays                        int
 	maxModelLen                    int
 	conc                           []int
 	memUtil                        float64
@@ -67,6 +68,7 @@ func run(args []string) error {
 	fs.IntVar(&o.prompt, "prompt-len", 1024, "prompt tokens")
 	fs.IntVar(&o.output, "output-len", 256, "output tokens per request")
 	fs.IntVar(&o.ttftReps, "ttft-reps", 3, "time-to-first-token repetitions (median)")
+	fs.IntVar(&o.replays, "replays", 20, "back-to-back graph replays timed for the runner table's replay column")
 	fs.IntVar(&o.maxModelLen, "max-model-len", 2048, "engine --max-model-len")
 	fs.Float64Var(&o.memUtil, "gpu-memory-utilization", 0.9, "engine --gpu-memory-utilization")
 	concs := fs.String("concurrency", "1,16,64,256", "concurrent requests of the throughput runs")
@@ -85,6 +87,9 @@ func run(args []string) error {
 			return fmt.Errorf("--concurrency: %q is not a positive integer", f)
 		}
 		o.conc = append(o.conc, n)
+	}
+	if o.replays < 1 || o.ttftReps < 1 {
+		return fmt.Errorf("--replays %d, --ttft-reps %d: both must be at least 1", o.replays, o.ttftReps)
 	}
 	if o.report {
 		return report(o)

@@ -40,6 +40,10 @@ type DecodeRow struct {
 	TokensPerS      float64 `json:"tokens_per_s"`
 	FloorTokensPerS float64 `json:"roofline_tokens_per_s"`
 	Pct             float64 `json:"pct_of_roofline"`
+	// MedianGapMs and MaxGapMs are the typical and the longest gap between two tokens: a TPOT
+	// above the median gap is made of stalls, not of steps.
+	MedianGapMs float64 `json:"median_gap_ms,omitempty"`
+	MaxGapMs    float64 `json:"max_gap_ms,omitempty"`
 }
 
 // TTFTRow is (b): time to first token of one prompt through the engine.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -77,7 +78,8 @@ func measureEngine(o options, res *Result, x cost) error {
 			step := x.decodeStep(res.Ceilings, 1, o.prompt+o.output/2)
 			tpot := r.tpot[0] * 1e3
 			res.Decode1 = DecodeRow{TPOTMs: tpot, TokensPerS: 1e3 / tpot, FloorTokensPerS: 1 / step.Seconds,
-				Pct: 100 * step.Seconds * 1e3 / tpot}
+				Pct: 100 * step.Seconds * 1e3 / tpot, MedianGapMs: median(r.gaps) * 1e3, MaxGapMs: slices.Max(append(r.gaps, 0)) * 1e3}
+			logf("batch 1: TPOT %.3f ms, median gap %.3f ms, longest %.3f ms", tpot, res.Decode1.MedianGapMs, res.Decode1.MaxGapMs)
 		}
 		checkpoint(res)
 	}
@@ -90,6 +92,7 @@ func measureEngine(o options, res *Result, x cost) error {
 type batchResult struct {
 	wall       float64   // first submission to last token
 	ttft, tpot []float64 // per request: first token; mean gap between later tokens
+	gaps       []float64 // request 0: the gap before each token after the first
 }
 
 // runBatch submits every prompt at once (greedy, EOS ignored, out tokens each) and waits for all.
@@ -123,12 +126,24 @@ func runBatch(e *engine.Engine, prompts [][]int32, out int) (*batchResult, error
 					return
 				}
 				now := time.Now()
+				k := 0
 				for _, o := range outs {
-					if n == 0 && len(o.TokenIDs) > 0 {
-						first = now
-					}
-					n += len(o.TokenIDs)
+					k += len(o.TokenIDs)
 				}
+				if k == 0 {
+					continue
+				}
+				gaps := k // tokens that close a gap since the last hand-over
+				if n == 0 {
+					first, last = now, now
+					gaps-- // the first token closes none
+				}
+				if i == 0 { // tokens handed over together share the gap
+					for range gaps {
+						res.gaps = append(res.gaps, now.Sub(last).Seconds()/float64(gaps))
+					}
+				}
+				n += k
 				last = now
 			}
 			res.ttft[i] = first.Sub(start).Seconds()

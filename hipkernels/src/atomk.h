@@ -102,12 +102,15 @@ int atomk_nccl_destroy(void* comm);
 int atomk_copy_small(void* dst, const void* src, size_t bytes, void* stream);
 /* ids[i] = tokens[i] for i < n (device int32), a negative token becoming 0. */
 int atomk_feed_tokens(int32_t* ids, const int32_t* tokens, int n, void* stream);
-/* atomk_copy_small of a fed decode step's inputs: dst[0:bytes) = src[0:bytes), except the n
- * int32 words at byte offset ids_at, which take tokens[0:n) (device memory; -1 becomes 0) as
- * atomk_feed_tokens gives them, in the same kernel. bytes and ids_at multiples of 4, ids_at + 4n
- * <= bytes <= ATOMK_COPY_SMALL_MAX. */
-int atomk_copy_small_feed(void* dst, const void* src, size_t bytes, size_t ids_at, const int32_t* tokens, int n,
-                          void* stream);
+/* A decode step's inputs, compact in src (pinned host or device memory): `regions` arrays of n
+ * int32 words, then `tail` words, then `extra` words; written into dst as `regions` arrays of
+ * m >= n words each (the first n written), then the tail, and the extra words at word offset
+ * extra_at (past the tail's end). With feed (device memory; NULL: none) the first feed_n words
+ * of region 0 take feed's tokens instead, a negative token becoming 0 (as atomk_feed_tokens).
+ * One kernel: src in host memory is read over the bus, so a large input is better copied to the
+ * device first. */
+int atomk_load_step_inputs(int32_t* dst, const int32_t* src, int regions, int n, int m, int tail, int extra,
+                           int extra_at, const int32_t* feed, int feed_n, void* stream);
 /* dst[0:n] = value. */
 int atomk_fill(int dtype, void* dst, size_t n, float value, void* stream);
 /* out[i,:] = src[rows[i],:] for i < n (rows on the device; src has src_rows rows of cols).

@@ -39,7 +39,8 @@ int atomk_fail(int status, const char* fmt, ...) __attribute__((format(printf, 2
 #define ATOMK_STREAM(s) static_cast<gpuStream_t>(s)
 
 // Whether ATOM_GO_SKIP_KERNELS (a comma-separated list, read once) names kind: "rope",
-// "attention", "merge", "norm" or "gemv" (the skinny GEMM). The named entry points then queue
+// "attention", "merge", "norm", "gemv" (the skinny GEMM), "sample" (atomk_sample_rows) or
+// "feed" (atomk_load_step_inputs: a decode step's inputs). The named entry points then queue
 // nothing and return ATOMK_OK: results are wrong, and the decode graph's step time without
 // them says what those kernels cost inside it (the bound on what fusing them away can gain).
 // For measurements only.

@@ -43,17 +43,23 @@ __global__ void feed_tokens_kernel(int32_t* ids, const int32_t* tokens, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) ids[i] = tokens[i] < 0 ? 0 : tokens[i];
 }
 
-// copy_units_kernel over 32-bit words, except words [feed_at, feed_at + feed_n), which take the
-// drawn tokens instead (as feed_tokens_kernel writes them): a fed step's inputs in one kernel.
-__global__ void copy_feed_kernel(uint32_t* dst, const uint32_t* src, size_t n, size_t feed_at, const int32_t* tokens,
-                                 int feed_n) {
+// atomk_load_step_inputs: word i of the compact src goes to its place in dst (a region's row,
+// the tail, or the extra words), the fed rows of region 0 taking the drawn tokens instead (as
+// feed_tokens_kernel writes them).
+__global__ void load_step_kernel(int32_t* dst, const int32_t* src, int regions, int n, int m, int tail, int words,
+                                 int extra_at, const int32_t* feed, int feed_n) {
     ATOMK_PDL_ENTER();
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        if (i >= feed_at && i < feed_at + feed_n) {
-            const int32_t tok = tokens[i - feed_at];
-            dst[i] = (uint32_t)(tok < 0 ? 0 : tok);
+    const int rows = regions * n;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < words; i += gridDim.x * blockDim.x) {
+        if (i < feed_n) {
+            const int32_t tok = feed[i];
+            dst[i] = tok < 0 ? 0 : tok;
+        } else if (i < rows) {
+            dst[(i / n) * m + i % n] = src[i];
+        } else if (i < rows + tail) {
+            dst[regions * m + (i - rows)] = src[i];
         } else {
-            dst[i] = src[i];
+            dst[extra_at + (i - rows - tail)] = src[i];
         }
     }
 }
@@ -122,23 +128,20 @@ int atomk_feed_tokens(int32_t* ids, const int32_t* tokens, int n, void* stream) 
     return ATOMK_OK;
 }
 
-int atomk_copy_small_feed(void* dst, const void* src, size_t bytes, size_t ids_at, const int32_t* tokens, int n,
-                          void* stream) {
-    if (bytes > ATOMK_COPY_SMALL_MAX || bytes % 4 != 0 || ids_at % 4 != 0 || n < 0 || ids_at + 4 * (size_t)n > bytes ||
-        (bytes > 0 && (dst == NULL || src == NULL)) || (n > 0 && tokens == NULL))
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_copy_small_feed: %zu bytes, %d ids at %zu", bytes, n, ids_at);
-    if (bytes == 0) return ATOMK_OK;
-    static const bool kernel = atomk_env_int("ATOM_GO_COPY_KERNEL", 1, 0, 1) == 1;
-    if (!kernel) {
-        const int rc = atomk_copy_small(dst, src, bytes, stream);
-        if (rc != ATOMK_OK) return rc;
-        return atomk_feed_tokens(reinterpret_cast<int32_t*>(static_cast<char*>(dst) + ids_at), tokens, n, stream);
-    }
-    const size_t words = bytes / 4;
-    atomk_launch(copy_feed_kernel, (int)((words + 255) / 256 < 32 ? (words + 255) / 256 : 32), 256, 0,
-                 ATOMK_STREAM(stream), static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), words, ids_at / 4,
-                 tokens, n);
-    ATOMK_LAUNCHED("copy_feed");
+int atomk_load_step_inputs(int32_t* dst, const int32_t* src, int regions, int n, int m, int tail, int extra,
+                           int extra_at, const int32_t* feed, int feed_n, void* stream) {
+    const long words = (long)regions * n + tail + extra;
+    if (regions < 1 || n < 0 || m < n || tail < 0 || extra < 0 || (extra > 0 && extra_at < (long)regions * m + tail) ||
+        feed_n < 0 || feed_n > n || words > INT32_MAX || (words > 0 && (dst == NULL || src == NULL)) ||
+        (feed_n > 0 && feed == NULL))
+        return atomk_fail(ATOMK_ERR_INVALID,
+                          "atomk_load_step_inputs: %d regions of %d (stride %d), tail %d, %d extra at %d, %d fed", regions,
+                          n, m, tail, extra, extra_at, feed_n);
+    if (words == 0 || atomk_skip("feed")) return ATOMK_OK;
+    const int blocks = (int)((words + 255) / 256 < 64 ? (words + 255) / 256 : 64);
+    atomk_launch(load_step_kernel, blocks, 256, 0, ATOMK_STREAM(stream), dst, src, regions, n, m, tail, (int)words,
+                 extra_at, feed, feed_n);
+    ATOMK_LAUNCHED("load_step_inputs");
     return ATOMK_OK;
 }
 

@@ -505,8 +505,13 @@ sample_rows_split_kernel(int32_t* tokens, float* logprobs, void* host, const T* 
     ATOMK_PDL_ENTER();
     __shared__ SampleShared sm;
     __shared__ bool last;
+    __shared__ atomk_sampling_params sp;
     const int r = blockIdx.y, g = blockIdx.x, splits = gridDim.x;
     const T* row = x + (size_t)r * cols;
+    // Thread 0 issues the params' read now (they may be host memory, a bus round trip away) and
+    // hands them over only if its block turns out to be the last.
+    atomk_sampling_params p0;
+    if (threadIdx.x == 0) p0 = params[r];
     const int lo = g * per;
     sample_raw_pass(row + lo, min(per, cols - lo), sm);
     SamplePartial* part = reinterpret_cast<SamplePartial*>(work + kSampleSplitRows) + (size_t)r * splits;
@@ -517,13 +522,12 @@ sample_rows_split_kernel(int32_t* tokens, float* logprobs, void* host, const T* 
         if (last) {
             atomicExch(work + r, 0u);
             __threadfence();
+            sp = p0;
         }
     }
     __syncthreads();
     if (!last) return;
-    // Issued before the merge, whose loads and barrier hide the read (params may be host memory),
-    // and only here: the other blocks do not need them.
-    const atomk_sampling_params p = params[r];
+    const atomk_sampling_params p = sp;
     sample_merge_partials(part, splits, sm);
     sample_finish(tokens, logprobs, host, rows, r, row, cols, p, sm);
 }
@@ -540,7 +544,7 @@ int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, void* host, c
                       const atomk_sampling_params* params, int rows, int vocab, void* work, void* stream) {
     if (rows < 0 || vocab <= 0 || (rows > 0 && (tokens == NULL || logprobs == NULL || logits == NULL || params == NULL)))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_sample_rows: rows=%d vocab=%d", rows, vocab);
-    if (rows == 0) return ATOMK_OK;
+    if (rows == 0 || atomk_skip("sample")) return ATOMK_OK;
     const int splits = work != NULL ? sample_splits(rows, vocab) : 1;
     if (splits > 1) {
         int per = (vocab + splits - 1) / splits;

@@ -158,7 +158,7 @@ func TestGraphRopeWriteKVFused(t *testing.T) {
 				k0 := meta.NumTokens()
 				vals := randVals(dt, n*w, 1)
 				b.WriteRows(qkvb, vals)
-				require.NoError(t, b.LoadDecode(in, n, make([]int32, k0), meta, gcache))
+				require.NoError(t, b.LoadDecode(in, n, make([]int32, k0), meta, gcache, nil))
 				if g == nil {
 					require.NoError(t, b.BindStepInputs(in, n, gcache))
 					pass() // warm-up: the same inputs, written again to the same slots by the replay

@@ -37,6 +37,7 @@ type StepInputs struct {
 	maxTokens int // rows of each per-token region
 	stride    int // block-table entries per sequence
 	buf       devBuf
+	scratch   devBuf // a large batch's compact inputs on their way from the host to buf
 	work      devBuf // attention workspace of the bound passes (never freed while graphs live)
 	host      []int32
 	loaded    int // rows of the last LoadDecode
@@ -59,12 +60,16 @@ func (b *Backend) NewStepInputs(maxTokens, stride int) (*StepInputs, error) {
 		return nil, fmt.Errorf("gpu step inputs: %d tokens, block-table stride %d", maxTokens, stride)
 	}
 	in := &StepInputs{maxTokens: maxTokens, stride: stride}
-	n := 4 * (regTables*maxTokens + maxTokens*stride)
+	n := 4 * (in.paramsAt() + maxTokens*paramsWords)
 	p, err := b.alloc(n)
 	if err != nil {
 		return nil, fmt.Errorf("gpu step inputs of %d bytes: %w", n, err)
 	}
 	in.buf = devBuf{ptr: p, size: n}
+	if in.scratch.ptr, err = b.alloc(n); err != nil {
+		return nil, fmt.Errorf("gpu step inputs of %d bytes: %w", n, err)
+	}
+	in.scratch.size = n
 	return in, nil
 }
 
@@ -78,26 +83,43 @@ func (in *StepInputs) region(r int) hipkernels.Ptr {
 	return in.buf.ptr + hipkernels.Ptr(4*r*in.maxTokens)
 }
 
+// paramsWords is one row's sampling params in StepInputs (hipkernels.SamplingParams, as words).
+const paramsWords = hipkernels.SamplingParamsBytes / 4
+
+// paramsAt is the word offset of the rows' sampling params, after the tables, on a 16-byte
+// boundary: their seed and offset are 8-byte words, whose loads fault when misaligned (a batch
+// of one with 133 words of regions and tables did).
+func (in *StepInputs) paramsAt() int {
+	return (regTables*in.maxTokens + in.maxTokens*in.stride + 3) &^ 3
+}
+
 // LoadDecode checks a decode batch (one query token per sequence: ids[s] is sequence s's
 // token, meta its attention metadata) against the cache and queues its upload into in, padded
 // to n rows. The rows to sample are 0..n-1. An error leaves nothing queued.
-func (b *Backend) LoadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) error {
-	return b.loadDecode(in, n, ids, meta, cache, nil)
+//
+// With params (one per sequence; nil: none) the upload also carries the rows' sampling
+// params, which the next QueueSample of the same params then reads from the device: a draw
+// reading them from pinned memory waits a bus round trip on the step's critical path.
+func (b *Backend) LoadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnMetadata, cache ops.KVCache,
+	params []ops.RowSampling) error {
+	return b.loadDecode(in, n, ids, meta, cache, nil, params)
 }
 
 // LoadDecodeFed is LoadDecode for a step fed by the latest queued draw (QueueSample): the first
 // len(ids) ids (placeholders here) become, row for row, the tokens that draw produces, without
 // the host seeing them (a row whose draw found no finite logit feeds token 0, as the host path
 // does). The kernel that uploads the inputs puts them in place.
-func (b *Backend) LoadDecodeFed(in *StepInputs, n int, ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) error {
+func (b *Backend) LoadDecodeFed(in *StepInputs, n int, ids []int32, meta *ops.AttnMetadata, cache ops.KVCache,
+	params []ops.RowSampling) error {
 	s := b.draws.last
 	if s == nil || len(ids) > s.rows {
 		return fmt.Errorf("gpu LoadDecodeFed: %d rows fed from the last draw (%v)", len(ids), s != nil)
 	}
-	return b.loadDecode(in, n, ids, meta, cache, s)
+	return b.loadDecode(in, n, ids, meta, cache, s, params)
 }
 
-func (b *Backend) loadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnMetadata, cache ops.KVCache, feed *drawSlot) error {
+func (b *Backend) loadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnMetadata, cache ops.KVCache,
+	feed *drawSlot, params []ops.RowSampling) error {
 	kv, ok := cache.(*KVCache)
 	if !ok {
 		return fmt.Errorf("gpu LoadDecode: cache of type %T", cache)
@@ -105,6 +127,9 @@ func (b *Backend) loadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnM
 	k := len(ids)
 	if n <= 0 || n > in.maxTokens || k > n {
 		return fmt.Errorf("gpu LoadDecode: %d sequences padded to %d, inputs hold %d", k, n, in.maxTokens)
+	}
+	if params != nil && len(params) != k {
+		return fmt.Errorf("gpu LoadDecode: %d sampling params for %d sequences", len(params), k)
 	}
 	if meta.NumTokens() != k || meta.NumSeqs() != k {
 		return fmt.Errorf("gpu LoadDecode: %d ids for metadata of %d tokens in %d sequences", k, meta.NumTokens(), meta.NumSeqs())
@@ -128,40 +153,53 @@ func (b *Backend) loadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnM
 				s, meta.SeqLens[s], need, in.stride)
 		}
 	}
-	m := in.maxTokens
-	size := regTables*m + n*in.stride
+	// Compact: each per-token region's n rows, then the n rows of tables; one kernel puts them
+	// in place (at batch 1 ~0.5 KiB read from pinned memory instead of the padded regions).
+	sl := hipkernels.StepLayout{Regions: regTables, N: n, M: in.maxTokens, Tail: n * in.stride,
+		Extra: len(params) * paramsWords, ExtraAt: in.paramsAt()}
+	size := regTables*n + sl.Tail + sl.Extra
 	if cap(in.host) < size {
-		in.host = make([]int32, regTables*m+m*in.stride)
+		in.host = make([]int32, regTables*in.maxTokens+in.maxTokens*(in.stride+paramsWords))
 	}
 	h := in.host[:size]
-	clear(h[regTables*m:])
+	clear(h[regTables*n:])
 	for s := 0; s < n; s++ {
-		h[regIDs*m+s], h[regPositions*m+s], h[regSlots*m+s] = 0, 0, -1
-		h[regTokenSeq*m+s], h[regRows*m+s] = int32(s), int32(s)
+		h[regIDs*n+s], h[regPositions*n+s], h[regSlots*n+s] = 0, 0, -1
+		h[regTokenSeq*n+s], h[regRows*n+s] = int32(s), int32(s)
 		if s < k {
-			h[regIDs*m+s], h[regPositions*m+s], h[regSlots*m+s] = ids[s], meta.Positions[s], meta.SlotMapping[s]
+			h[regIDs*n+s], h[regPositions*n+s], h[regSlots*n+s] = ids[s], meta.Positions[s], meta.SlotMapping[s]
 			w := min(meta.BlockTableStride, in.stride)
-			copy(h[regTables*m+s*in.stride:regTables*m+s*in.stride+w], meta.BlockTables[s*meta.BlockTableStride:])
+			copy(h[regTables*n+s*in.stride:regTables*n+s*in.stride+w], meta.BlockTables[s*meta.BlockTableStride:])
 		}
 	}
+	for i, p := range params {
+		putParams(h[regTables*n+sl.Tail+i*paramsWords:], p)
+	}
 	in.loaded = n
-	fill := func(buf []byte) {
+	st := &b.draws.staged
+	st.ptr, st.vals = 0, append(st.vals[:0], params...)
+	if len(params) > 0 {
+		st.ptr = in.buf.ptr + hipkernels.Ptr(4*in.paramsAt())
+	}
+	var fed hipkernels.Ptr
+	if feed != nil {
+		fed = feed.toks
+	} else {
+		k = 0
+	}
+	return b.stageCopy(in.buf.ptr, 4*size, func(buf []byte) {
 		for i, x := range h {
 			binary.LittleEndian.PutUint32(buf[4*i:], uint32(x))
 		}
-	}
-	if feed == nil {
-		return b.stage(in.buf.ptr, 4*size, fill)
-	}
-	idsAt := int(in.region(regIDs) - in.buf.ptr)
-	return b.stageCopy(in.buf.ptr, 4*size, fill, func(dst, src hipkernels.Ptr, bytes int) error {
-		if bytes <= hipkernels.CopySmallMax {
-			return b.lib.CopySmallFeed(dst, src, bytes, idsAt, feed.toks, k, b.stream)
+	}, func(dst, src hipkernels.Ptr, bytes int) error {
+		if bytes > hipkernels.CopySmallMax {
+			// A large batch: the copy engine takes it to the device first.
+			if err := b.lib.MemcpyH2D(in.scratch.ptr, src, bytes, b.stream); err != nil {
+				return err
+			}
+			src = in.scratch.ptr
 		}
-		if err := b.copyIn(dst, src, bytes); err != nil {
-			return err
-		}
-		return b.lib.FeedTokens(dst+hipkernels.Ptr(idsAt), feed.toks, k, b.stream)
+		return b.lib.LoadStepInputs(dst, src, sl, fed, k, b.stream)
 	})
 }
 

@@ -5,10 +5,13 @@ package gpu
 import (
 	"fmt"
 	"math"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/atom-go/atom/hipkernels"
 	"github.com/atom-go/atom/ops"
 	"github.com/atom-go/atom/ops/cpu"
 )
@@ -77,7 +80,7 @@ func TestGraphDecodeReplay(t *testing.T) {
 						b.WriteRows(vb, vv)
 					}
 					ids := make([]int32, k0)
-					require.NoError(t, b.LoadDecode(in, n, ids, meta, gcache))
+					require.NoError(t, b.LoadDecode(in, n, ids, meta, gcache, nil))
 					put()
 					if g == nil {
 						require.NoError(t, b.BindStepInputs(in, n, gcache))
@@ -118,6 +121,73 @@ func TestGraphCaptureRefusesUploads(t *testing.T) {
 	require.NoError(t, err)
 	meta := &ops.AttnMetadata{Positions: []int32{40}, SlotMapping: []int32{40}, QueryStart: []int32{0, 1},
 		SeqLens: []int32{41}, BlockTables: []int32{0, 1, 2}, BlockTableStride: 3}
-	require.Error(t, b.LoadDecode(in, 4, []int32{1}, meta, cache), "41 tokens need 3 blocks, the inputs hold 2")
+	require.Error(t, b.LoadDecode(in, 4, []int32{1}, meta, cache, nil), "41 tokens need 3 blocks, the inputs hold 2")
 	record("%-44s %-8v ok", "graph capture guards", ops.BF16)
+}
+
+// TestPerfGraphBoundary times a graph of 230 small kernels (a decode graph's count) replayed
+// back to back, and with work queued between the replays: what one kernel between two graphs
+// costs, with and without a read of pinned host memory (set ATOM_GO_PERF=1).
+func TestPerfGraphBoundary(t *testing.T) {
+	if os.Getenv("ATOM_GO_PERF") == "" {
+		t.Skip("set ATOM_GO_PERF=1 to time the graph boundary")
+	}
+	b := newGPU(t, ops.BF16)
+	x := b.Buffer(1, 4096)
+	g, err := b.Capture(func() {
+		for range 230 {
+			b.Fill(x, 1)
+		}
+	})
+	require.NoError(t, err)
+	dev, err := b.alloc(4096)
+	require.NoError(t, err)
+	host, err := b.lib.HostAlloc(4096)
+	require.NoError(t, err)
+	defer b.lib.HostFree(host)
+	ev, err := b.lib.EventCreate()
+	require.NoError(t, err)
+	defer b.lib.EventDestroy(ev)
+	fill := func() error { return b.lib.Fill(hipkernels.DType(ops.BF16), dev, 1, 0, b.stream) }
+	// The same graph with the copy from pinned memory as its first node and a kernel writing
+	// pinned memory as its last: a step's upload and readback inside the graph.
+	inside, err := b.Capture(func() {
+		b.must("copy", b.lib.CopySmall(dev, host, 532, b.stream))
+		for range 230 {
+			b.Fill(x, 1)
+		}
+		b.must("copy", b.lib.CopySmall(host+2048, dev, 8, b.stream))
+	})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name    string
+		between func() error
+	}{
+		{"graph alone", func() error { return nil }},
+		{"graph with copies inside", func() error { return inside.Launch() }},
+		{"+ event record", func() error { return b.lib.EventRecord(ev, b.stream) }},
+		{"+ 1 kernel (device)", fill},
+		{"+ 2 kernels (device)", func() error {
+			if err := fill(); err != nil {
+				return err
+			}
+			return fill()
+		}},
+		{"+ copy 4 B from pinned", func() error { return b.lib.CopySmall(dev, host, 4, b.stream) }},
+		{"+ copy 532 B from pinned", func() error { return b.lib.CopySmall(dev, host, 532, b.stream) }},
+		{"+ copy 4 B to pinned", func() error { return b.lib.CopySmall(host, dev, 4, b.stream) }},
+	} {
+		const reps = 200
+		require.NoError(t, b.Synchronize())
+		start := time.Now()
+		for range reps {
+			require.NoError(t, c.between())
+			if c.name != "graph with copies inside" {
+				require.NoError(t, g.Launch())
+			}
+		}
+		require.NoError(t, b.Synchronize())
+		record("%-44s %-8v %8.2f µs per replay", "perf graph boundary: "+c.name, ops.BF16,
+			float64(time.Since(start).Microseconds())/reps)
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/atom-go/atom/hipkernels"
 	"github.com/atom-go/atom/ops"
 )
 
@@ -305,4 +306,127 @@ func TestQueueSample(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.Equal(t, want2, got[:2])
+}
+
+// TestPerfSampleBoundary times one 1 x 128256 draw queued between replays of a graph of 230
+// small kernels (as the engine queues it after each decode graph), in the forms the kernel can
+// take, against the graph alone (set ATOM_GO_PERF=1).
+func TestPerfSampleBoundary(t *testing.T) {
+	if os.Getenv("ATOM_GO_PERF") == "" {
+		t.Skip("set ATOM_GO_PERF=1 to time the draw between graphs")
+	}
+	b := newGPU(t, ops.BF16)
+	const vocab = 128256
+	x := b.Buffer(1, 4096)
+	g, err := b.Capture(func() {
+		for range 230 {
+			b.Fill(x, 1)
+		}
+	})
+	require.NoError(t, err)
+	logits := activation(b, randVals(ops.BF16, vocab, 3), 1, vocab).g
+	work, err := b.lib.SampleWorkBytes()
+	require.NoError(t, err)
+	dev, err := b.alloc(work + 4096)
+	require.NoError(t, err)
+	require.NoError(t, b.lib.Memset(dev, 0, work+4096, b.stream))
+	host, err := b.lib.HostAlloc(4096)
+	require.NoError(t, err)
+	defer b.lib.HostFree(host)
+	var params [hipkernels.SamplingParamsBytes]byte
+	(&hipkernels.SamplingParams{TopP: 1}).Put(params[:])
+	copy(hipkernels.HostBytes(host, len(params)), params[:])
+	devParams, toks := dev+hipkernels.Ptr(work), dev+hipkernels.Ptr(work+256)
+	require.NoError(t, b.lib.CopySmall(devParams, host, len(params), b.stream))
+	dt := hipkernels.DType(ops.BF16)
+	sample := func(params, out, work hipkernels.Ptr) func() error {
+		return func() error {
+			return b.lib.SampleRows(dt, toks, toks+4, out, logits.ptr, params, 1, vocab, work, b.stream)
+		}
+	}
+	fill := func() error { return b.lib.Fill(dt, toks+64, 1, 0, b.stream) }
+	for _, c := range []struct {
+		name    string
+		between func() error
+		noGraph bool
+	}{
+		{"graph alone", func() error { return nil }, false},
+		{"fill kernels alone", fill, true},
+		{"split draws alone, device params, no host", sample(devParams, 0, dev), true},
+		{"split draws alone, host params and results", sample(host, host+1024, dev), true},
+		{"one-block draws alone", sample(devParams, 0, 0), true},
+		{"+ split draw, host params and results", sample(host, host+1024, dev), false},
+		{"+ split draw, device params, no host", sample(devParams, 0, dev), false},
+		{"+ split draw, host params, no host results", sample(host, 0, dev), false},
+		{"+ split draw, device params, host results", sample(devParams, host+1024, dev), false},
+		{"+ split draw, device params, copy to host", func() error {
+			if err := sample(devParams, 0, dev)(); err != nil {
+				return err
+			}
+			return b.lib.CopySmall(host+1024, toks, 8, b.stream)
+		}, false},
+		{"+ one-block draw, device params, no host", sample(devParams, 0, 0), false},
+		{"+ argmax_rows", func() error { return b.lib.ArgmaxRows(dt, toks, logits.ptr, 1, vocab, b.stream) }, false},
+	} {
+		const reps = 200
+		require.NoError(t, b.Synchronize())
+		start := time.Now()
+		for range reps {
+			require.NoError(t, c.between())
+			if !c.noGraph {
+				require.NoError(t, g.Launch())
+			}
+		}
+		queued := time.Since(start)
+		require.NoError(t, b.Synchronize())
+		record("%-44s %-8v %8.2f µs per step (host queues in %.2f)", "perf draw boundary: "+c.name, ops.BF16,
+			float64(time.Since(start).Microseconds())/reps, float64(queued.Microseconds())/reps)
+	}
+}
+
+// TestStagedSampleParams: sampling params uploaded with a decode step (LoadDecode) are what the
+// step's draw reads, and it draws what the params from pinned memory give; a draw whose params
+// differ from the staged ones reads its own.
+func TestStagedSampleParams(t *testing.T) {
+	b := newGPU(t, ops.BF16)
+	const vocab = 50257
+	cache, err := b.NewKVCache(1, 8, 16, 1, 64)
+	require.NoError(t, err)
+	meta := &ops.AttnMetadata{Positions: []int32{3}, SlotMapping: []int32{3}, QueryStart: []int32{0, 1}, SeqLens: []int32{4},
+		BlockTables: []int32{2, 0, 0, 0}, BlockTableStride: 4}
+	x := activation(b, randVals(ops.BF16, vocab, 3), 1, vocab).g
+	params := []ops.RowSampling{{Temperature: 0.8, TopK: 40, TopP: 0.9, MinP: 0.01, Seed: 7, Offset: 3}}
+	other := []ops.RowSampling{{Temperature: 1.3, TopP: 1, Seed: 99, Offset: 1}}
+	want, wantOther := make([]ops.SampledToken, 1), make([]ops.SampledToken, 1)
+	b.SampleRows(x, params, want)
+	b.SampleRows(x, other, wantOther)
+	require.Zero(t, b.draws.fromStaged)
+
+	// Geometries of the inputs: 4 rows of 4 table entries, and a batch of one whose regions and
+	// tables end 8 bytes past a 16-byte boundary.
+	for _, geo := range []struct{ maxTokens, stride, n int }{{4, 4, 2}, {1, 5, 1}} {
+		in, err := b.NewStepInputs(geo.maxTokens, geo.stride)
+		require.NoError(t, err)
+		for _, c := range []struct {
+			name           string
+			staged, drawn  []ops.RowSampling
+			want           ops.SampledToken
+			fromStagedStep int
+		}{
+			{"same params", params, params, want[0], 1},
+			{"other params staged", other, params, want[0], 0},
+			{"nothing staged", nil, other, wantOther[0], 0},
+		} {
+			name := fmt.Sprintf("%+v %s", geo, c.name)
+			require.NoError(t, b.LoadDecode(in, geo.n, []int32{5}, meta, cache, c.staged), name)
+			before := b.draws.fromStaged
+			got := make([]ops.SampledToken, 1)
+			require.NoError(t, b.QueueSample(x, c.drawn), name)
+			_, err := b.CollectSample(got)
+			require.NoError(t, err, name)
+			require.Equal(t, c.want, got[0], name)
+			require.Equal(t, c.fromStagedStep, b.draws.fromStaged-before, name)
+		}
+		require.Error(t, b.LoadDecode(in, geo.n, []int32{5}, meta, cache, append(params, params...)), "two params for one sequence")
+	}
 }
