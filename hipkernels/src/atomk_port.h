@@ -195,6 +195,17 @@ __device__ __forceinline__ void atomk_prefetch_l2(const void* p) {
 #endif
 }
 
+// A load through L2, past the SM's L1: for values other blocks of the same grid wrote (and
+// fenced) after this block may have cached the line.
+template <typename V>
+__device__ __forceinline__ V atomk_load_l2(const V* p) {
+#if defined(ATOMK_CUDA)
+    return __ldcg(p);
+#else
+    return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#endif
+}
+
 // Sum of v over the warp; every lane receives the total.
 __device__ __forceinline__ float atomk_warp_sum(float v) {
 #pragma unroll

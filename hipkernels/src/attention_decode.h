@@ -90,15 +90,6 @@ __device__ void merge_warps_store(const float* merge_acc, const float* merge_m, 
 // Partition results one block can merge itself (hpb × splits; see finish_splits).
 constexpr int kFinishMax = 1024;
 
-// A load through L2 (the partitions' results are written by other blocks of the grid).
-__device__ __forceinline__ float load_l2(const float* p) {
-#if defined(ATOMK_CUDA)
-    return __ldcg(p);
-#else
-    return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#endif
-}
-
 // The end of the tensor-core decode kernel when the launch merges in place (counters not NULL;
 // S > 1 partitions, hpb·S <= kFinishMax), after merge_warps_store: the last of the S blocks of
 // (token t, head group blockIdx.y) to get here merges the partitions' results into out, so no
@@ -134,8 +125,8 @@ __device__ void finish_splits(T* out, const float* part_acc, const float* part_m
     if (!last) return;
     const size_t row0 = (size_t)t * num_heads + h0;  // (token, first query head of the group)
     for (int i = threadIdx.x; i < hpb * splits; i += blockDim.x) {
-        wt[i] = load_l2(part_m + row0 * splits + i);  // rows of one group are consecutive
-        den[i] = load_l2(part_l + row0 * splits + i);
+        wt[i] = atomk_load_l2(part_m + row0 * splits + i);  // rows of one group are consecutive
+        den[i] = atomk_load_l2(part_l + row0 * splits + i);
     }
     __syncthreads();
     // A warp per head: its lanes stride over the partitions (the maximum, the denominator, then
@@ -168,7 +159,7 @@ __device__ void finish_splits(T* out, const float* part_acc, const float* part_m
 #pragma unroll
         for (int jj = 0; jj < JM; ++jj) {
             const int j = threadIdx.x + jj * blockDim.x, g = j / D;
-            if (j < n) a[jj] += load_l2(acc + ((size_t)g * splits + s) * D + j % D) * wt[g * splits + s];
+            if (j < n) a[jj] += atomk_load_l2(acc + ((size_t)g * splits + s) * D + j % D) * wt[g * splits + s];
         }
     }
 #pragma unroll

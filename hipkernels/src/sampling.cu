@@ -440,16 +440,6 @@ struct SamplePartial {
     int best_i, n;
 };
 
-// A load through L2: the partials are written by other blocks of the grid.
-template <typename V>
-__device__ __forceinline__ V sample_load_l2(const V* p) {
-#if defined(ATOMK_CUDA)
-    return __ldcg(p);
-#else
-    return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#endif
-}
-
 // Blocks per row for a batch of rows × vocab (1: no split): at most one block per SM in all (one
 // is resident per SM).
 static int sample_splits(int rows, int vocab) {
@@ -467,9 +457,9 @@ __device__ void sample_merge_partials(const SamplePartial* part, int splits, Sam
         float best = -INFINITY, m = -INFINITY, s = 0.f;
         int bi = -1, n = 0;
         for (int g = threadIdx.x; g < splits; g += ATOMK_WARP_SIZE) {
-            const float pb = sample_load_l2(&part[g].best), pm = sample_load_l2(&part[g].m), ps = sample_load_l2(&part[g].s);
-            const int pi = sample_load_l2(&part[g].best_i);
-            n += sample_load_l2(&part[g].n);
+            const float pb = atomk_load_l2(&part[g].best), pm = atomk_load_l2(&part[g].m), ps = atomk_load_l2(&part[g].s);
+            const int pi = atomk_load_l2(&part[g].best_i);
+            n += atomk_load_l2(&part[g].n);
             if (pi >= 0 && atomk_better(pb, pi, best, bi)) {
                 best = pb;
                 bi = pi;

@@ -88,7 +88,7 @@ func TestCheckMeta(t *testing.T) {
 		return &ops.AttnMetadata{Positions: []int32{0, 1, 20}, SlotMapping: []int32{48, 49, 20},
 			QueryStart: []int32{0, 2, 3}, SeqLens: []int32{2, 21}, BlockTables: []int32{3, 0, 0, 1}, BlockTableStride: 2}
 	}
-	seqOf, err := checkMeta(good(), kv)
+	seqOf, err := checkMeta(good(), kv, nil)
 	if err != nil || len(seqOf) != 3 || seqOf[0] != 0 || seqOf[1] != 0 || seqOf[2] != 1 {
 		t.Fatalf("valid metadata: seqs %v, %v", seqOf, err)
 	}
@@ -108,7 +108,7 @@ func TestCheckMeta(t *testing.T) {
 	} {
 		m := good()
 		bad(m)
-		if _, err := checkMeta(m, kv); err == nil {
+		if _, err := checkMeta(m, kv, nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

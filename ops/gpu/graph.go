@@ -40,7 +40,8 @@ type StepInputs struct {
 	scratch   devBuf // a large batch's compact inputs on their way from the host to buf
 	work      devBuf // attention workspace of the bound passes (never freed while graphs live)
 	host      []int32
-	loaded    int // rows of the last LoadDecode
+	seq       []int32 // checkMeta's scratch
+	loaded    int     // rows of the last LoadDecode
 }
 
 // Regions of StepInputs.buf, each maxTokens int32 long except the tables (maxTokens*stride).
@@ -143,7 +144,8 @@ func (b *Backend) loadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnM
 				return fmt.Errorf("gpu LoadDecode: query starts %v are not one token per sequence", meta.QueryStart)
 			}
 		}
-		if _, err := checkMeta(meta, kv); err != nil {
+		var err error
+		if in.seq, err = checkMeta(meta, kv, in.seq); err != nil {
 			return fmt.Errorf("gpu LoadDecode: %w", err)
 		}
 	}

@@ -171,7 +171,7 @@ type metaCache struct {
 	stride                                 int
 	dev                                    devMeta
 	buf                                    devBuf
-	packed                                 []int32
+	packed, seq                            []int32
 	tiles                                  prefillTiles
 }
 
@@ -191,10 +191,11 @@ func (b *Backend) prepare(m *ops.AttnMetadata, kv *KVCache) *devMeta {
 	if c.matches(m, kv) {
 		return &c.dev
 	}
-	tokenSeq, err := checkMeta(m, kv)
+	tokenSeq, err := checkMeta(m, kv, c.seq)
 	if err != nil {
 		panic(fmt.Errorf("gpu attention metadata: %w", err))
 	}
+	c.seq = tokenSeq
 	nt, stride := len(m.Positions), m.BlockTableStride
 	tables := m.BlockTables[:m.NumSeqs()*stride]
 	c.packed = append(append(append(append(c.packed[:0], m.Positions...), m.SlotMapping...), tokenSeq...), tables...)
@@ -246,8 +247,8 @@ func oneTokenPerSequence(m *ops.AttnMetadata) bool {
 }
 
 // checkMeta validates the varlen batch against the cache geometry and returns each token's
-// sequence index.
-func checkMeta(m *ops.AttnMetadata, kv *KVCache) ([]int32, error) {
+// sequence index, in seq's storage when it is large enough (a step allocates nothing).
+func checkMeta(m *ops.AttnMetadata, kv *KVCache, seq []int32) ([]int32, error) {
 	nt, ns, stride := len(m.Positions), len(m.SeqLens), m.BlockTableStride
 	if len(m.SlotMapping) != nt {
 		return nil, fmt.Errorf("%d slots for %d tokens", len(m.SlotMapping), nt)
@@ -259,7 +260,7 @@ func checkMeta(m *ops.AttnMetadata, kv *KVCache) ([]int32, error) {
 		return nil, fmt.Errorf("block tables of %d entries for %d sequences of stride %d", len(m.BlockTables), ns, stride)
 	}
 	slots := int64(kv.numBlocks) * int64(kv.blockSize)
-	tokenSeq := make([]int32, nt)
+	tokenSeq := slices.Grow(seq[:0], nt)[:nt]
 	for s := 0; s < ns; s++ {
 		lo, hi, n := int(m.QueryStart[s]), int(m.QueryStart[s+1]), int(m.SeqLens[s])
 		if hi < lo {
