@@ -421,8 +421,8 @@ sample_rows_kernel(int32_t* tokens, float* logprobs, void* host, const T* x, con
 
 // ---------------------------------------------------------------------------------------------
 // Batches of few rows: the first pass split over blocks. One block streaming a 128k row is bound
-// by its SM's arithmetic (a compare and an expf per logit, 16 warps): ~15 µs at batch 1, on the
-// critical path of every decode step. With a workspace, a batch of at most kSampleSplitRows rows
+// by its SM (a compare and an expf per logit, 16 warps, a few loads in flight): ~40 µs at batch
+// 1 on an H200, on the critical path of every decode step. With a workspace, a batch of at most kSampleSplitRows rows
 // spreads each row's first pass over gridDim.x blocks of `per` logits; each block leaves its
 // argmax, log-sum-exp and finite count in the workspace, and the last of a row's blocks to finish
 // merges them (in a fixed order: the result does not depend on which block was last) and carries

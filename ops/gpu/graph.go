@@ -179,17 +179,14 @@ func (b *Backend) loadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnM
 	}
 	in.loaded = n
 	st := &b.draws.staged
-	st.ptr, st.vals = 0, append(st.vals[:0], params...)
-	if len(params) > 0 {
-		st.ptr = in.buf.ptr + hipkernels.Ptr(4*in.paramsAt())
-	}
+	st.ptr, st.vals = 0, append(st.vals[:0], params...) // nothing staged unless the upload is queued
 	var fed hipkernels.Ptr
 	if feed != nil {
 		fed = feed.toks
 	} else {
 		k = 0
 	}
-	return b.stageCopy(in.buf.ptr, 4*size, func(buf []byte) {
+	err := b.stageCopy(in.buf.ptr, 4*size, func(buf []byte) {
 		for i, x := range h {
 			binary.LittleEndian.PutUint32(buf[4*i:], uint32(x))
 		}
@@ -203,6 +200,10 @@ func (b *Backend) loadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnM
 		}
 		return b.lib.LoadStepInputs(dst, src, sl, fed, k, b.stream)
 	})
+	if err == nil && len(params) > 0 {
+		st.ptr = in.buf.ptr + hipkernels.Ptr(4*in.paramsAt())
+	}
+	return err
 }
 
 // bound is the StepInputs the ops read while a decode pass is warmed up or captured.
