@@ -14,9 +14,9 @@ import (
 var _ ops.QueuedSampler = (*Backend)(nil)
 
 // drawQueue holds the draws queued on the stream, oldest first: each slot has its device
-// buffer (the rows' tokens and logprobs, then the kernel's workspace) and its pinned memory (the
-// rows' params, read by the kernel, then the results it writes back), with the event recorded
-// after the kernel.
+// buffer (the kernel's workspace, then the rows' tokens and logprobs) and its pinned memory (the
+// rows' params, which the kernel reads unless the step's upload staged them, then the results
+// it writes back), with the event recorded after the kernel.
 type drawQueue struct {
 	slots       [ops.MaxQueuedDraws]drawSlot
 	head, count int
