@@ -52,7 +52,6 @@ type fns struct {
 	fill        func(dt int32, dst uintptr, n uint64, value float32, s uintptr) int32
 	copySmall   func(dst, src uintptr, bytes uint64, s uintptr) int32
 	loadStep    func(dst, src uintptr, regions, n, m, tail, extra, extraAt int32, feed uintptr, feedN int32, s uintptr) int32
-	feedTokens  func(ids, tokens uintptr, n int32, s uintptr) int32
 	gatherRows  func(dt int32, out, src, rows uintptr, n, cols, srcRows int32, s uintptr) int32
 	rmsNorm     func(dt int32, out, x, residual, w uintptr, rows, cols int32, eps float32, s uintptr) int32
 	headRMSNorm func(dt int32, x, w uintptr, rows, heads, headDim int32, eps float32, s uintptr) int32
@@ -137,7 +136,6 @@ func (f *fns) table() []binding {
 		{&f.fill, "atomk_fill"},
 		{&f.copySmall, "atomk_copy_small"},
 		{&f.loadStep, "atomk_load_step_inputs"},
-		{&f.feedTokens, "atomk_feed_tokens"},
 		{&f.gatherRows, "atomk_gather_rows"},
 		{&f.rmsNorm, "atomk_rms_norm"},
 		{&f.headRMSNorm, "atomk_head_rms_norm"},

@@ -169,12 +169,6 @@ func (l *Lib) LoadStepInputs(dst, src Ptr, sl StepLayout, feed Ptr, feedN int, s
 	})
 }
 
-// FeedTokens queues ids[i] = tokens[i] for i < n (int32 device arrays), a negative token
-// (a draw that found no finite logit) becoming 0.
-func (l *Lib) FeedTokens(ids, tokens Ptr, n int, s Stream) error {
-	return l.call("atomk_feed_tokens", func() int32 { return l.f.feedTokens(uintptr(ids), uintptr(tokens), int32(n), uintptr(s)) })
-}
-
 // Fill queues dst[0:n] = value.
 func (l *Lib) Fill(dt DType, dst Ptr, n int, value float32, s Stream) error {
 	return l.call("atomk_fill", func() int32 { return l.f.fill(int32(dt), uintptr(dst), uint64(n), value, uintptr(s)) })

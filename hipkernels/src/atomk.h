@@ -100,13 +100,12 @@ int atomk_nccl_destroy(void* comm);
  * so per-step uploads and readbacks need no copy-engine operation in the stream. */
 #define ATOMK_COPY_SMALL_MAX (64 << 10)
 int atomk_copy_small(void* dst, const void* src, size_t bytes, void* stream);
-/* ids[i] = tokens[i] for i < n (device int32), a negative token becoming 0. */
-int atomk_feed_tokens(int32_t* ids, const int32_t* tokens, int n, void* stream);
 /* A decode step's inputs, compact in src (pinned host or device memory): `regions` arrays of n
  * int32 words, then `tail` words, then `extra` words; written into dst as `regions` arrays of
  * m >= n words each (the first n written), then the tail, and the extra words at word offset
  * extra_at (past the tail's end). With feed (device memory; NULL: none) the first feed_n words
- * of region 0 take feed's tokens instead, a negative token becoming 0 (as atomk_feed_tokens).
+ * of region 0 take feed's tokens instead, a negative token (a draw with no finite logit)
+ * becoming 0.
  * One kernel: src in host memory is read over the bus, so a large input is better copied to the
  * device first. */
 int atomk_load_step_inputs(int32_t* dst, const int32_t* src, int regions, int n, int m, int tail, int extra,

@@ -37,15 +37,9 @@ __global__ void copy_units_kernel(U* dst, const U* src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) dst[i] = src[i];
 }
 
-// ids[i] = tokens[i], a token of -1 (a row with no finite logit) becoming 0 as on the host.
-__global__ void feed_tokens_kernel(int32_t* ids, const int32_t* tokens, int n) {
-    ATOMK_PDL_ENTER();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ids[i] = tokens[i] < 0 ? 0 : tokens[i];
-}
-
 // atomk_load_step_inputs: word i of the compact src goes to its place in dst (a region's row,
-// the tail, or the extra words), the fed rows of region 0 taking the drawn tokens instead (as
-// feed_tokens_kernel writes them).
+// the tail, or the extra words), the fed rows of region 0 taking the drawn tokens instead (a
+// token of -1, from a row with no finite logit, becoming 0 as on the host).
 __global__ void load_step_kernel(int32_t* dst, const int32_t* src, int regions, int n, int m, int tail, int words,
                                  int extra_at, const int32_t* feed, int feed_n) {
     ATOMK_PDL_ENTER();
@@ -118,14 +112,6 @@ int atomk_copy_small(void* dst, const void* src, size_t bytes, void* stream) {
     if (align % 16 == 0) return launch_copy<uint4>(dst, src, bytes, s);
     if (align % 4 == 0) return launch_copy<uint32_t>(dst, src, bytes, s);
     return launch_copy<uint8_t>(dst, src, bytes, s);
-}
-
-int atomk_feed_tokens(int32_t* ids, const int32_t* tokens, int n, void* stream) {
-    if (n < 0 || (n > 0 && (ids == NULL || tokens == NULL))) return atomk_fail(ATOMK_ERR_INVALID, "atomk_feed_tokens: n=%d", n);
-    if (n == 0) return ATOMK_OK;
-    atomk_launch(feed_tokens_kernel, 1, 256, 0, ATOMK_STREAM(stream), ids, tokens, n);
-    ATOMK_LAUNCHED("feed_tokens");
-    return ATOMK_OK;
 }
 
 int atomk_load_step_inputs(int32_t* dst, const int32_t* src, int regions, int n, int m, int tail, int extra,
