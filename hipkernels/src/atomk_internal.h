@@ -94,6 +94,31 @@ static inline void atomk_launch(void (*kernel)(Params...), dim3 grid, dim3 block
     atomk_launch_kind(nullptr, kernel, grid, block, smem, s, args...);
 }
 
+#if defined(ATOMK_CUDA)
+// atomk_launch_kind for a grid of thread-block clusters of cluster_z consecutive blocks along z
+// (Hopper and later; over 8 blocks a cluster is non-portable and asked for per kernel).
+template <typename... Params, typename... Args>
+static inline void atomk_launch_cluster(const char* kind, void (*kernel)(Params...), dim3 grid, dim3 block,
+                                        size_t smem, gpuStream_t s, int cluster_z, Args... args) {
+    if (cluster_z > 8) (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = cluster_z;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = atomk_pdl_enabled() && !(kind && atomk_pdl_serial(kind)) ? 2 : 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+#endif
+
 // The integer in environment variable name when it is one in [lo, hi], else def. For the
 // library's measurement knobs (ATOM_GO_GEMV_*, ATOM_GO_PDL, ...), each read once by its
 // caller's static.
