@@ -95,12 +95,24 @@ static inline void atomk_launch(void (*kernel)(Params...), dim3 grid, dim3 block
 }
 
 #if defined(ATOMK_CUDA)
+// Allows kernel clusters of more than 8 blocks (non-portable), once per kernel and thread: the
+// first launch is an eager one (a warm-up precedes every graph capture), so a capture never
+// makes the call.
+static inline void atomk_allow_large_clusters(const void* kernel) {
+    thread_local const void* done[32];
+    thread_local int n = 0;
+    for (int i = 0; i < n; ++i)
+        if (done[i] == kernel) return;
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (n < 32) done[n++] = kernel;
+}
+
 // atomk_launch_kind for a grid of thread-block clusters of cluster_z consecutive blocks along z
-// (Hopper and later; over 8 blocks a cluster is non-portable and asked for per kernel).
+// (Hopper and later; over 8 blocks a cluster is non-portable, see atomk_allow_large_clusters).
 template <typename... Params, typename... Args>
 static inline void atomk_launch_cluster(const char* kind, void (*kernel)(Params...), dim3 grid, dim3 block,
                                         size_t smem, gpuStream_t s, int cluster_z, Args... args) {
-    if (cluster_z > 8) (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (cluster_z > 8) atomk_allow_large_clusters(reinterpret_cast<const void*>(kernel));
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 1;
