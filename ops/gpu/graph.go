@@ -41,7 +41,6 @@ type StepInputs struct {
 	work      devBuf // attention workspace of the bound passes (never freed while graphs live)
 	host      []int32
 	seq       []int32 // checkMeta's scratch
-	loaded    int     // rows of the last LoadDecode
 }
 
 // Regions of StepInputs.buf, each maxTokens int32 long except the tables (maxTokens*stride).
@@ -177,14 +176,11 @@ func (b *Backend) loadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnM
 	for i, p := range params {
 		putParams(h[regTables*n+sl.Tail+i*paramsWords:], p)
 	}
-	in.loaded = n
 	st := &b.draws.staged
 	st.ptr, st.vals = 0, append(st.vals[:0], params...) // nothing staged unless the upload is queued
-	var fed hipkernels.Ptr
+	fed, fedRows := hipkernels.Ptr(0), 0
 	if feed != nil {
-		fed = feed.toks
-	} else {
-		k = 0
+		fed, fedRows = feed.toks, k
 	}
 	err := b.stageCopy(in.buf.ptr, 4*size, func(buf []byte) {
 		for i, x := range h {
@@ -198,7 +194,7 @@ func (b *Backend) loadDecode(in *StepInputs, n int, ids []int32, meta *ops.AttnM
 			}
 			src = in.scratch.ptr
 		}
-		return b.lib.LoadStepInputs(dst, src, sl, fed, k, b.stream)
+		return b.lib.LoadStepInputs(dst, src, sl, fed, fedRows, b.stream)
 	})
 	if err == nil && len(params) > 0 {
 		st.ptr = in.buf.ptr + hipkernels.Ptr(4*in.paramsAt())
