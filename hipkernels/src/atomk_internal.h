@@ -50,6 +50,10 @@ bool atomk_skip(const char* kind);
 // capability 9.0 and later, unless ATOM_GO_PDL=0 (read once per process; for measurements).
 bool atomk_pdl_enabled();
 
+// The current device's compute capability major number (read once per process; 0 if the
+// runtime cannot say, and on HIP).
+int atomk_cc_major();
+
 // Whether ATOM_GO_PDL_SERIAL (a comma-separated list of the kinds atomk_skip knows, read once;
 // "merge" when unset, "" for none) names kind: those kernels are then launched without
 // programmatic dependent launch, so their blocks are not scheduled before the previous kernel
@@ -63,37 +67,6 @@ bool atomk_pdl_serial(const char* kind);
 // "attention" (the tensor-core decode kernel) and "merge". For measurements.
 int atomk_pdl_mode(const char* kind);
 
-// Launches kernel like kernel<<<grid, block, smem, s>>>(args...), with programmatic stream
-// serialization where atomk_pdl_enabled (the kernel must start with ATOMK_PDL_ENTER) and kind
-// (nullptr: none) is not in ATOM_GO_PDL_SERIAL. Failures are left for ATOMK_LAUNCHED, as with
-// <<<>>>.
-template <typename... Params, typename... Args>
-static inline void atomk_launch_kind(const char* kind, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                     gpuStream_t s, Args... args) {
-#if defined(ATOMK_CUDA)
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cfg.attrs = attr;
-    cfg.numAttrs = atomk_pdl_enabled() && !(kind && atomk_pdl_serial(kind)) ? 1 : 0;
-    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
-#else
-    (void)kind;
-    hipLaunchKernelGGL(kernel, grid, block, smem, s, static_cast<Params>(args)...);
-#endif
-}
-
-template <typename... Params, typename... Args>
-static inline void atomk_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
-                                Args... args) {
-    atomk_launch_kind(nullptr, kernel, grid, block, smem, s, args...);
-}
-
 #if defined(ATOMK_CUDA)
 // Allows kernel clusters of more than 8 blocks (non-portable), once per kernel and thread: the
 // first launch is an eager one (a warm-up precedes every graph capture), so a capture never
@@ -106,30 +79,57 @@ static inline void atomk_allow_large_clusters(const void* kernel) {
     (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (n < 32) done[n++] = kernel;
 }
+#endif
 
-// atomk_launch_kind for a grid of thread-block clusters of cluster_z consecutive blocks along z
-// (Hopper and later; over 8 blocks a cluster is non-portable, see atomk_allow_large_clusters).
+// Launches kernel like kernel<<<grid, block, smem, s>>>(args...), with programmatic stream
+// serialization where atomk_pdl_enabled (the kernel must start with ATOMK_PDL_ENTER) and kind
+// (nullptr: none) is not in ATOM_GO_PDL_SERIAL, and with cluster_z > 0 (CUDA, Hopper and later)
+// as a grid of thread-block clusters of cluster_z consecutive blocks along z (over 8 blocks a
+// cluster is non-portable, see atomk_allow_large_clusters). Failures are left for
+// ATOMK_LAUNCHED, as with <<<>>>.
 template <typename... Params, typename... Args>
 static inline void atomk_launch_cluster(const char* kind, void (*kernel)(Params...), dim3 grid, dim3 block,
                                         size_t smem, gpuStream_t s, int cluster_z, Args... args) {
-    if (cluster_z > 8) atomk_allow_large_clusters(reinterpret_cast<const void*>(kernel));
+#if defined(ATOMK_CUDA)
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = cluster_z;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    int n = 0;
+    if (atomk_pdl_enabled() && !(kind && atomk_pdl_serial(kind))) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_z > 0) {
+        if (cluster_z > 8) atomk_allow_large_clusters(reinterpret_cast<const void*>(kernel));
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = 1;
+        attr[n].val.clusterDim.y = 1;
+        attr[n++].val.clusterDim.z = cluster_z;
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = attr;
-    cfg.numAttrs = atomk_pdl_enabled() && !(kind && atomk_pdl_serial(kind)) ? 2 : 1;
+    cfg.numAttrs = n;
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
-}
+#else
+    (void)kind, (void)cluster_z;
+    hipLaunchKernelGGL(kernel, grid, block, smem, s, static_cast<Params>(args)...);
 #endif
+}
+
+// atomk_launch_cluster without clusters.
+template <typename... Params, typename... Args>
+static inline void atomk_launch_kind(const char* kind, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                     gpuStream_t s, Args... args) {
+    atomk_launch_cluster(kind, kernel, grid, block, smem, s, 0, args...);
+}
+
+template <typename... Params, typename... Args>
+static inline void atomk_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
+                                Args... args) {
+    atomk_launch_kind(nullptr, kernel, grid, block, smem, s, args...);
+}
 
 // The integer in environment variable name when it is one in [lo, hi], else def. For the
 // library's measurement knobs (ATOM_GO_GEMV_*, ATOM_GO_PDL, ...), each read once by its

@@ -241,18 +241,8 @@ int heads_per_block(int group) {
 // measurements) on a device of compute capability 9 or later. Splits are then at most
 // kClusterMax.
 bool cluster_merge() {
-#if defined(ATOMK_CUDA)
-    static const bool on = [] {
-        if (atomk_env_int("ATOM_GO_ATTN_CLUSTER", 0, 0, 1) == 0) return false;
-        int dev = 0, major = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess) return false;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-        return major >= 9;
-    }();
+    static const bool on = atomk_env_int("ATOM_GO_ATTN_CLUSTER", 0, 0, 1) == 1 && atomk_cc_major() >= 9;
     return on;
-#else
-    return false;
-#endif
 }
 
 int attention_splits(int tokens, int head_blocks, int max_ctx) {
