@@ -50,10 +50,6 @@ bool atomk_skip(const char* kind);
 // capability 9.0 and later, unless ATOM_GO_PDL=0 (read once per process; for measurements).
 bool atomk_pdl_enabled();
 
-// The current device's compute capability major number (read once per process; 0 if the
-// runtime cannot say, and on HIP).
-int atomk_cc_major();
-
 // Whether ATOM_GO_PDL_SERIAL (a comma-separated list of the kinds atomk_skip knows, read once;
 // "merge" when unset, "" for none) names kind: those kernels are then launched without
 // programmatic dependent launch, so their blocks are not scheduled before the previous kernel
@@ -67,62 +63,29 @@ bool atomk_pdl_serial(const char* kind);
 // "attention" (the tensor-core decode kernel) and "merge". For measurements.
 int atomk_pdl_mode(const char* kind);
 
-#if defined(ATOMK_CUDA)
-// Allows kernel clusters of more than 8 blocks (non-portable), once per kernel and thread: the
-// first launch is an eager one (a warm-up precedes every graph capture), so a capture never
-// makes the call.
-static inline void atomk_allow_large_clusters(const void* kernel) {
-    thread_local const void* done[32];
-    thread_local int n = 0;
-    for (int i = 0; i < n; ++i)
-        if (done[i] == kernel) return;
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (n < 32) done[n++] = kernel;
-}
-#endif
-
 // Launches kernel like kernel<<<grid, block, smem, s>>>(args...), with programmatic stream
 // serialization where atomk_pdl_enabled (the kernel must start with ATOMK_PDL_ENTER) and kind
-// (nullptr: none) is not in ATOM_GO_PDL_SERIAL, and with cluster_z > 0 (CUDA, Hopper and later)
-// as a grid of thread-block clusters of cluster_z consecutive blocks along z (over 8 blocks a
-// cluster is non-portable, see atomk_allow_large_clusters). Failures are left for
-// ATOMK_LAUNCHED, as with <<<>>>.
+// (nullptr: none) is not in ATOM_GO_PDL_SERIAL. Failures are left for ATOMK_LAUNCHED, as with
+// <<<>>>.
 template <typename... Params, typename... Args>
-static inline void atomk_launch_cluster(const char* kind, void (*kernel)(Params...), dim3 grid, dim3 block,
-                                        size_t smem, gpuStream_t s, int cluster_z, Args... args) {
+static inline void atomk_launch_kind(const char* kind, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                     gpuStream_t s, Args... args) {
 #if defined(ATOMK_CUDA)
-    cudaLaunchAttribute attr[2];
-    int n = 0;
-    if (atomk_pdl_enabled() && !(kind && atomk_pdl_serial(kind))) {
-        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[n++].val.programmaticStreamSerializationAllowed = 1;
-    }
-    if (cluster_z > 0) {
-        if (cluster_z > 8) atomk_allow_large_clusters(reinterpret_cast<const void*>(kernel));
-        attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = 1;
-        attr[n].val.clusterDim.y = 1;
-        attr[n++].val.clusterDim.z = cluster_z;
-    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = attr;
-    cfg.numAttrs = n;
+    cfg.numAttrs = atomk_pdl_enabled() && !(kind && atomk_pdl_serial(kind)) ? 1 : 0;
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
 #else
-    (void)kind, (void)cluster_z;
+    (void)kind;
     hipLaunchKernelGGL(kernel, grid, block, smem, s, static_cast<Params>(args)...);
 #endif
-}
-
-// atomk_launch_cluster without clusters.
-template <typename... Params, typename... Args>
-static inline void atomk_launch_kind(const char* kind, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                     gpuStream_t s, Args... args) {
-    atomk_launch_cluster(kind, kernel, grid, block, smem, s, 0, args...);
 }
 
 template <typename... Params, typename... Args>

@@ -236,22 +236,12 @@ int heads_per_block(int group) {
 // of kBlocksPerSM per SM and the longest context has room for partitions of kMinPartition; then
 // as many as keep the grid within kBlocksPerSM per SM (rounding down: a grid just over one
 // wave of resident blocks would leave a tail of a few blocks running alone).
-// Whether split decode launches of the tensor-core kernel merge through a thread-block cluster
-// (cluster_merge_store) instead of the merge kernel: ATOM_GO_ATTN_CLUSTER=1 (read once; for
-// measurements) on a device of compute capability 9 or later. Splits are then at most
-// kClusterMax.
-bool cluster_merge() {
-    static const bool on = atomk_env_int("ATOM_GO_ATTN_CLUSTER", 0, 0, 1) == 1 && atomk_cc_major() >= 9;
-    return on;
-}
-
 int attention_splits(int tokens, int head_blocks, int max_ctx) {
     const long base = (long)tokens * head_blocks;
     const long target = (long)kBlocksPerSM * atomk_sm_count();
     if (2 * base > target || max_ctx < 2 * kMinPartition) return 1;
     const long want = target / base;
-    long most = max_ctx / kMinPartition;
-    if (cluster_merge() && most > kClusterMax) most = kClusterMax;
+    const long most = max_ctx / kMinPartition;
     return (int)(want < most ? want : most);
 }
 
@@ -292,7 +282,6 @@ struct AttnLaunch {
     int quantum;  // split_range's quantum of the kernel that ran (launch_decode sets it)
     float scale;
     const void* rope;  // RopeIn<T> of a Rope launch (the tensor-core kernel only), else NULL
-    bool cluster;      // the launch merged its partitions through clusters (launch_decode sets it)
 };
 
 template <typename T, int DPL>
@@ -328,19 +317,12 @@ int launch_decode(AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
     if constexpr (sizeof(T) == 2) {
         if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % 16 != 0) return ATOMK_ERR_UNSUPPORTED;
         const RopeIn<T> rope = L.rope ? *static_cast<const RopeIn<T>*>(L.rope) : RopeIn<T>{};
-        L.cluster = cluster_merge() && !L.rope && !L.counters && L.grid.z > 1 && (int)L.grid.z <= kClusterMax;
 #define ATOMK_DECODE(D)                                                                                       \
-    if (L.cluster)                                                                                           \
-        atomk_launch_cluster("attention", decode_attention_kernel<T, D, false, false, true>, L.grid, kWarps * 32, 0, \
-            L.stream, (int)L.grid.z, out, L.pa, L.pm, L.pl, L.counters, q, kc, vc, L.token_seq, L.positions, L.tables, \
-            L.stride, L.num_heads, L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, \
-            atomk_pdl_mode("attention"), rope);                                                              \
-    else                                                                                                     \
-        atomk_launch_kind("attention", L.rope ? decode_attention_kernel<T, D, false, true> \
-            : L.counters ? decode_attention_kernel<T, D, true> : decode_attention_kernel<T, D, false>, \
-            L.grid, kWarps * 32, 0, L.stream, \
-            out, L.pa, L.pm, L.pl, L.counters, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, \
-            L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, atomk_pdl_mode("attention"), rope)
+    atomk_launch_kind("attention", L.rope ? decode_attention_kernel<T, D, false, true> \
+        : L.counters ? decode_attention_kernel<T, D, true> : decode_attention_kernel<T, D, false>, \
+        L.grid, kWarps * 32, 0, L.stream, \
+        out, L.pa, L.pm, L.pl, L.counters, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, \
+        L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, atomk_pdl_mode("attention"), rope)
         switch (L.head_dim) {  // the quantum is the one of the kernel's split_range (the merge's too)
             case 64: L.quantum = 8 * DecodeTiles<64>::value * kWarps; ATOMK_DECODE(64); break;
             case 128: L.quantum = 8 * DecodeTiles<128>::value * kWarps; ATOMK_DECODE(128); break;
@@ -367,11 +349,10 @@ int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, con
         st = launch_decode<T>(L, o, qt, kt, vt);
         if (st == ATOMK_ERR_UNSUPPORTED && !L.rope) {  // a Rope launch has no portable form
             L.counters = nullptr;
-            L.cluster = false;
             st = launch_portable_dpl<T>(L, o, qt, kt, vt);
         }
     }
-    if (st != ATOMK_OK || splits <= 1 || L.counters || L.cluster || atomk_skip("merge")) return st;
+    if (st != ATOMK_OK || splits <= 1 || L.counters || atomk_skip("merge")) return st;
     atomk_launch_kind("merge", attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
                  L.pl, L.head_dim, splits, L.positions, L.partition, L.quantum, atomk_pdl_mode("merge"));
     ATOMK_LAUNCHED("attention_merge");
@@ -421,7 +402,6 @@ int prepare_launch(const char* name, AttnLaunch* L, int* splits, const int32_t* 
     L->partition = (max_ctx + s - 1) / s;
     L->scale = scale;
     L->rope = nullptr;
-    L->cluster = false;
     return ATOMK_OK;
 }
 

@@ -9,17 +9,10 @@
 
 #include "atomk_internal.h"
 
-#if defined(ATOMK_CUDA)
-#include <cooperative_groups.h>
-#endif
-
 namespace {
 
 constexpr int kWarps = 4;              // warps per block; each walks its own context positions
 constexpr int kMaxGroup = 8;           // query heads per block, at most
-// Most partitions a cluster merge takes (cluster_merge_store): a cluster holds one (token, head
-// group)'s partitions, and 16 blocks is the largest (non-portable) cluster.
-constexpr int kClusterMax = 16;
 // A token's partitions hold at least this many positions (-DATOMK_ATTN_MIN_SPLIT=N overrides
 // it and kMinPartition, for measurements).
 #ifndef ATOMK_ATTN_MIN_SPLIT
@@ -412,82 +405,13 @@ __device__ void rope_prologue(const RopeIn<T>& r, uint4* q_frag, uint4* k_new, u
     *reinterpret_cast<uint4*>(r.v_store + at) = v_new[j];
 }
 
-// The end of the tensor-core decode kernel when its launch is a grid of clusters, one per
-// (token, head group), each holding all S partitions (Cluster; ATOM_GO_ATTN_CLUSTER=1, for
-// measurements): instead of partial results in global memory and a merge kernel, each block
-// merges its warps into shared memory (warp 0's rows of merge_acc, merge_m and merge_l), the
-// cluster meets at a barrier, and block r merges every partition's values of outputs
-// [r·n/S, (r+1)·n/S) of the group's n = hpb·D outputs from distributed shared memory and
-// writes them. A second barrier keeps every block's shared memory alive until the others have
-// read it. Blocks that saw no position (m = -inf) weigh 0.
-template <typename T, int D>
-__device__ void cluster_merge_store(float* merge_acc, float* merge_m, float* merge_l, int hpb, int t, int h0,
-                                    int num_heads, T* out) {
-#if __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    constexpr int J = (kMaxGroup * D + kWarps * 32 - 1) / (kWarps * 32);
-    const int n = hpb * D;
-    float a[J], mx[J], sum[J];
-#pragma unroll
-    for (int jj = 0; jj < J; ++jj) {
-        const int j = threadIdx.x + jj * kWarps * 32;
-        if (j >= n) continue;
-        const int g = j / D, d = j % D;
-        mx[jj] = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) mx[jj] = fmaxf(mx[jj], merge_m[w * kMaxGroup + g]);
-        a[jj] = sum[jj] = 0.f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-            const float mw = merge_m[w * kMaxGroup + g];
-            const float wt = mw == -INFINITY ? 0.f : expf(mw - mx[jj]);
-            a[jj] += merge_acc[(w * kMaxGroup + g) * D + d] * wt;
-            sum[jj] += merge_l[w * kMaxGroup + g] * wt;
-        }
-    }
-    __syncthreads();  // every warp's values read: warp 0's rows take the block's
-#pragma unroll
-    for (int jj = 0; jj < J; ++jj) {
-        const int j = threadIdx.x + jj * kWarps * 32;
-        if (j >= n) continue;
-        merge_acc[j] = a[jj];  // row g of warp 0: (0 * kMaxGroup + g) * D + d == j
-        if (j % D == 0) {
-            merge_m[j / D] = mx[jj];
-            merge_l[j / D] = sum[jj];
-        }
-    }
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();
-    const int parts = (int)cluster.num_blocks(), chunk = (n + parts - 1) / parts;
-    const int lo = (int)cluster.block_rank() * chunk, hi = min(n, lo + chunk);
-    for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-        const int g = j / D;
-        float m_all = -INFINITY;
-        for (int c = 0; c < parts; ++c) m_all = fmaxf(m_all, cluster.map_shared_rank(merge_m, c)[g]);
-        float num = 0.f, den = 0.f;
-        for (int c = 0; c < parts; ++c) {
-            const float mc = cluster.map_shared_rank(merge_m, c)[g];
-            if (mc == -INFINITY) continue;
-            const float wt = expf(mc - m_all);
-            num += cluster.map_shared_rank(merge_acc, c)[j] * wt;
-            den += cluster.map_shared_rank(merge_l, c)[g] * wt;
-        }
-        out[((size_t)t * num_heads + h0 + g) * D + j % D] = atomk_from_float<T>(den > 0.f ? num / den : 0.f);
-    }
-    cluster.sync();
-#else
-    (void)merge_acc, (void)merge_m, (void)merge_l, (void)hpb, (void)t, (void)h0, (void)num_heads, (void)out;
-    __trap();  // never launched below sm_90 (launch_decode checks)
-#endif
-}
-
 // Finish: the launch merges in place (finish_splits; a separate instance, so that the default
 // one's registers are what they were: the merge code made ptxas spill in the main loop).
 // Rope: q and the new token's k are rotated here from the q|k|v row (rope_prologue; decode
 // batches of one token per sequence), and the main loop takes the token's own position from
 // shared memory: the caches are read through the non-coherent path, which may not see a row
 // this grid wrote.
-template <typename T, int D, bool Finish, bool Rope = false, bool Cluster = false>
+template <typename T, int D, bool Finish, bool Rope = false>
 __global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D>::min_blocks)
 decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, unsigned* counters, const T* q,
                         const T* k_cache, const T* v_cache, const int32_t* token_seq, const int32_t* positions,
@@ -656,10 +580,6 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
         acc[d + 8] = o[j][1];
     }
     __syncthreads();
-    if constexpr (Cluster) {
-        cluster_merge_store<T, D>(merge_acc, merge_m, merge_l, hpb, t, h0, num_heads, out);
-        return;
-    }
     merge_warps_store(merge_acc, merge_m, merge_l, kMaxGroup, hpb, D, t, h0, num_heads, split, splits, out, part_acc,
                       part_m, part_l);
     static_assert(kWarps * kMaxGroup * D >= 2 * kFinishMax, "finish_splits stages in merge_acc");

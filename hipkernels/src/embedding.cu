@@ -42,18 +42,25 @@ __global__ void copy_units_kernel(U* dst, const U* src, size_t n) {
 // token of -1, from a row with no finite logit, becoming 0 as on the host).
 __global__ void load_step_kernel(int32_t* dst, const int32_t* src, int regions, int n, int m, int tail, int words,
                                  int extra_at, const int32_t* feed, int feed_n) {
+    // src is pinned host memory the host filled before the launch, or a device scratch a copy
+    // filled (a copy is never overlapped by a programmatic launch): no kernel before this one
+    // writes it, so the thread's first word (every word at decode sizes) is read before the wait
+    // for the previous kernel (the draw whose tokens are fed): the bus round trip overlaps it.
+    const int i0 = blockIdx.x * blockDim.x + threadIdx.x;
+    const int32_t first = i0 >= feed_n && i0 < words ? src[i0] : 0;
     ATOMK_PDL_ENTER();
     const int rows = regions * n;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < words; i += gridDim.x * blockDim.x) {
+    for (int i = i0; i < words; i += gridDim.x * blockDim.x) {
+        const int32_t v = i == i0 ? first : i < feed_n ? 0 : src[i];
         if (i < feed_n) {
             const int32_t tok = feed[i];
             dst[i] = tok < 0 ? 0 : tok;
         } else if (i < rows) {
-            dst[(i / n) * m + i % n] = src[i];
+            dst[(i / n) * m + i % n] = v;
         } else if (i < rows + tail) {
-            dst[regions * m + (i - rows)] = src[i];
+            dst[regions * m + (i - rows)] = v;
         } else {
-            dst[extra_at + (i - rows - tail)] = src[i];
+            dst[extra_at + (i - rows - tail)] = v;
         }
     }
 }

@@ -71,23 +71,19 @@ int atomk_pdl_mode(const char* kind) {
     return list_names(late, kind) ? kPdlLate : kPdlEarly;
 }
 
-int atomk_cc_major() {
-#if defined(ATOMK_CUDA)
-    static const int major = [] {
-        int dev = 0, m = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-        if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
-        return m;
-    }();
-    return major;
-#else
-    return 0;
-#endif
-}
-
 bool atomk_pdl_enabled() {
-    static const bool on = atomk_env_int("ATOM_GO_PDL", 1, 0, 1) == 1 && atomk_cc_major() >= 9;
+#if defined(ATOMK_CUDA)
+    static const bool on = [] {
+        if (atomk_env_int("ATOM_GO_PDL", 1, 0, 1) == 0) return false;
+        int dev = 0, major = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess) return false;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+        return major >= 9;
+    }();
     return on;
+#else
+    return false;
+#endif
 }
 
 // Whether this graph launch is the one ATOM_GO_PROFILE_GRAPH_LAUNCH names (1 = the first of the
