@@ -71,7 +71,7 @@ type fns struct {
 		qNorm, kNorm uintptr, normEps float32, tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64,
 		s uintptr) int32
 	attnWorkspace  func(tokens, numHeads, numKVHeads, headDim, maxCtx int32, bytes *uint64) int32
-	pagedAttention func(dt int32, out, q, kCache, vCache, nextK, nextV, tokenSeq, positions, blockTables uintptr,
+	pagedAttention func(dt int32, out, q, kCache, vCache, tokenSeq, positions, blockTables uintptr,
 		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx int32,
 		workspace uintptr, workspaceSize uint64, s uintptr) int32
 	pagedAttentionRope func(dt int32, out, qkv, kCache, vCache, tokenSeq, positions, slots, blockTables uintptr,

@@ -266,9 +266,6 @@ func (l *Lib) RopeWriteKVFused(dt DType, qOut Ptr, a *RopeArgs, s Stream) error 
 // AttentionArgs are the operands of PagedAttention (see atomk_paged_attention in src/atomk.h).
 type AttentionArgs struct {
 	Out, Q, KCache, VCache Ptr
-	// NextKCache and NextVCache (0: none) are the next layer's caches, whose rows of the batch's
-	// contexts a split decode launch may ask L2 to keep (ATOM_GO_ATTN_NEXT_PREFETCH=1).
-	NextKCache, NextVCache Ptr
 	TokenSeq, Positions    Ptr // int32 [Tokens]
 	BlockTables            Ptr // int32 [seqs * BlockTableStride]
 	BlockTableStride       int
@@ -297,7 +294,7 @@ func (l *Lib) PagedAttentionWorkspace(tokens, numHeads, numKVHeads, headDim, max
 func (l *Lib) PagedAttention(dt DType, a *AttentionArgs, s Stream) error {
 	return l.call("atomk_paged_attention", func() int32 {
 		return l.f.pagedAttention(int32(dt), uintptr(a.Out), uintptr(a.Q), uintptr(a.KCache), uintptr(a.VCache),
-			uintptr(a.NextKCache), uintptr(a.NextVCache), uintptr(a.TokenSeq), uintptr(a.Positions), uintptr(a.BlockTables), int32(a.BlockTableStride), int32(a.Tokens),
+			uintptr(a.TokenSeq), uintptr(a.Positions), uintptr(a.BlockTables), int32(a.BlockTableStride), int32(a.Tokens),
 			int32(a.NumHeads), int32(a.NumKVHeads), int32(a.HeadDim), int32(a.BlockSize), a.Scale, int32(a.MaxCtx),
 			uintptr(a.Workspace), uint64(a.WorkspaceBytes), uintptr(s))
 	})

@@ -65,7 +65,6 @@ if has tests; then
 			cut -c1-240 | head -8 | tee -a "$SUM"
 	}
 	optin merge ATOM_GO_ATTN_INLINE_MERGE=1 Attention
-	optin nextpf ATOM_GO_ATTN_NEXT_PREFETCH=1 Attention
 	optin norm ATOM_GO_GEMV_NORM=1 NormLinear
 	optin rope ATOM_GO_ATTN_ROPE=1 RopeAttention
 	optin residual ATOM_GO_RESIDUAL_NORM=0 LinearResidual

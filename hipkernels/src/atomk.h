@@ -146,15 +146,11 @@ int atomk_rope_write_kv(int dtype, void* q, void* k, const void* v, void* k_cach
  * ATOM_GO_ATTN_INLINE_MERGE=1, by the last block of each to finish); that needs workspace_size
  * >= the bytes atomk_paged_attention_workspace returns for the same shape (0 when no split),
  * zeroed once when allocated (the in-place merge counts finished blocks there and leaves the
- * counts at zero). next_k_cache and next_v_cache (NULL: none) are the next layer's caches: with
- * ATOM_GO_ATTN_NEXT_PREFETCH=1 the blocks of a split decode launch end by asking L2 to keep the
- * rows of their partition in those caches (the positions the next layer's attention reads), so
- * that they are fetched while the weight streams between the two attentions run. */
+ * counts at zero). */
 int atomk_paged_attention_workspace(int tokens, int num_heads, int num_kv_heads, int head_dim, int max_ctx,
                                     size_t* bytes);
 int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cache,
-                          const void* v_cache, const void* next_k_cache, const void* next_v_cache,
-                          const int32_t* token_seq, const int32_t* positions,
+                          const void* v_cache, const int32_t* token_seq, const int32_t* positions,
                           const int32_t* block_tables, int block_table_stride, int tokens,
                           int num_heads, int num_kv_heads, int head_dim, int block_size,
                           float scale, int max_ctx, void* workspace, size_t workspace_size, void* stream);

@@ -184,16 +184,6 @@ __device__ __forceinline__ void atomk_pdl_enter_mode(int mode) {
     atomk_pdl_enter();
 }
 
-// Asks for the 128-byte line at p to be fetched into L2 with the evict-last priority, so that
-// it outlasts the streamed weights (loaded evict-first) until a later kernel reads it. HIP: no-op.
-__device__ __forceinline__ void atomk_prefetch_l2_keep(const void* p) {
-#if defined(ATOMK_CUDA)
-    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-#else
-    (void)p;
-#endif
-}
-
 // Asks for the 128-byte line at p to be fetched into L2 (no register, no wait). Used before
 // ATOMK_PDL_ENTER on data no preceding kernel of the step writes, or writes only through L2
 // (L2 is the point of coherence, so a prefetch can never make a later load stale). HIP: no-op.

@@ -245,26 +245,6 @@ int attention_splits(int tokens, int head_blocks, int max_ctx) {
     return (int)(want < most ? want : most);
 }
 
-// Whether a split decode launch ends by asking L2 to keep its partitions' rows of the next
-// layer's caches (ATOM_GO_ATTN_NEXT_PREFETCH=1, read once; for measurements): at batch 1 the
-// attention waits on its K/V reads from DRAM between two weight streams, while the next
-// layer's rows could arrive under those streams. Only while they fit well inside L2 (the
-// batch's contexts, K and V of 16-bit values, at most kNextPrefetchMax bytes). With
-// ATOM_GO_ATTN_NEXT_PREFETCH=2 the device's persisting L2 set-aside is also raised to
-// kNextPrefetchMax (CUDA; at the first call, an eager warm-up before any graph capture), in case
-// the evict-last priority is kept only for lines within it.
-constexpr long kNextPrefetchMax = 16l << 20;
-bool next_layer_prefetch(int tokens, int max_ctx, int num_kv_heads, int head_dim) {
-    static const int mode = [] {
-        const int m = atomk_env_int("ATOM_GO_ATTN_NEXT_PREFETCH", 0, 0, 2);
-#if defined(ATOMK_CUDA)
-        if (m == 2) (void)cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, (size_t)kNextPrefetchMax);
-#endif
-        return m;
-    }();
-    return mode > 0 && (long)tokens * max_ctx * num_kv_heads * head_dim * 2 * 2 <= kNextPrefetchMax;
-}
-
 // Counter words of the in-place merge (finish_splits): one per (token, head group), and a
 // launch splits only when it has at most kBlocksPerSM / 2 blocks per SM of those
 // (attention_splits), so this many always suffice. They sit at the start of the workspace,
@@ -302,7 +282,6 @@ struct AttnLaunch {
     int quantum;  // split_range's quantum of the kernel that ran (launch_decode sets it)
     float scale;
     const void* rope;  // RopeIn<T> of a Rope launch (the tensor-core kernel only), else NULL
-    const void *next_k, *next_v;  // the next layer's caches to keep in L2 (next_layer_prefetch), else NULL
 };
 
 template <typename T, int DPL>
@@ -343,8 +322,7 @@ int launch_decode(AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
         : L.counters ? decode_attention_kernel<T, D, true> : decode_attention_kernel<T, D, false>, \
         L.grid, kWarps * 32, 0, L.stream, \
         out, L.pa, L.pm, L.pl, L.counters, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, \
-        L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, atomk_pdl_mode("attention"), rope, \
-        static_cast<const T*>(L.next_k), static_cast<const T*>(L.next_v))
+        L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, atomk_pdl_mode("attention"), rope)
         switch (L.head_dim) {  // the quantum is the one of the kernel's split_range (the merge's too)
             case 64: L.quantum = 8 * DecodeTiles<64>::value * kWarps; ATOMK_DECODE(64); break;
             case 128: L.quantum = 8 * DecodeTiles<128>::value * kWarps; ATOMK_DECODE(128); break;
@@ -424,7 +402,6 @@ int prepare_launch(const char* name, AttnLaunch* L, int* splits, const int32_t* 
     L->partition = (max_ctx + s - 1) / s;
     L->scale = scale;
     L->rope = nullptr;
-    L->next_k = L->next_v = nullptr;
     return ATOMK_OK;
 }
 
@@ -445,7 +422,7 @@ int atomk_paged_attention_workspace(int tokens, int num_heads, int num_kv_heads,
 }
 
 int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cache, const void* v_cache,
-                          const void* next_k_cache, const void* next_v_cache, const int32_t* token_seq, const int32_t* positions, const int32_t* block_tables,
+                          const int32_t* token_seq, const int32_t* positions, const int32_t* block_tables,
                           int block_table_stride, int tokens, int num_heads, int num_kv_heads, int head_dim,
                           int block_size, float scale, int max_ctx, void* workspace, size_t workspace_size,
                           void* stream) {
@@ -455,10 +432,6 @@ int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cac
                             tokens, num_heads, num_kv_heads, head_dim, block_size, scale, max_ctx, workspace,
                             workspace_size, stream);
     if (st != ATOMK_OK || tokens == 0) return st;
-    if (splits > 1 && next_layer_prefetch(tokens, max_ctx, num_kv_heads, head_dim)) {
-        L.next_k = next_k_cache;
-        L.next_v = next_v_cache;
-    }
     ATOMK_DISPATCH(dtype, "atomk_paged_attention",
                    st = launch_attention<T>(L, out, q, k_cache, v_cache, tokens, splits));
     atomk_attention_launched = st == ATOMK_OK;

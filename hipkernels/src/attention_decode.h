@@ -50,31 +50,6 @@ __device__ __forceinline__ int split_count(int ctx, int splits, int partition, i
     return min(splits, (ctx + part - 1) / part);
 }
 
-// The end of a split decode block with the next layer's caches given (next_layer_prefetch in
-// attention.cu): asks L2 to keep (evict-last) the rows of this block's partition, for its kv
-// head, in next_k and next_v: the rows the same block of the next layer reads. Only the first
-// head block of a kv head asks (the others' rows are the same). Everything is loaded again
-// (the positions and tables from L1): values kept from the start made ptxas spill in the main
-// loop.
-template <typename T, int D>
-__device__ __noinline__ void keep_next_layer(const T* next_k, const T* next_v, const int32_t* token_seq, const int32_t* positions,
-                                const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
-                                int block_size, int partition, int quantum) {
-    const int group = num_heads / num_kv_heads, h0 = blockIdx.y * hpb;
-    if (h0 % group != 0) return;
-    int begin, end;
-    split_range(positions[blockIdx.x] + 1, blockIdx.z, gridDim.z, partition, quantum, &begin, &end);
-    constexpr int kLines = D * (int)sizeof(T) / 128;  // 128-byte lines of one head's row
-    const int32_t* table = block_tables + (size_t)token_seq[blockIdx.x] * bt_stride;
-    const size_t kv_row = (size_t)num_kv_heads * D, head = (size_t)(h0 / group) * D;
-    for (int i = threadIdx.x; i < (end - begin) * 2 * kLines; i += blockDim.x) {
-        const int p = begin + i / (2 * kLines), line = i % kLines;
-        const size_t slot = (size_t)table[p / block_size] * block_size + p % block_size;
-        const T* base = (i / kLines) % 2 ? next_v : next_k;
-        atomk_prefetch_l2_keep(reinterpret_cast<const char*>(base + slot * kv_row + head) + 128 * line);
-    }
-}
-
 // The end of both kernels: merges the kWarps warps' results of the block's hpb query heads from
 // shared memory (acc [kWarps][G][head_dim], m and l [kWarps][G], G >= hpb the row stride) as
 // M = max_w m_w, weight_w = exp(m_w - M), acc = Σ_w acc_w · weight_w, l = Σ_w l_w · weight_w (the
@@ -446,8 +421,7 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D>::min_blocks)
 decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, unsigned* counters, const T* q,
                         const T* k_cache, const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
-                        int block_size, float scale, int partition, int pdl_mode, RopeIn<T> rope,
-                        const T* next_k, const T* next_v) {
+                        int block_size, float scale, int partition, int pdl_mode, RopeIn<T> rope) {
     // With split contexts (small decode batches) the block's first K and V rows go to L2 while
     // the previous kernel (RoPE, writing this step's rows through L2) finishes: the metadata is
     // uploaded before the step's kernels, and L2 is coherent, so nothing read after the wait can
@@ -616,9 +590,6 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
     static_assert(kWarps * kMaxGroup * D >= 2 * kFinishMax, "finish_splits stages in merge_acc");
     if constexpr (Finish)
         finish_splits<T, D>(out, part_acc, part_m, part_l, counters, hpb, t, h0, num_heads, splits, merge_acc);
-    if (next_k)
-        keep_next_layer<T, D>(next_k, next_v, token_seq, positions, block_tables, bt_stride, num_heads, num_kv_heads,
-                              hpb, block_size, partition, STEP * kWarps);
 }
 #endif  // ATOMK_CUDA
 

@@ -121,9 +121,6 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 		TokenSeq: dm.tokenSeq, Positions: dm.positions, BlockTables: dm.tables, BlockTableStride: dm.stride,
 		Tokens: nt, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, BlockSize: c.blockSize,
 		Scale: a.Scale, MaxCtx: dm.maxCtx, Workspace: work, WorkspaceBytes: workBytes}
-	if layer+1 < len(c.k) {
-		args.NextKCache, args.NextVCache = c.k[layer+1], c.v[layer+1]
-	}
 	b.must("Attention", b.lib.PagedAttention(b.kdt, args, b.stream))
 }
 
