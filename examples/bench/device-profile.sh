@@ -8,8 +8,10 @@
 # (ATOM_GO_PROFILE_GRAPH_LAUNCH); bench runs with --skip-forward --concurrency 1, so every graph
 # launch is a batch-1 decode step. ncu profiles each graph node on its own (serialised, caches not
 # flushed), so the per-kernel times add up to the step without launch overlap: compare the sum
-# with the graph step the bench measures to see what the gaps cost. Writes OUTDIR/ncu.csv and a
-# per-kernel summary (OUTDIR/kernels.txt, printed).
+# with the graph step the bench measures to see what the gaps cost. PROMPT (default 1024) is the
+# prompt length, so the profiled step's context is about PROMPT + LAUNCH (PROMPT=1 against the
+# default splits the attention part's cost by context at the same graph bound). Writes
+# OUTDIR/ncu.csv and a per-kernel summary (OUTDIR/kernels.txt, printed).
 set -u
 OUT=${1:-/tmp/device-profile}
 LAUNCH=${2:-30}
@@ -28,7 +30,7 @@ ATOM_GO_PROFILE_GRAPH_LAUNCH=$LAUNCH timeout ${NCU_TIMEOUT:-300} "$NCU" --profil
 	--clock-control none --cache-control none --graph-profiling node --print-units base \
 	--metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread \
 	--csv --log-file "$OUT/ncu.csv" bin/bench --model "$MODEL" --skip-forward --concurrency 1 \
-	--ttft-reps 1 --output-len 64 --out "$OUT/bench.json" >"$OUT/bench.log" 2>"$OUT/bench.err"
+	--ttft-reps 1 --prompt-len "${PROMPT:-1024}" --output-len 64 --out "$OUT/bench.json" >"$OUT/bench.log" 2>"$OUT/bench.err"
 echo "ncu rc=$?"
 tail -3 "$OUT/bench.err"
 python3 examples/bench/ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/kernels.txt"
