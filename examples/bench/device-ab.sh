@@ -47,7 +47,7 @@ for rep in $(seq 1 "${REPS:-2}"); do
 		python3 - "$TMP/r.json" "$name" "$rep" <<'EOF' | tee -a "$OUT/ab.txt"
 import json, sys
 d = json.load(open(sys.argv[1]))
-rows = " ".join("b%d graph %.3f replay %.3f eager %.3f" % (r["batch"], r["graph_ms"], r.get("replay_ms", 0), r["eager_ms"]) for r in d["runner"]["decode"])
+rows = " ".join("b%d graph %.3f replay %.3f chain %.3f eager %.3f" % (r["batch"], r["graph_ms"], r.get("replay_ms", 0), r.get("chain_ms", 0), r["eager_ms"]) for r in d["runner"]["decode"])
 a = d.get("decode_batch1") or {}
 if a.get("tpot_ms"):
     rows = "tpot %.3f gap %.3f copy %.3f %.2f%%  %s" % (a["tpot_ms"], a.get("median_gap_ms", 0),

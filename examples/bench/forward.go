@@ -7,6 +7,7 @@ import (
 
 	"github.com/atom-go/atom/engine"
 	"github.com/atom-go/atom/models"
+	"github.com/atom-go/atom/ops"
 	"github.com/atom-go/atom/ops/gpu"
 )
 
@@ -88,7 +89,7 @@ func measureForward(o options, res *Result, x cost) error {
 		if err != nil {
 			return fmt.Errorf("decode batch %d: %w", c, err)
 		}
-		replay := 0.0
+		replay, chain := 0.0, 0.0
 		if g1, _ := r.StepCounts(); g1 == g0 {
 			ms = -1 // no graph for this size: reported as eager only
 		} else if d, err := r.ReplayGraph(decode(c), o.replays); err == nil {
@@ -96,9 +97,16 @@ func measureForward(o options, res *Result, x cost) error {
 		} else {
 			return fmt.Errorf("decode batch %d replay: %w", c, err)
 		}
+		if replay > 0 {
+			// A diagnostic column: its failure is reported and leaves the column empty.
+			if chain, err = chainMs(r, decode(c), ctx, o.replays); err != nil {
+				logf("decode batch %d chain (not timed): %v", c, err)
+				chain = 0
+			}
+		}
 		f := x.decodeStep(res.Ceilings, c, ctx+1)
 		res.Forward.Decode = append(res.Forward.Decode, ForwardRow{Batch: c, Context: ctx + 1, GraphMs: ms,
-			ReplayMs: replay, FloorMs: f.Seconds * 1e3, Bound: f.Bound})
+			ReplayMs: replay, ChainMs: chain, FloorMs: f.Seconds * 1e3, Bound: f.Bound})
 	}
 	if err := r.CaptureGraphs(nil, 0); err != nil { // drop the graphs: eager from here on
 		return err
@@ -122,4 +130,43 @@ func measureForward(o options, res *Result, x cost) error {
 	f := x.prefill(res.Ceilings, o.prompt)
 	res.Forward.Prefill = PrefillRow{Tokens: o.prompt, Ms: ms, FloorMs: f.Seconds * 1e3, TFLOPs: f.Flops / (ms / 1e3) / 1e12}
 	return nil
+}
+
+// chainMs times k decode steps of w queued as the engine's async scheduling queues them, with
+// no scheduler: greedy draws on the device, each step fed on the device from the previous
+// draw, each draw collected one step later. Against the replay it is what the boundaries
+// between steps cost (the upload, the draw); against the engine's TPOT, what the engine's host
+// side adds. 0 when the runner cannot queue the batch.
+func chainMs(r *engine.Runner, w []engine.Work, maxStart, k int) (ms float64, err error) {
+	if k < 1 || !r.CanQueue(len(w), maxStart) {
+		return 0, nil
+	}
+	defer func() {
+		if err != nil {
+			r.DropQueued()
+		}
+	}()
+	params := make([]ops.RowSampling, len(w))
+	for i := range params {
+		params[i].TopP = 1
+	}
+	if err := r.QueueSampled(w, params, false); err != nil {
+		return 0, err
+	}
+	var t0 time.Time
+	for i := 1; i <= k; i++ {
+		if err := r.QueueSampled(w, params, true); err != nil {
+			return 0, err
+		}
+		if _, err := r.CollectSampled(); err != nil {
+			return 0, err
+		}
+		if i == 1 {
+			t0 = time.Now() // draw 0 is read: the k draws after it are timed
+		}
+	}
+	if _, err := r.CollectSampled(); err != nil {
+		return 0, err
+	}
+	return float64(time.Since(t0).Microseconds()) / 1e3 / float64(k), nil
 }

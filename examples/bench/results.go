@@ -82,9 +82,12 @@ type ForwardRow struct {
 	GraphMs float64 `json:"graph_ms"` // -1: no graph of this size
 	// ReplayMs is the graph alone: replays back to back, no host work between them.
 	ReplayMs float64 `json:"replay_ms,omitempty"`
-	EagerMs  float64 `json:"eager_ms"`
-	FloorMs  float64 `json:"roofline_ms"`
-	Bound    string  `json:"bound"`
+	// ChainMs is the step as the engine queues it ahead (upload, graph, draw on the device, the
+	// next step fed from it), timed over consecutive draws, with no scheduler.
+	ChainMs float64 `json:"chain_ms,omitempty"`
+	EagerMs float64 `json:"eager_ms"`
+	FloorMs float64 `json:"roofline_ms"`
+	Bound   string  `json:"bound"`
 }
 
 // PrefillRow is one prompt through Runner.Run.
@@ -162,22 +165,25 @@ func rows(r *Result, hf *HFResult) [][]string {
 
 // runnerRows is the runner-only table: graph and eager decode steps against their floors.
 func runnerRows(r *Result) [][]string {
-	out := [][]string{{"runner step", "graph ms", "replay ms", "eager ms", "roofline ms", "% (graph)", "bound"}}
+	out := [][]string{{"runner step", "graph ms", "replay ms", "chain ms", "eager ms", "roofline ms", "% (graph)", "bound"}}
+	opt := func(v float64) string {
+		if v > 0 {
+			return fmt.Sprintf("%.2f", v)
+		}
+		return "-"
+	}
 	for _, f := range r.Forward.Decode {
-		g, rp, pct := "-", "-", "-"
+		pct := "-"
 		if f.GraphMs > 0 {
-			g, pct = fmt.Sprintf("%.2f", f.GraphMs), fmt.Sprintf("%.1f%%", 100*f.FloorMs/f.GraphMs)
+			pct = fmt.Sprintf("%.1f%%", 100*f.FloorMs/f.GraphMs)
 		}
-		if f.ReplayMs > 0 {
-			rp = fmt.Sprintf("%.2f", f.ReplayMs)
-		}
-		out = append(out, []string{fmt.Sprintf("decode batch %d, context %d", f.Batch, f.Context), g, rp,
-			fmt.Sprintf("%.2f", f.EagerMs), fmt.Sprintf("%.2f", f.FloorMs), pct, f.Bound})
+		out = append(out, []string{fmt.Sprintf("decode batch %d, context %d", f.Batch, f.Context), opt(f.GraphMs),
+			opt(f.ReplayMs), opt(f.ChainMs), fmt.Sprintf("%.2f", f.EagerMs), fmt.Sprintf("%.2f", f.FloorMs), pct, f.Bound})
 	}
 	p := r.Forward.Prefill
 	if p.Ms > 0 {
 		out = append(out, []string{fmt.Sprintf("prefill %d tokens (%.0f TFLOP/s)", p.Tokens, p.TFLOPs), "-",
-			"-", fmt.Sprintf("%.2f", p.Ms), fmt.Sprintf("%.2f", p.FloorMs), fmt.Sprintf("%.1f%%", 100*p.FloorMs/p.Ms), "compute"})
+			"-", "-", fmt.Sprintf("%.2f", p.Ms), fmt.Sprintf("%.2f", p.FloorMs), fmt.Sprintf("%.1f%%", 100*p.FloorMs/p.Ms), "compute"})
 	}
 	return out
 }
