@@ -129,6 +129,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_PDL_SERIAL", "merge", "gpu: comma-separated kernels (rope, attention, merge, norm, gemv, o_gemv: the projection after an attention) launched without programmatic dependent launch; empty for none (for measurements; read by libatomk)"},
 	{"ATOM_GO_PDL_LATE", "", "gpu: comma-separated kernels (rope, gemv, o_gemv, attention, merge) that wait for their predecessor before letting their successor be scheduled (for measurements; read by libatomk)"},
 	{"ATOM_GO_PDL_NOTRIGGER", "", "gpu: comma-separated kernels (rope, gemv, o_gemv, attention, merge) that only wait, so their successor launches when they complete (for measurements; read by libatomk)"},
+	{"ATOM_GO_ATTN_WIDE", "1", "gpu: 0 keeps one 8-position tile per warp step in split head_dim-128 decode attention (the two-tile instance is the default for grids of up to three blocks per SM; for measurements; read by libatomk)"},
 	{"ATOM_GO_ATTN_ROPE", "0", "gpu: 1 rotates q and the new k inside the decode attention kernel (no RoPE kernel in decode steps; 16-bit, whole-head rotary; for measurements; read by libatomk)"},
 	{"ATOM_GO_SKIP_KERNELS", "", "gpu: comma-separated kernels not to run (rope, attention, merge, norm, gemv, sample, feed): wrong results, for timing what they cost (read by libatomk)"},
 	{"ATOM_GO_GEMV_PREFETCH", "0", "gpu: loop steps of weights the skinny kernel fetches into L2 before waiting on its predecessor (0-64; for measurements; read by libatomk)"},

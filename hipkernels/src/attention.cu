@@ -309,6 +309,19 @@ int launch_portable_dpl(const AttnLaunch& L, T* out, const T* q, const T* kc, co
     return launch_portable<T, 8>(L, out, q, kc, vc);
 }
 
+#if defined(ATOMK_CUDA)
+// Whether a head_dim 128 launch takes the two-tile instance (DecodeTiles): a split context, no
+// in-place merge or RoPE (their instances keep one tile), and a grid of at most three blocks
+// per SM, the Wide instance's residency, so that every block still runs in the first wave.
+// ATOM_GO_ATTN_WIDE=0 (read once) keeps one tile everywhere, for measurements.
+bool wide_decode(const AttnLaunch& L) {
+    static const bool on = atomk_env_int("ATOM_GO_ATTN_WIDE", 1, 0, 1) == 1;
+    const long blocks = (long)L.grid.x * L.grid.y * L.grid.z;
+    return on && L.grid.z > 1 && !L.rope && !L.counters &&
+           blocks <= (long)DecodeTiles<128, true>::min_blocks * atomk_sm_count();
+}
+#endif
+
 // Runs the tensor-core decode kernel when it applies (CUDA, 16-bit, head_dim 64/128/256,
 // 16-byte aligned rows); returns ATOMK_ERR_UNSUPPORTED otherwise, launching nothing.
 template <typename T>
@@ -317,18 +330,28 @@ int launch_decode(AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
     if constexpr (sizeof(T) == 2) {
         if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % 16 != 0) return ATOMK_ERR_UNSUPPORTED;
         const RopeIn<T> rope = L.rope ? *static_cast<const RopeIn<T>*>(L.rope) : RopeIn<T>{};
-#define ATOMK_DECODE(D)                                                                                       \
-    atomk_launch_kind("attention", L.rope ? decode_attention_kernel<T, D, false, true> \
-        : L.counters ? decode_attention_kernel<T, D, true> : decode_attention_kernel<T, D, false>, \
-        L.grid, kWarps * 32, 0, L.stream, \
-        out, L.pa, L.pm, L.pl, L.counters, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, \
-        L.num_kv_heads, L.hpb, L.block_size, L.scale, L.partition, atomk_pdl_mode("attention"), rope)
+#define ATOMK_DECODE(KERNEL)                                                                               \
+    atomk_launch_kind("attention", KERNEL, L.grid, kWarps * 32, 0, L.stream, out, L.pa, L.pm, L.pl, L.counters, q, kc, \
+        vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, L.num_kv_heads, L.hpb, L.block_size, L.scale,  \
+        L.partition, atomk_pdl_mode("attention"), rope)
+#define ATOMK_DECODE_ANY(D)                                                                                   \
+    L.quantum = 8 * DecodeTiles<D>::value * kWarps;                                                           \
+    ATOMK_DECODE((L.rope ? decode_attention_kernel<T, D, false, true>                                      \
+                           : L.counters ? decode_attention_kernel<T, D, true> : decode_attention_kernel<T, D, false>))
         switch (L.head_dim) {  // the quantum is the one of the kernel's split_range (the merge's too)
-            case 64: L.quantum = 8 * DecodeTiles<64>::value * kWarps; ATOMK_DECODE(64); break;
-            case 128: L.quantum = 8 * DecodeTiles<128>::value * kWarps; ATOMK_DECODE(128); break;
-            case 256: L.quantum = 8 * DecodeTiles<256>::value * kWarps; ATOMK_DECODE(256); break;
+            case 64: ATOMK_DECODE_ANY(64); break;
+            case 128:
+                if (wide_decode(L)) {
+                    L.quantum = 8 * DecodeTiles<128, true>::value * kWarps;
+                    ATOMK_DECODE((decode_attention_kernel<T, 128, false, false, true>));
+                } else {
+                    ATOMK_DECODE_ANY(128);
+                }
+                break;
+            case 256: ATOMK_DECODE_ANY(256); break;
             default: return ATOMK_ERR_UNSUPPORTED;
         }
+#undef ATOMK_DECODE_ANY
 #undef ATOMK_DECODE
         ATOMK_LAUNCHED("decode_attention");
         return ATOMK_OK;

@@ -285,15 +285,18 @@ __device__ __forceinline__ uint4 lds16(const uint4* p) {
 // 8-position tiles per warp step, and the launch bound: each warp keeps 4 KB (head_dim 128,
 // 1 tile) to 8 KB (64: 4 tiles; 256: 1 tile) of K/V in flight, and four blocks share an SM (two
 // for head_dim 256), about 64 KB per SM, which covers the memory latency at full bandwidth.
-// Two tiles at head_dim 128 would need ~150 registers (three blocks per SM): the same bytes in
-// flight, but a 64 x 2048 decode (512 blocks) would no longer fit in one wave of 132 SMs.
-// -DATOMK_DECODE_TILES_128=2 gives head_dim 128 two tiles (three blocks per SM; for
-// measurements).
+// Two tiles at head_dim 128 need ~150 registers (three blocks per SM): the same bytes in
+// flight per SM, so a grid of more than three blocks per SM (a 64 x 2048 decode is 512 blocks)
+// keeps one tile. A grid that fits three blocks per SM takes the Wide instance (two tiles) when
+// its context is split: a small decode batch, where a block's 64-position partition is then
+// one loop step per warp instead of two, each a dependent round trip to L2 on the step's
+// critical path (batch-1 TPOT 4.136 ms against 4.158, H200, 8B shape, 2026-12-04).
+// -DATOMK_DECODE_TILES_128=2 gives every head_dim 128 launch two tiles (for measurements).
 #ifndef ATOMK_DECODE_TILES_128
 #define ATOMK_DECODE_TILES_128 1
 #endif
-template <int D> struct DecodeTiles {
-    static constexpr int value = D <= 64 ? 4 : D == 128 ? ATOMK_DECODE_TILES_128 : 1;
+template <int D, bool Wide = false> struct DecodeTiles {
+    static constexpr int value = D <= 64 ? 4 : D == 128 ? (Wide ? 2 : ATOMK_DECODE_TILES_128) : 1;
     static constexpr int min_blocks = D >= 256 ? 2 : D == 128 && value > 1 ? 3 : 4;  // per SM
 };
 
@@ -416,8 +419,9 @@ __device__ void rope_prologue(const RopeIn<T>& r, uint4* q_frag, uint4* k_new, u
 // batches of one token per sequence), and the main loop takes the token's own position from
 // shared memory: the caches are read through the non-coherent path, which may not see a row
 // this grid wrote.
-template <typename T, int D, bool Finish, bool Rope = false>
-__global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D>::min_blocks)
+// Wide: two 8-position tiles per warp step at head_dim 128 (DecodeTiles; the launch picks it).
+template <typename T, int D, bool Finish, bool Rope = false, bool Wide = false>
+__global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D, Wide>::min_blocks)
 decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, unsigned* counters, const T* q,
                         const T* k_cache, const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
@@ -431,7 +435,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
     // wait: values kept across it made ptxas spill in the main loop.
     if (gridDim.z > 1 && threadIdx.x < kPrefetchPositions) {
         int b, e;
-        split_range(positions[blockIdx.x] + 1, blockIdx.z, gridDim.z, partition, 8 * DecodeTiles<D>::value * kWarps, &b, &e);
+        split_range(positions[blockIdx.x] + 1, blockIdx.z, gridDim.z, partition, 8 * DecodeTiles<D, Wide>::value * kWarps, &b, &e);
         const int p = b + threadIdx.x;
         if (p < e) {
             const int32_t* tb = block_tables + (size_t)token_seq[blockIdx.x] * bt_stride;
@@ -441,7 +445,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
         }
     }
     atomk_pdl_enter_mode(pdl_mode);
-    constexpr int KT = DecodeTiles<D>::value, STEP = 8 * KT;
+    constexpr int KT = DecodeTiles<D, Wide>::value, STEP = 8 * KT;
     constexpr int KP = D / 32;  // 16-byte pieces of a key row per lane
     constexpr int VP = D / 64;  // 16-byte pieces of a value row per lane and position
     constexpr int NT = D / 8;   // n tiles of P·V
