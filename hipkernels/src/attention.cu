@@ -158,9 +158,11 @@ constexpr int kMergeRound = 24;
 // in shared memory, rescaled to the common maximum. One round of loads and one barrier: the
 // merge sits between the attention and the output projection, and every round trip there is on
 // the decode step's critical path. head_dim <= kMergeThreads.
-// Only the partitions holding positions are read (split_count of the token's context, with
-// the partition and quantum the attention kernel used): the others' acc and l were never
-// written (merge_warps_store), so reading them costs DRAM round trips for nothing.
+// When one round covers every partition, all are read: those past the context hold m = -inf
+// and zeros (merge_warps_store), and no load waits for positions[t] (one L2 round trip fewer:
+// batch-1 runner replay 4.172 ms against 4.183, H200, 8B shape, 2026-12-04). Otherwise only
+// those holding positions are (split_count of the token's context, with the partition and
+// quantum the attention kernel used), so that a long graph bound costs no extra rounds.
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
 attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const float* part_l, int head_dim,
@@ -169,11 +171,13 @@ attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const
     __shared__ float sums[kMergeThreads];
     __shared__ float group_m[kMergeThreads], group_l[kMergeThreads];
     const size_t row = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
-    const int active = split_count(positions[blockIdx.x] + 1, splits, partition, quantum);
+    const int tid = threadIdx.x, groups = blockDim.x / head_dim, grp = tid / head_dim, d = tid % head_dim;
+    const int active = splits <= kMergeRound * groups
+                           ? splits
+                           : split_count(positions[blockIdx.x] + 1, splits, partition, quantum);
     const float* m = part_m + row * splits;
     const float* l = part_l + row * splits;
     const float* acc = part_acc + row * splits * head_dim;
-    const int tid = threadIdx.x, groups = blockDim.x / head_dim, grp = tid / head_dim, d = tid % head_dim;
     if (grp < groups) {
         float mx = -INFINITY, a = 0.f, den = 0.f;
         for (int s0 = grp; s0 < active; s0 += kMergeRound * groups) {

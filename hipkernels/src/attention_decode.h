@@ -56,7 +56,8 @@ __device__ __forceinline__ int split_count(int ctx, int splits, int partition, i
 // m in natural-log units, as the merge kernel reads them). With one partition it writes out = acc / l; otherwise
 // acc, M and l to the partial buffers, row (token t, head h) partition `split` at
 // (row * splits + split). A warp that saw no position has m = -inf and weight 0; a block that saw
-// none (a partition past the token's context) writes only its m.
+// none (a partition past the token's context) writes m = -inf, l = 0 and zeros, so that the
+// merge kernel may read every partition without first finding out which hold positions.
 template <typename T>
 __device__ void merge_warps_store(const float* merge_acc, const float* merge_m, const float* merge_l, int G, int hpb,
                                   int head_dim, int t, int h0, int num_heads, int split, int splits, T* out,
@@ -79,11 +80,7 @@ __device__ void merge_warps_store(const float* merge_acc, const float* merge_m, 
             out[row * head_dim + d] = atomk_from_float<T>(a / sum);
         } else {
             const size_t pi = row * splits + split;
-            if (mx == -INFINITY) {  // no position here: the merges read neither acc nor l (they test m)
-                if (d == 0) part_m[pi] = mx;
-                continue;
-            }
-            part_acc[pi * head_dim + d] = a;
+            part_acc[pi * head_dim + d] = mx == -INFINITY ? 0.f : a;
             if (d == 0) {
                 part_m[pi] = mx;
                 part_l[pi] = sum;
