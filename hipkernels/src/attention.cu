@@ -314,14 +314,14 @@ int launch_portable_dpl(const AttnLaunch& L, T* out, const T* q, const T* kc, co
 }
 
 #if defined(ATOMK_CUDA)
-// Whether a head_dim 128 launch takes a two-tile instance (DecodeTiles): a split context, no
-// in-place merge (its instance keeps one tile), and a grid of at most three blocks per SM, the
-// Wide instances' residency, so that every block still runs in the first wave.
+// Whether a head_dim 128 launch takes a two-tile instance (DecodeTiles): a split context and a
+// grid of at most three blocks per SM, the Wide instances' residency, so that every block
+// still runs in the first wave.
 // ATOM_GO_ATTN_WIDE=0 (read once) keeps one tile everywhere, for measurements.
 bool wide_decode(const AttnLaunch& L) {
     static const bool on = atomk_env_int("ATOM_GO_ATTN_WIDE", 1, 0, 1) == 1;
     const long blocks = (long)L.grid.x * L.grid.y * L.grid.z;
-    return on && L.grid.z > 1 && !L.counters &&
+    return on && L.grid.z > 1 &&
            blocks <= (long)DecodeTiles<128, true>::min_blocks * atomk_sm_count();
 }
 #endif
@@ -347,8 +347,9 @@ int launch_decode(AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
             case 128:
                 if (wide_decode(L)) {
                     L.quantum = 8 * DecodeTiles<128, true>::value * kWarps;
-                    ATOMK_DECODE((L.rope ? decode_attention_kernel<T, 128, false, true, true>
-                                         : decode_attention_kernel<T, 128, false, false, true>));
+                    ATOMK_DECODE((L.rope       ? decode_attention_kernel<T, 128, false, true, true>
+                                  : L.counters ? decode_attention_kernel<T, 128, true, false, true>
+                                               : decode_attention_kernel<T, 128, false, false, true>));
                 } else {
                     ATOMK_DECODE_ANY(128);
                 }
