@@ -289,6 +289,9 @@ __device__ __forceinline__ uint4 lds16(const uint4* p) {
 // one loop step per warp instead of two, each a dependent round trip to L2 on the step's
 // critical path (batch-1 TPOT 4.136 ms against 4.158, H200, 8B shape, 2026-12-04).
 // -DATOMK_DECODE_TILES_128=2 gives every head_dim 128 launch two tiles (for measurements).
+#ifndef ATOMK_ATTN_QREGS
+#define ATOMK_ATTN_QREGS 0
+#endif
 #ifndef ATOMK_DECODE_TILES_128
 #define ATOMK_DECODE_TILES_128 1
 #endif
@@ -474,8 +477,17 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
     };
 
     // Q of the group, each lane's pieces in the layout of a key row (rows g >= hpb are zero).
-    // Kept in shared memory rather than registers, which go to K/V in flight.
-    if constexpr (Rope) {
+    // Kept in shared memory rather than registers, which go to K/V in flight; with QRegs (the
+    // Wide instance under -DATOMK_ATTN_QREGS=1, for measurements) each lane loads its own KP
+    // pieces into registers instead, so no barrier holds the loop's first K/V loads behind Q's.
+    constexpr bool QRegs = ATOMK_ATTN_QREGS && Wide && !Rope;
+    uint4 q_reg[QRegs ? KP : 1];
+    if constexpr (QRegs) {
+#pragma unroll
+        for (int i = 0; i < KP; ++i)
+            q_reg[i] = g < hpb && begin < end ? load16(q + ((size_t)t * num_heads + h0 + g) * D + 8 * (c + 4 * i))
+                                              : make_uint4(0, 0, 0, 0);
+    } else if constexpr (Rope) {
         rope_prologue<T, D>(rope, q_frag, k_new, v_new, t, h0, hpb, num_heads, num_kv_heads, (float)positions[t],
                             own >= 0);
     } else {
@@ -528,7 +540,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
 #pragma unroll
             for (int ch = 0; ch < D / 16; ++ch) {
                 const int i = ch / 2, w = 2 * (ch % 2);
-                const uint4 qv = lds16(&q_frag[i * 32 + lane]);
+                const uint4 qv = QRegs ? q_reg[i] : lds16(&q_frag[i * 32 + lane]);
                 Frag<T>::mma16(d, word(qv, w), word(qv, w + 1), word(kr[kt][i], w), word(kr[kt][i], w + 1));
             }
             const int p = p0 + 8 * kt + 2 * c;
