@@ -43,7 +43,7 @@ func measureForward(o options, res *Result, x cost) error {
 	res.Forward.LoadSeconds = time.Since(t0).Seconds()
 	const bs = 16
 	ctx := o.prompt + o.output/2
-	perSeq := (ctx + bs) / bs
+	perSeq := (ctx + o.replays + 1 + bs) / bs // room for the chain's steps past ctx
 	r, err := engine.NewRunner(m, be, limits, maxConc*perSeq+1, bs)
 	if err != nil {
 		return err
@@ -55,7 +55,7 @@ func measureForward(o options, res *Result, x cost) error {
 	res.Forward.CaptureSeconds = time.Since(t0).Seconds()
 	rng := rand.New(rand.NewPCG(1, 2))
 	vocab := ck.Config.VocabSize
-	tokens := make([]int32, max(ctx+1, o.prompt))
+	tokens := make([]int32, max(ctx+o.replays+2, o.prompt))
 	for i := range tokens {
 		tokens[i] = int32(rng.IntN(vocab))
 	}
@@ -134,12 +134,23 @@ func measureForward(o options, res *Result, x cost) error {
 
 // chainMs times k decode steps of w queued as the engine's async scheduling queues them, with
 // no scheduler: greedy draws on the device, each step fed on the device from the previous
-// draw, each draw collected one step later. Against the replay it is what the boundaries
-// between steps cost (the upload, the draw); against the engine's TPOT, what the engine's host
-// side adds. 0 when the runner cannot queue the batch.
+// draw, each draw collected one step later, and each step one position further on, as the
+// engine's are (w's token slices must have room for k+1 more tokens). Against the replay (one
+// step at a fixed context) it is what the boundaries between steps and the moving context
+// cost; against the engine's TPOT, what the engine's host side adds. 0 when the runner cannot
+// queue the batch.
 func chainMs(r *engine.Runner, w []engine.Work, maxStart, k int) (ms float64, err error) {
-	if k < 1 || !r.CanQueue(len(w), maxStart) {
+	if k < 1 || !r.CanQueue(len(w), maxStart+k) {
 		return 0, nil
+	}
+	steps := make([][]engine.Work, k+1)
+	for i := range steps {
+		steps[i] = make([]engine.Work, len(w))
+		for s, item := range w {
+			item.Start += i
+			item.Tokens = item.Tokens[:item.Start+item.NumTokens]
+			steps[i][s] = item
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -150,12 +161,12 @@ func chainMs(r *engine.Runner, w []engine.Work, maxStart, k int) (ms float64, er
 	for i := range params {
 		params[i].TopP = 1
 	}
-	if err := r.QueueSampled(w, params, false); err != nil {
+	if err := r.QueueSampled(steps[0], params, false); err != nil {
 		return 0, err
 	}
 	var t0 time.Time
 	for i := 1; i <= k; i++ {
-		if err := r.QueueSampled(w, params, true); err != nil {
+		if err := r.QueueSampled(steps[i], params, true); err != nil {
 			return 0, err
 		}
 		if _, err := r.CollectSampled(); err != nil {
