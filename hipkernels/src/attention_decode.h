@@ -481,7 +481,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
     // Wide instance under -DATOMK_ATTN_QREGS=1, for measurements) each lane loads its own KP
     // pieces into registers instead, so no barrier holds the loop's first K/V loads behind Q's.
     constexpr bool QRegs = ATOMK_ATTN_QREGS && Wide && !Rope;
-    uint4 q_reg[QRegs ? KP : 1];
+    uint4 q_reg[KP];  // unused (and dropped by the compiler) without QRegs
     if constexpr (QRegs) {
 #pragma unroll
         for (int i = 0; i < KP; ++i)
