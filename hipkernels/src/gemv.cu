@@ -263,10 +263,10 @@ int resident_blocks(size_t smem) {
 // 4.11. A larger kw (more, shorter warps) is taken only when it fills the waves at least 5%
 // better, since each split of k costs a reduction.
 int warps_per_group(int groups, int k8, int resident) {
+    auto blocks = [&](int kw) { return ((long)groups + kWarps / kw - 1) / (kWarps / kw); };
     auto fill = [&](int kw) {  // fraction of the waves' block slots the grid uses
-        const long blocks = (groups + kWarps / kw - 1) / (kWarps / kw);
-        const long waves = (blocks + resident - 1) / resident;
-        return (double)blocks / (double)(waves * resident);
+        const long waves = (blocks(kw) + resident - 1) / resident;
+        return (double)blocks(kw) / (double)(waves * resident);
     };
     if (resident <= 0) {  // no occupancy figure: enough warps to cover the latency
         int kw = 1;
@@ -282,8 +282,7 @@ int warps_per_group(int groups, int k8, int resident) {
     // (gate|up at m = 1 is ~7 waves of ~8 µs blocks and moves 4.06 TB/s where the LM head moves
     // 4.43). One-wave grids (o, down) keep their shape: every block runs from the start.
     static const int min_kw = atomk_env_int("ATOM_GO_GEMV_MIN_KW", 1, 1, kWarps);
-    const long blocks = (groups + kWarps / best - 1) / (kWarps / best);
-    if (blocks >= 2L * resident)
+    if (blocks(best) >= 2L * resident)
         while (best < min_kw && best < kWarps && (long)(2 * best) * ATOMK_WARP_SIZE <= k8) best *= 2;
     return best;
 }
