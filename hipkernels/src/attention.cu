@@ -338,26 +338,24 @@ int launch_decode(AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
     atomk_launch_kind("attention", KERNEL, L.grid, kWarps * 32, 0, L.stream, out, L.pa, L.pm, L.pl, L.counters, q, kc, \
         vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, L.num_kv_heads, L.hpb, L.block_size, L.scale,  \
         L.partition, atomk_pdl_mode("attention"), rope)
-#define ATOMK_DECODE_ANY(D)                                                                                   \
-    L.quantum = 8 * DecodeTiles<D>::value * kWarps;                                                           \
-    ATOMK_DECODE((L.rope ? decode_attention_kernel<T, D, false, true>                                      \
-                           : L.counters ? decode_attention_kernel<T, D, true> : decode_attention_kernel<T, D, false>))
+#define ATOMK_DECODE_TILES(D, WIDE)                                                                           \
+    L.quantum = 8 * DecodeTiles<D, WIDE>::value * kWarps;                                                     \
+    ATOMK_DECODE((L.rope       ? decode_attention_kernel<T, D, false, true, WIDE>                            \
+                  : L.counters ? decode_attention_kernel<T, D, true, false, WIDE>                            \
+                               : decode_attention_kernel<T, D, false, false, WIDE>))
         switch (L.head_dim) {  // the quantum is the one of the kernel's split_range (the merge's too)
-            case 64: ATOMK_DECODE_ANY(64); break;
+            case 64: ATOMK_DECODE_TILES(64, false); break;
             case 128:
                 if (wide_decode(L)) {
-                    L.quantum = 8 * DecodeTiles<128, true>::value * kWarps;
-                    ATOMK_DECODE((L.rope       ? decode_attention_kernel<T, 128, false, true, true>
-                                  : L.counters ? decode_attention_kernel<T, 128, true, false, true>
-                                               : decode_attention_kernel<T, 128, false, false, true>));
+                    ATOMK_DECODE_TILES(128, true);
                 } else {
-                    ATOMK_DECODE_ANY(128);
+                    ATOMK_DECODE_TILES(128, false);
                 }
                 break;
-            case 256: ATOMK_DECODE_ANY(256); break;
+            case 256: ATOMK_DECODE_TILES(256, false); break;
             default: return ATOMK_ERR_UNSUPPORTED;
         }
-#undef ATOMK_DECODE_ANY
+#undef ATOMK_DECODE_TILES
 #undef ATOMK_DECODE
         ATOMK_LAUNCHED("decode_attention");
         return ATOMK_OK;

@@ -289,9 +289,6 @@ __device__ __forceinline__ uint4 lds16(const uint4* p) {
 // one loop step per warp instead of two, each a dependent round trip to L2 on the step's
 // critical path (batch-1 TPOT 4.136 ms against 4.158, H200, 8B shape, 2026-12-04).
 // -DATOMK_DECODE_TILES_128=2 gives every head_dim 128 launch two tiles (for measurements).
-#ifndef ATOMK_ATTN_QREGS
-#define ATOMK_ATTN_QREGS 0
-#endif
 #ifndef ATOMK_DECODE_TILES_128
 #define ATOMK_DECODE_TILES_128 1
 #endif
@@ -420,6 +417,9 @@ __device__ void rope_prologue(const RopeIn<T>& r, uint4* q_frag, uint4* k_new, u
 // shared memory: the caches are read through the non-coherent path, which may not see a row
 // this grid wrote.
 // Wide: two 8-position tiles per warp step at head_dim 128 (DecodeTiles; the launch picks it).
+#ifndef ATOMK_ATTN_QREGS  // 1: Q in registers in the Wide instance (see QRegs; for measurements)
+#define ATOMK_ATTN_QREGS 0
+#endif
 template <typename T, int D, bool Finish, bool Rope = false, bool Wide = false>
 __global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D, Wide>::min_blocks)
 decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, unsigned* counters, const T* q,
