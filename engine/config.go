@@ -132,7 +132,6 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_ATTN_WIDE", "1", "gpu: 0 keeps one 8-position tile per warp step in split head_dim-128 decode attention (the two-tile instance is the default for grids of up to three blocks per SM; for measurements; read by libatomk)"},
 	{"ATOM_GO_ATTN_ROPE", "0", "gpu: 1 rotates q and the new k inside the decode attention kernel (no RoPE kernel in decode steps; 16-bit, whole-head rotary; for measurements; read by libatomk)"},
 	{"ATOM_GO_SKIP_KERNELS", "", "gpu: comma-separated kernels not to run (rope, attention, merge, norm, gemv, sample, feed): wrong results, for timing what they cost (read by libatomk)"},
-	{"ATOM_GO_GEMV_MIN_KW", "1", "gpu: at least this many warps (1-8) share a row group in skinny GEMMs of two waves or more, i.e. more, shorter blocks (for measurements; read by libatomk)"},
 	{"ATOM_GO_GEMV_PREFETCH", "0", "gpu: loop steps of weights the skinny kernel fetches into L2 before waiting on its predecessor (0-64; for measurements; read by libatomk)"},
 	{"ATOM_GO_COPY_KERNEL", "1", "gpu: 1 moves small uploads and readbacks (pinned host memory, up to 64 KiB) with a kernel, 0 with copy-engine copies (for measurements; read by libatomk; a decode graph step always loads its inputs with a kernel)"},
 	{"ATOM_GO_NCCL", "", "gpu: path of the NCCL/RCCL library for tensor parallelism (default: the system's; read by libatomk)"},

@@ -276,14 +276,8 @@ int warps_per_group(int groups, int k8, int resident) {
     int best = 1;
     for (int kw = 2; kw <= kWarps && (long)kw * ATOMK_WARP_SIZE <= k8; kw *= 2)
         if (fill(kw) > 1.05 * fill(best)) best = kw;
-    // ATOM_GO_GEMV_MIN_KW (read once; for measurements): grids of two waves or more take at
-    // least this many warps per group, i.e. shorter blocks. Such a grid ends with its last
-    // blocks running on a draining device; the shorter the blocks, the shorter that tail
-    // (gate|up at m = 1 is ~7 waves of ~8 µs blocks and moves 4.06 TB/s where the LM head moves
-    // 4.43). One-wave grids (o, down) keep their shape: every block runs from the start.
-    static const int min_kw = atomk_env_int("ATOM_GO_GEMV_MIN_KW", 1, 1, kWarps);
-    if (blocks(best) >= 2L * resident)
-        while (best < min_kw && best < kWarps && (long)(2 * best) * ATOMK_WARP_SIZE <= k8) best *= 2;
+    // Forcing more warps per group on many-wave grids (shorter blocks, a shorter tail) gained
+    // nothing through the engine (H200, 2026-12-04, docs/bench-results.md).
     return best;
 }
 
