@@ -99,9 +99,8 @@ func measureForward(o options, res *Result, x cost) error {
 		}
 		if replay > 0 {
 			// A diagnostic column: its failure is reported and leaves the column empty.
-			if chain, err = chainMs(r, decode(c), ctx, o.replays); err != nil {
+			if chain, err = chainMs(r, decode(c), ctx, o.replays); err != nil { // chain is 0
 				logf("decode batch %d chain (not timed): %v", c, err)
-				chain = 0
 			}
 		}
 		f := x.decodeStep(res.Ceilings, c, ctx+1)

@@ -263,10 +263,10 @@ int resident_blocks(size_t smem) {
 // 4.11. A larger kw (more, shorter warps) is taken only when it fills the waves at least 5%
 // better, since each split of k costs a reduction.
 int warps_per_group(int groups, int k8, int resident) {
-    auto blocks = [&](int kw) { return ((long)groups + kWarps / kw - 1) / (kWarps / kw); };
     auto fill = [&](int kw) {  // fraction of the waves' block slots the grid uses
-        const long waves = (blocks(kw) + resident - 1) / resident;
-        return (double)blocks(kw) / (double)(waves * resident);
+        const long blocks = ((long)groups + kWarps / kw - 1) / (kWarps / kw);
+        const long waves = (blocks + resident - 1) / resident;
+        return (double)blocks / (double)(waves * resident);
     };
     if (resident <= 0) {  // no occupancy figure: enough warps to cover the latency
         int kw = 1;
