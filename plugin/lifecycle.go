@@ -3,6 +3,7 @@ package plugin
 import (
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -14,11 +15,11 @@ import (
 // How the plugin ends. A host stops it with go-plugin's GRPCController/Shutdown; atom-plugin
 // also stops on SIGTERM or SIGHUP, and when its host is gone (the process was re-parented: a
 // host killed with SIGKILL cannot stop it), so that neither the process nor its socket and
-// socket directory outlive the host. Stopping stops the gRPC server, which makes
-// goplugin.Serve return (its listener removes the socket) and Serve's deferred cleanup run;
-// a stop that takes longer than stopGrace (a model load holding the engine) removes the
-// socket directory and exits at once. SIGINT stays ignored, as go-plugin wants: a terminal's
-// Ctrl-C reaches the host's whole process group, and the host decides.
+// socket directory outlive the host. Stopping removes the socket directory, then stops the
+// gRPC server, which makes goplugin.Serve return and Serve's deferred cleanup (the engine) run;
+// a stop that takes longer than stopGrace (a model load holding the engine) exits at once.
+// SIGINT stays ignored, as go-plugin wants: a terminal's Ctrl-C reaches the host's whole
+// process group, and the host decides.
 
 const (
 	// stopGrace bounds how long a stop waits for Serve to return.
@@ -53,18 +54,25 @@ func (l *lifecycle) server(build func([]grpc.ServerOption) *grpc.Server) func([]
 	}
 }
 
-// watch stops the plugin on SIGTERM or SIGHUP, and, when watchParent, once the process's
-// parent is no longer parent. It returns after close.
-func (l *lifecycle) watch(parent int, watchParent bool) {
+// hostPID is the process's parent when the program started: read as early as possible, so
+// that a host dying while the plugin starts up is still seen going.
+var hostPID = os.Getppid()
+
+// start watches, until close, for SIGTERM, SIGHUP and the process's parent no longer being
+// hostPID. The signals are caught from the moment start returns: a host may signal as soon as
+// it has read the handshake line.
+func (l *lifecycle) start() {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP)
+	go l.watch(sigs, hostPID)
+}
+
+// watch stops the plugin on a signal from sigs or once the parent is no longer parent.
+func (l *lifecycle) watch(sigs chan os.Signal, parent int) {
 	defer signal.Stop(sigs)
-	var tick <-chan time.Time
-	if watchParent {
-		t := time.NewTicker(parentPoll)
-		defer t.Stop()
-		tick = t.C
-	}
+	t := time.NewTicker(parentPoll)
+	defer t.Stop()
+	tick := t.C
 	for {
 		select {
 		case <-l.done:
@@ -74,16 +82,18 @@ func (l *lifecycle) watch(parent int, watchParent bool) {
 		case <-tick:
 			if os.Getppid() != parent {
 				tick = nil
-				l.log.Error("the host process exited; stopping", "host_pid", parent)
-				l.stop("the host process exited")
+				l.stop("the host process exited (pid " + strconv.Itoa(parent) + ")")
 			}
 		}
 	}
 }
 
-// stop stops the gRPC server (once), or exits at once when it is not serving yet.
+// stop stops the gRPC server (once), or exits at once when it is not serving yet. The socket
+// directory goes first: after a host's death, nothing that follows (a log line to its pipe,
+// closing the engine) may keep it from going.
 func (l *lifecycle) stop(why string) {
 	l.once.Do(func() {
+		l.dir.remove()
 		l.log.Info("stopping", "reason", why)
 		l.mu.Lock()
 		srv := l.srv

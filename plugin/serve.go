@@ -85,7 +85,7 @@ func Serve(opts Options) {
 	defer dir.remove() // before the engine closes: goplugin.Serve has removed the socket
 	lc := newLifecycle(log, dir)
 	defer lc.close()
-	go lc.watch(os.Getppid(), true)
+	lc.start()
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{bridge.ProtocolVersion: {bridge.PluginName: &EnginePlugin{Impl: srv}}},
