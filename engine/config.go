@@ -138,7 +138,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_PLUGIN_COOKIE", "", "go-plugin handshake cookie, set by the host that starts atom-plugin (bridge.MagicCookieValue)"},
 	{"ATOM_GO_DEVICE", "cpu", "python shim: where atom-go runs the model under vLLM or SGLang (cpu or gpu)"},
 	{"ATOM_GO_ENGINE_ARGS", "", "python shim: extra atom-plugin engine flags, shell-quoted (e.g. --tensor-parallel-size=2)"},
-	{"ATOM_GO_AUTO_MTLS", "", "python shim: 1 turns on go-plugin AutoMTLS on the plugin connection"},
+	{"ATOM_GO_AUTO_MTLS", "", "plugin hosts (python shim, atom-plugin --handshake): 1 turns on go-plugin AutoMTLS on the plugin connection (off by default: the socket is in a private 0700 directory)"},
 	{"ATOM_GO_VLLM", "", "python shim: 1 activates the vLLM platform plugin (set by it for vLLM's child processes)"},
 	{"ATOM_GO_VISIBLE_DEVICES", "", "python shim: the device-control variable vLLM sets for the atom-go platform"},
 	{"ATOM_GO_SGLANG", "", "python shim: 1 activates the SGLang plugin, 0 turns it off whatever SGLANG_PLUGINS says"},

@@ -4,7 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -44,16 +49,31 @@ type ClientConfig struct {
 	// Stdout and Stderr receive what the plugin writes to its stdout/stderr after the
 	// handshake (go-plugin's stdio stream); nil: discarded.
 	Stdout, Stderr io.Writer
+	// AutoMTLS turns on go-plugin's AutoMTLS. Off by default, as in go-plugin's own client and
+	// atom-go's Python host: the socket is in a directory only this user can enter, so mutual
+	// TLS keeps out no one who could not read the host's memory anyway, and it costs two key
+	// generations at start-up and TLS on every message. ATOM_GO_AUTO_MTLS=1 turns it on for
+	// `atom-plugin --handshake` and the Python hosts.
+	AutoMTLS bool
+	// SocketDirBase is where the plugin's private socket directory is made; "": the system's
+	// temporary directory (keep it short: a socket path is limited to about 108 bytes).
+	SocketDirBase string
 }
 
 // Client is a started atom-plugin subprocess.
 type Client struct {
 	*goplugin.Client
+	cmd  *exec.Cmd
+	base string
+
+	mu      sync.Mutex
+	sockDir string // the private socket directory, once made
 }
 
 // NewClient prepares the plugin subprocess the way a framework host does: go-plugin's client
-// with the handshake, AutoMTLS, gRPC only, and message limits raised. Nothing runs until
-// Start or Connect.
+// with the handshake, gRPC only, message limits raised, AutoMTLS when asked for, and a fresh
+// private (0700) socket directory passed in PLUGIN_UNIX_SOCKET_DIR. Nothing runs until Start
+// or Connect; Kill stops the plugin and removes the directory.
 func NewClient(cfg ClientConfig) *Client {
 	log := cfg.Logger
 	if log == nil {
@@ -66,12 +86,16 @@ func NewClient(cfg ClientConfig) *Client {
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	return &Client{goplugin.NewClient(&goplugin.ClientConfig{
+	cmd := exec.Command(cfg.Path, cfg.Args...)
+	return &Client{cmd: cmd, base: cfg.SocketDirBase, Client: goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{bridge.ProtocolVersion: {bridge.PluginName: &EnginePlugin{}}},
-		Cmd:              exec.Command(cfg.Path, cfg.Args...),
+		Cmd:              cmd,
+		// go-plugin would put this process's environment after cmd.Env, so an inherited
+		// PLUGIN_UNIX_SOCKET_DIR would win over the private directory: prepare sets it all.
+		SkipHostEnv:      true,
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		AutoMTLS:         true,
+		AutoMTLS:         cfg.AutoMTLS,
 		Logger:           log,
 		SyncStdout:       stdout,
 		SyncStderr:       stderr,
@@ -80,9 +104,70 @@ func NewClient(cfg ClientConfig) *Client {
 	})}
 }
 
+// SocketDir is the plugin's private socket directory; "" before Start.
+func (c *Client) SocketDir() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sockDir
+}
+
+// prepare makes the socket directory and the plugin's environment, once.
+func (c *Client) prepare() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sockDir != "" {
+		return nil
+	}
+	dir, err := NewSocketDir(c.base)
+	if err != nil {
+		return err
+	}
+	c.sockDir = dir
+	env := make([]string, 0, len(os.Environ())+1)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, EnvSocketDir+"=") {
+			env = append(env, kv)
+		}
+	}
+	c.cmd.Env = append(env, EnvSocketDir+"="+dir)
+	return nil
+}
+
+// Start starts the plugin and completes the handshake; the plugin must listen inside its
+// private socket directory.
+func (c *Client) Start() (net.Addr, error) {
+	if err := c.prepare(); err != nil {
+		return nil, err
+	}
+	addr, err := c.Client.Start()
+	if err != nil {
+		return nil, err
+	}
+	if dir := c.SocketDir(); addr.Network() == "unix" && filepath.Dir(addr.String()) != dir {
+		c.Kill()
+		return nil, fmt.Errorf("atom-plugin listens on %s, outside the private directory %s it was given", addr, dir)
+	}
+	return addr, nil
+}
+
+// Kill stops the plugin (go-plugin's controller, then a kill) and removes its socket
+// directory. Safe to call more than once.
+func (c *Client) Kill() {
+	c.Client.Kill()
+	c.mu.Lock()
+	dir := c.sockDir
+	c.mu.Unlock()
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
+}
+
 // Connect completes the handshake (starting the process if Start was not called), connects
 // and dispenses the engine service.
 func (c *Client) Connect() (*Conn, error) {
+	if _, err := c.Start(); err != nil {
+		return nil, fmt.Errorf("connect to atom-plugin: %w", err)
+	}
 	rpc, err := c.Client.Client()
 	if err != nil {
 		return nil, fmt.Errorf("connect to atom-plugin: %w", err)

@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime/debug"
-	"time"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -56,23 +57,39 @@ type Options struct {
 }
 
 // Serve serves the engine to the go-plugin host that started this process and returns when
-// the host shuts it down. It prints the handshake line at once; no model is loaded until the
-// LoadModel RPC. Started without the magic cookie, go-plugin prints its explanation to stderr
-// and exits the process with status 1.
+// the host shuts it down, or on SIGTERM, SIGHUP or the host's death (lifecycle.go). It prints
+// the handshake line at once; no model is loaded until the LoadModel RPC. The socket lives in
+// a private directory (socketdir.go) that is removed when Serve returns; a socket directory
+// the plugin must not use ends the process with status 1 and the reason on stderr. Started
+// without the magic cookie, go-plugin prints its explanation to stderr and exits the process
+// with status 1.
 func Serve(opts Options) {
 	log := opts.Logger
 	if log == nil {
 		log = NewHCLogger(os.Stderr) // the real stderr: Serve replaces os.Stderr afterwards
 	}
+	if os.Getenv(bridge.MagicCookieKey) != bridge.MagicCookieValue {
+		goplugin.Serve(&goplugin.ServeConfig{HandshakeConfig: Handshake, Logger: log}) // explains, exits 1
+		return
+	}
+	dir, err := prepareSocketDir()
+	if err != nil {
+		log.Error("plugin socket directory", "error", err)
+		os.Exit(1)
+	}
+	// A host that died leaves broken stdout/stderr pipes: writing to them must fail, not
+	// kill the process (Go's default for SIGPIPE on fds 1 and 2) before it cleaned up.
+	signal.Ignore(syscall.SIGPIPE)
 	srv := NewServer(opts.Version, log)
 	defer srv.Close()
-	if os.Getenv(bridge.MagicCookieKey) == bridge.MagicCookieValue {
-		go exitWithParent(log)
-	}
+	defer dir.remove() // before the engine closes: goplugin.Serve has removed the socket
+	lc := newLifecycle(log, dir)
+	defer lc.close()
+	lc.start()
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{bridge.ProtocolVersion: {bridge.PluginName: &EnginePlugin{Impl: srv}}},
-		GRPCServer:       NewGRPCServer(log),
+		GRPCServer:       lc.server(NewGRPCServer(log)),
 		Logger:           log,
 	})
 }
@@ -113,18 +130,5 @@ func recoverInto(log hclog.Logger, method string, err *error) {
 	if p := recover(); p != nil {
 		log.Error("panic in handler", "method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		*err = status.Errorf(codes.Internal, "%s: internal error (panic): %v", method, p)
-	}
-}
-
-// exitWithParent ends the plugin once its host is gone (the process was re-parented), so a
-// host that crashed leaves no plugin behind. A host stops a live plugin with go-plugin's
-// controller instead.
-func exitWithParent(log hclog.Logger) {
-	parent := os.Getppid()
-	for range time.Tick(time.Second) {
-		if os.Getppid() != parent {
-			log.Error("the host process exited; stopping", "host_pid", parent)
-			os.Exit(1)
-		}
 	}
 }

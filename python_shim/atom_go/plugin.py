@@ -5,9 +5,11 @@ magic cookie and ``PLUGIN_PROTOCOL_VERSIONS``, give the plugin a private socket 
 and check the handshake line, use AutoMTLS, dial gRPC with unlimited message sizes, check
 health, drain the GRPCStdio stream and the child's own stdout/stderr into Python logging, and
 stop the plugin through the GRPCController (then kill it after a grace period). The child is
-tied to its parent with PR_SET_PDEATHSIG, and a plugin that exits on its own is noticed at once:
-callbacks run and every later call raises PluginDiedError. A dead plugin is not restarted
-behind the caller's back; start a new PluginProcess.
+tied to its parent with PR_SET_PDEATHSIG (SIGTERM, which atom-plugin answers by removing its
+socket and socket directory and exiting; it also watches its parent itself), and a plugin that
+exits on its own is noticed at once: its socket directory is removed, callbacks run and every
+later call raises PluginDiedError. A dead plugin is not restarted behind the caller's back;
+start a new PluginProcess.
 """
 
 from __future__ import annotations
@@ -132,7 +134,11 @@ def find_plugin_binary(path: str | os.PathLike[str] | None = None) -> str:
 
 
 def _pdeathsig_preexec() -> Callable[[], None] | None:
-    """A preexec_fn that makes the child receive SIGKILL when its parent thread exits (Linux)."""
+    """A preexec_fn that makes the child receive SIGTERM when its parent thread exits (Linux).
+
+    SIGTERM rather than SIGKILL: atom-plugin stops on it and removes its socket and the socket
+    directory, which a SIGKILLed plugin would leave behind (it exits within a few seconds even
+    while a model load holds it)."""
     if not sys.platform.startswith("linux"):
         return None
     libc_name = ctypes.util.find_library("c") or "libc.so.6"
@@ -143,12 +149,13 @@ def _pdeathsig_preexec() -> Callable[[], None] | None:
         return None
     parent = os.getpid()
     pr_set_pdeathsig = 1
+    sigterm = int(signal.SIGTERM)
     sigkill = int(signal.SIGKILL)
 
     def preexec() -> None:
         # Runs in the forked child before exec: only async-signal-safe work.
-        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
+        prctl(pr_set_pdeathsig, sigterm, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect: nothing to clean yet
             os.kill(os.getpid(), sigkill)
 
     return preexec
@@ -200,12 +207,18 @@ class PluginProcess:
     to its server. Callbacks given to ``add_death_callback`` run (on a watcher thread) when the
     process exits without ``shutdown()`` having been called.
 
-    ``auto_mtls`` turns on go-plugin's AutoMTLS (off by default, as in go-plugin's Go client:
-    the socket lives in a directory only this user can enter). grpcio cannot verify the P-521
-    certificate go-plugin makes, so with AutoMTLS the channel goes through a local OpenSSL relay
-    (atom_go._tlsrelay), one extra copy per message.
+    The plugin's socket is in a fresh directory of mode 0700 (in ``socket_dir``, else the
+    system's temporary directory), which is removed when the plugin stops or dies; the plugin
+    removes it too when it stops on its own, on SIGTERM, or once its host is gone.
 
-    On Linux the child gets SIGKILL when the thread that started it exits (PR_SET_PDEATHSIG):
+    ``auto_mtls`` turns on go-plugin's AutoMTLS (off by default, as in go-plugin's Go client and
+    atom-go's: the socket lives in a directory only this user can enter, so mutual TLS keeps out
+    no one who could not read this process's memory anyway, and it costs two key generations at
+    start-up and TLS on every message; ``ATOM_GO_AUTO_MTLS=1`` turns it on for the vLLM and SGLang
+    hosts). grpcio cannot verify the P-521 certificate go-plugin makes, so with AutoMTLS the
+    channel goes through a local OpenSSL relay (atom_go._tlsrelay), one extra copy per message.
+
+    On Linux the child gets SIGTERM when the thread that started it exits (PR_SET_PDEATHSIG):
     start it from a thread that lives as long as the plugin is used (a process's main thread).
     """
 
@@ -268,12 +281,12 @@ class PluginProcess:
 
     def _start(self) -> None:
         assert self.binary is not None
-        self._sockdir = _private_socket_dir(self._socket_base)
+        sockdir = self._sockdir = _private_socket_dir(self._socket_base)
         env = dict(os.environ)
         env.update(self._extra_env)
         env[MAGIC_COOKIE_KEY] = self._extra_env.get(MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE)
         env["PLUGIN_PROTOCOL_VERSIONS"] = ",".join(str(v) for v in self._app_versions)
-        env["PLUGIN_UNIX_SOCKET_DIR"] = self._sockdir
+        env["PLUGIN_UNIX_SOCKET_DIR"] = sockdir
         env.pop("PLUGIN_MULTIPLEX_GRPC", None)
         cert = None
         if self._auto_mtls:
@@ -305,17 +318,16 @@ class PluginProcess:
             self.handshake = parse_handshake(line, self._app_versions, plugin_path=self.binary)
         except HandshakeError as exc:
             raise PluginStartError(str(exc)) from None
-        if self.handshake.network == "unix" and not self.handshake.address.startswith(self._sockdir + os.sep):
+        if self.handshake.network == "unix" and os.path.dirname(self.handshake.address) != sockdir:
             raise PluginStartError(
-                f"the plugin listens on {self.handshake.address}, outside the private directory "
-                f"{self._sockdir} it was given"
+                f"the plugin listens on {self.handshake.address}, outside the private directory {sockdir} it was given"
             )
         if cert is not None and self.handshake.server_cert_der is None:
             raise PluginStartError(
                 f"{self.binary} sent no server certificate although AutoMTLS was requested "
                 "(PLUGIN_CLIENT_CERT): it is not a go-plugin server with AutoMTLS support"
             )
-        self._connect(cert)
+        self._connect(cert, sockdir)
 
     def _spawn(self, fn: Callable[..., None], *args: Any, name: str) -> None:
         pid = self._proc.pid if self._proc else 0
@@ -352,7 +364,7 @@ class PluginProcess:
             f"{self.binary} closed its stdout before the handshake and {status}" + self._stderr_summary()
         )
 
-    def _connect(self, cert: Any) -> None:
+    def _connect(self, cert: Any, sockdir: str) -> None:
         hs = self.handshake
         assert hs is not None
         options: list[tuple[str, Any]] = [
@@ -370,12 +382,16 @@ class PluginProcess:
                     f"AutoMTLS over {hs.network} is not supported; the plugin should listen on a unix socket"
                 )
             server_pem = hs.server_cert_pem()
-            assert server_pem is not None and self._sockdir is not None
+            assert server_pem is not None
             try:
-                ctx = client_context(cert.cert_pem, cert.key_pem, server_pem, self._sockdir)
+                ctx = client_context(cert.cert_pem, cert.key_pem, server_pem, sockdir)
             except ssl.SSLError as exc:
                 raise PluginStartError(f"AutoMTLS: the plugin's certificate cannot be used: {exc}") from None
-            self._relay = TLSRelay(os.path.join(self._sockdir, "tls-relay"), hs.address, ctx, TLS_SERVER_NAME)
+            except OSError as exc:  # the plugin died and its socket directory went with it
+                raise PluginStartError(
+                    f"AutoMTLS: cannot set up the TLS relay in {sockdir}: {exc}" + self._stderr_summary()
+                ) from None
+            self._relay = TLSRelay(os.path.join(sockdir, "tls-relay"), hs.address, ctx, TLS_SERVER_NAME)
             self._relay.start()
             target = "unix:" + self._relay.listen_path
         channel = grpc.insecure_channel(target, options=options)
@@ -455,6 +471,9 @@ class PluginProcess:
         self._stderr_done.wait(timeout=2.0)
         with self._lock:
             closing = self._closing
+        if not closing:
+            self._remove_sockdir()
+        with self._lock:
             if not closing:
                 self._death = PluginDiedError(
                     f"atom-plugin (pid {self._proc.pid}) {_describe_exit(rc)}" + self._stderr_summary(), rc
@@ -602,9 +621,18 @@ class PluginProcess:
         for t in self._threads:
             if t is not current:
                 t.join(timeout=5.0)
-        if self._sockdir is not None:
-            shutil.rmtree(self._sockdir, ignore_errors=True)
-            self._sockdir = None
+        self._remove_sockdir()
+
+    def _remove_sockdir(self) -> None:
+        with self._lock:
+            path, self._sockdir = self._sockdir, None
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+    @property
+    def socket_dir(self) -> str | None:
+        """The plugin's private socket directory while it exists."""
+        return self._sockdir
 
     def __enter__(self) -> PluginProcess:
         if self._proc is None:

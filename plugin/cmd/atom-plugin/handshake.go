@@ -21,7 +21,7 @@ import (
 func init() { subcommands["--handshake"] = runHandshake }
 
 // runHandshake is `atom-plugin --handshake`: play a framework host against this very binary
-// (go-plugin's client, AutoMTLS), check every step of the plugin protocol, optionally load a
+// (go-plugin's client, a private socket directory, AutoMTLS when asked for), check every step of the plugin protocol, optionally load a
 // model and stream a short greedy generation, then shut the plugin down through go-plugin's
 // controller.
 func runHandshake(args []string, stdout, stderr io.Writer) error {
@@ -32,7 +32,9 @@ func runHandshake(args []string, stdout, stderr io.Writer) error {
 	maxTokens := fs.Int("max-tokens", 8, "tokens of the greedy generation")
 	prompt := fs.String("prompt", "The capital of France is", "prompt text, when the model has a tokenizer")
 	timeout := fs.Duration("timeout", 5*time.Minute, "deadline of the whole check")
-	fs.Usage = func() { usageOf(fs, "--handshake [--model DIR] [--device cpu|gpu] [--max-tokens N]") }
+	autoMTLS := fs.Bool("auto-mtls", envSwitch(engine.Env("ATOM_GO_AUTO_MTLS")),
+		"go-plugin AutoMTLS on the connection (default from ATOM_GO_AUTO_MTLS; off: the socket is in a private 0700 directory)")
+	fs.Usage = func() { usageOf(fs, "--handshake [--model DIR] [--device cpu|gpu] [--max-tokens N] [--auto-mtls]") }
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,7 +45,7 @@ func runHandshake(args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	level := hclog.LevelFromString(strings.ToLower(engine.Env("ATOM_GO_LOG_LEVEL")))
-	client := plugin.NewClient(plugin.ClientConfig{Path: self, Stdout: stderr, Stderr: stderr,
+	client := plugin.NewClient(plugin.ClientConfig{Path: self, Stdout: stderr, Stderr: stderr, AutoMTLS: *autoMTLS,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "host", Output: stderr, Level: max(level, hclog.Warn)})})
 	defer client.Kill()
 
@@ -68,7 +70,16 @@ func runHandshake(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("pid %d, %s %s, app protocol %d, AutoMTLS", client.Pid(), addr.Network(), addr, client.NegotiatedVersion()), nil
+			transport := "plaintext"
+			if *autoMTLS {
+				transport = "AutoMTLS"
+			}
+			fi, err := os.Stat(client.SocketDir())
+			if err != nil {
+				return "", fmt.Errorf("socket directory: %w", err)
+			}
+			return fmt.Sprintf("pid %d, %s %s (directory mode %04o), app protocol %d, %s", client.Pid(), addr.Network(), addr,
+				fi.Mode().Perm(), client.NegotiatedVersion(), transport), nil
 		}},
 		{"connect", func() (string, error) {
 			conn, err = client.Connect()
@@ -104,6 +115,15 @@ func runHandshake(args []string, stdout, stderr io.Writer) error {
 		}
 		return "go-plugin controller Shutdown, process exited", nil
 	})
+}
+
+// envSwitch reads an on/off environment value: 1, true, yes, on (any case) are on.
+func envSwitch(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
 }
 
 // hsStep is one checked step of --handshake: fn returns what to print or the error.

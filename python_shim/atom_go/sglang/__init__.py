@@ -46,7 +46,8 @@ ENV_ANY_VERSION = "ATOM_GO_SGLANG_ANY_VERSION"
 ENV_DEVICE = "ATOM_GO_DEVICE"
 # Extra atom-plugin engine flags, shell-quoted (e.g. "--threads=8 --tensor-parallel-size=2").
 ENV_ENGINE_ARGS = "ATOM_GO_ENGINE_ARGS"
-# AutoMTLS on the go-plugin connection (1 to enable).
+# AutoMTLS on the go-plugin connection (1 to enable; off by default: the socket is in a private
+# 0700 directory, see atom_go.plugin.PluginProcess).
 ENV_AUTO_MTLS = "ATOM_GO_AUTO_MTLS"
 # KV slots (tokens) when SGLang's --max-total-tokens is not given; unset: atom-go's memory budget.
 ENV_KV_SLOTS = "ATOM_GO_KV_SLOTS"

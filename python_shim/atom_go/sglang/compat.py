@@ -138,6 +138,16 @@ SHAPES: tuple[ClassShape, ...] = (
         methods={"process_req_with_grammar": ("req",)},
     ),
     ClassShape(
+        "sglang.srt.managers.tokenizer_manager",
+        "TokenizerManager",
+        methods={"_send_one_request": ("tokenized_obj",)},
+    ),
+    ClassShape(
+        "sglang.srt.managers.io_struct",
+        "TokenizedGenerateReqInput",
+        fields=("sampling_params",),
+    ),
+    ClassShape(
         "sglang.srt.managers.scheduler",
         "Scheduler",
         methods={"__init__": ("server_args", "port_args"), "on_idle": ()},
@@ -196,6 +206,8 @@ SHAPES: tuple[ClassShape, ...] = (
             "presence_penalty",
             "repetition_penalty",
             "min_new_tokens",
+            "max_new_tokens",
+            "n",
             "stop_token_ids",
             "ignore_eos",
             "sampling_seed",

@@ -4,8 +4,13 @@
   in every process that loads plugins: SGLang's scheduler process is the one that builds it.
 - ``GrammarManager.process_req_with_grammar`` (the last step of admitting a generate request)
   gets a BEFORE hook that aborts requests needing what atom-go does not do (constrained
-  decoding, logit_bias, custom logit processors, prompt logprobs, embeddings, images) the way
-  SGLang aborts a bad request: the client gets HTTP 400 with the reason.
+  decoding, logit_bias, custom logit processors, prompt logprobs, embeddings, images, more top
+  logprobs than atom-go returns) the way SGLang aborts a bad request: the client gets HTTP 400
+  with the reason.
+- ``TokenizerManager._send_one_request`` (SGLang's main process) gets a BEFORE hook that gives
+  the ``i``-th copy of a seeded parallel-sampling request (``n > 1``) the seed ``seed + i``, as
+  vLLM does (:mod:`atom_go.sglang.mapping`): SGLang sends the ``n`` copies with one seed, which
+  would make every choice the same.
 - ``Scheduler.on_idle`` gets an AFTER hook that frees atom-go's state of requests that finished
   in the scheduler's last step (steps free them too, but an idle scheduler runs none).
 - ``sglang.srt.server_args.ServerArgs.resolve_once`` gets a BEFORE hook that puts SGLang's own
@@ -21,6 +26,7 @@ the shape error instead, so the server refuses to start with a message naming th
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections.abc import Callable
@@ -28,6 +34,7 @@ from typing import Any
 
 from atom_go.sglang import ENV_DEVICE
 from atom_go.sglang.compat import SGLangShapeError, check_sglang
+from atom_go.sglang.mapping import ParallelSeeds
 
 log = logging.getLogger("atom_go.sglang")
 
@@ -36,6 +43,7 @@ SERVER_ARGS_RESOLVE_TARGET = "sglang.srt.server_args.ServerArgs.resolve_once"
 SCHEDULER_INIT_TARGET = "sglang.srt.managers.scheduler.Scheduler.__init__"
 IDLE_TARGET = "sglang.srt.managers.scheduler.Scheduler.on_idle"
 ADMISSION_TARGET = "sglang.srt.constrained.grammar_manager.GrammarManager.process_req_with_grammar"
+SEND_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_one_request"
 
 
 _installed = False
@@ -80,6 +88,23 @@ def _refuse_unsupported(grammar_manager: Any, req: Any, *args: Any, **kwargs: An
     return None
 
 
+_parallel_seeds = ParallelSeeds()
+
+
+def _seed_parallel_copy(tokenizer_manager: Any, tokenized_obj: Any, *args: Any, **kwargs: Any) -> None:
+    """BEFORE hook of TokenizerManager._send_one_request: copy i of a seeded n > 1 request gets
+    seed + i (its own SamplingParams: the n copies share one)."""
+    params = getattr(tokenized_obj, "sampling_params", None)
+    if params is None:
+        return None
+    seed = _parallel_seeds.seed_for(params)
+    if seed is not None and seed != params.sampling_seed:
+        own = copy.copy(params)
+        own.sampling_seed = seed
+        tokenized_obj.sampling_params = own
+    return None
+
+
 def _release_on_idle(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
     """AFTER hook of Scheduler.on_idle: free atom-go's state of requests that finished last."""
     from atom_go.sglang.worker import AtomGoTpModelWorker
@@ -120,6 +145,7 @@ def install(overrides: dict[str, Any] | None = None) -> str:
     HookRegistry.register(TP_WORKER_TARGET, AtomGoTpModelWorker, HookType.REPLACE)
     HookRegistry.register(SERVER_ARGS_RESOLVE_TARGET, _prepare_server_args, HookType.BEFORE)
     HookRegistry.register(ADMISSION_TARGET, _refuse_unsupported, HookType.BEFORE)
+    HookRegistry.register(SEND_TARGET, _seed_parallel_copy, HookType.BEFORE)
     HookRegistry.register(IDLE_TARGET, _release_on_idle, HookType.AFTER)
     _installed = True
     log.info("atom-go's SGLang plugin attached to sglang %s", version)

@@ -31,8 +31,9 @@ from sglang.srt.runtime_context import get_device, get_model, get_schedule
 from atom_go.sglang import ENV_AUTO_MTLS, ENV_DEVICE, ENV_ENGINE_ARGS, ENV_KV_SLOTS
 from atom_go.sglang.compat import check_req
 from atom_go.sglang.engine import RESERVED_SLOTS, SlotEngine, SlotEngineOptions
+from atom_go.sglang.mapping import top_logprobs_refusal
 from atom_go.sglang.slots import SlotModeError, SlotRequest, SlotStats, SlotStepper
-from atom_go.wire import MAX_LOGPROBS, ExecuteResult, sampling_params
+from atom_go.wire import ExecuteResult, sampling_params
 
 log = logging.getLogger("atom_go.sglang")
 
@@ -190,7 +191,7 @@ def unsupported_reason(req: Req) -> str | None:
         return "logprobs of chosen token ids (token_ids_logprob)"
     if req.return_logprob and 0 <= req.logprob_start_len < len(req.origin_input_ids):
         return "prompt logprobs (logprob_start_len)"
-    return None
+    return top_logprobs_refusal(bool(req.return_logprob), getattr(req.logprob, "top_logprobs_num", 0))
 
 
 def _being_aborted(req: Req) -> bool:
@@ -283,7 +284,8 @@ class AtomGoTpModelWorker(_TpModelWorker):
             top_k = 0
         logprobs = None
         if req.return_logprob:
-            logprobs = max(0, min(int(req.logprob.top_logprobs_num or 0), MAX_LOGPROBS))
+            # More than atom-go returns was refused at admission (unsupported_reason).
+            logprobs = max(0, int(req.logprob.top_logprobs_num or 0))
         return sampling_params(
             temperature=0.0 if greedy else float(sp.temperature),
             top_p=float(sp.top_p),

@@ -265,3 +265,74 @@ def test_unsupported_features_fail_the_request_not_the_server(server: Server, ex
     assert "atom-go does not support" in text and why in text, resp
     # Still serving.
     assert _ok(server.generate([1, 2, 3], 4))["output_ids"]
+
+
+def _sampled(server: Server, seed: int, n: int) -> list[list[int]]:
+    body = {
+        "input_ids": list(PROMPTS[4]),
+        "sampling_params": {
+            "temperature": 1.0,
+            "max_new_tokens": 12,
+            "ignore_eos": True,
+            "n": n,
+            "sampling_seed": seed,
+        },
+    }
+    resp = server.post("/generate", body)
+    outs = resp if isinstance(resp, list) else [resp]
+    return [_ok(o)["output_ids"] for o in outs]
+
+
+def test_parallel_sampling_with_a_seed_returns_distinct_choices(server: Server) -> None:
+    # SGLang sends the n copies with one seed; copy i must sample with seed + i, as vLLM does.
+    seed, n = 4242, 3
+    choices = _sampled(server, seed, n)
+    assert len(choices) == n
+    assert len({tuple(c) for c in choices}) == n, choices
+    for i, got in enumerate(choices):
+        assert got == _sampled(server, seed + i, 1)[0], f"choice {i} is the request seeded {seed + i}"
+    assert _sampled(server, seed, n) == choices, "reproducible"
+
+
+def test_openai_n_with_a_seed_returns_distinct_choices(server: Server) -> None:
+    body = {"model": "m", "prompt": "The quick brown fox", "max_tokens": 10, "temperature": 1.0, "ignore_eos": True}
+    resp = server.post("/v1/completions", {**body, "n": 3, "seed": 99})
+    texts = [c["text"] for c in sorted(resp["choices"], key=lambda c: c["index"])]
+    assert len(set(texts)) == 3, resp
+    assert texts[1] == server.post("/v1/completions", {**body, "seed": 100})["choices"][0]["text"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (
+            "/generate",
+            {
+                "input_ids": [1, 2, 3, 4],
+                "sampling_params": {"temperature": 0, "max_new_tokens": 4},
+                "return_logprob": True,
+                "top_logprobs_num": 21,
+            },
+        ),
+        ("/v1/completions", {"model": "m", "prompt": "The quick", "max_tokens": 4, "logprobs": 21}),
+        (
+            "/v1/chat/completions",
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 4,
+                "logprobs": True,
+                "top_logprobs": 21,
+            },
+        ),
+    ],
+    ids=["generate", "completions", "chat"],
+)
+def test_top_logprobs_above_the_limit_are_refused(server: Server, path: str, body: dict[str, Any]) -> None:
+    resp = server.post(path, body)
+    text = json.dumps(resp)
+    assert resp.get("http_status") == 400, resp
+    assert "top_logprobs_num=21" in text and "at most 20 top logprobs" in text, resp
+    # The limit itself is served in full.
+    out = _ok(server.generate([1, 2, 3, 4], 3, return_logprob=True, top_logprobs_num=20))
+    assert [len(top) for top in out["meta_info"]["output_top_logprobs"]] == [20, 20, 20]
