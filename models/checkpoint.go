@@ -48,6 +48,10 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 			ck.tensors[tn] = ti
 		}
 	}
+	if err := ck.checkShapes(); err != nil {
+		ck.Close()
+		return nil, err
+	}
 	return ck, nil
 }
 

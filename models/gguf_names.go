@@ -114,11 +114,17 @@ func (c *Checkpoint) loadGGUF(path string, m []byte) error {
 		sort.Strings(known)
 		return fmt.Errorf("%s: %w %q in general.architecture (supported: %v)", path, ErrUnknownArchitecture, archName, known)
 	}
-	cfg, err := ggufConfig(g.meta, archName, arch)
+	cfg, err := ggufConfig(g, archName, arch)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	c.Config = cfg
+	// Every shape is checked against the validated config before anything is dequantized.
+	for _, t := range g.tensors {
+		if err := cfg.checkShape(ggufHFName(t.name), ggufShape(t.dims)); err != nil {
+			return fmt.Errorf("%s: tensor %s: %w", path, t.name, err)
+		}
+	}
 	c.tensors = make(map[string]*TensorInfo, len(g.tensors))
 	var jobs []*rowJob
 	for _, t := range g.tensors {
@@ -135,7 +141,16 @@ func (c *Checkpoint) loadGGUF(path string, m []byte) error {
 		}
 	}
 	runRowJobs(jobs)
-	return c.finishGGUFConfig(path)
+	return c.ggufLlama3Scaling(path)
+}
+
+// ggufShape turns GGUF dims (innermost first) into a PyTorch shape (outermost first).
+func ggufShape(dims []uint64) []int {
+	s := make([]int, len(dims))
+	for i, d := range dims {
+		s[len(dims)-1-i] = int(d)
+	}
+	return s
 }
 
 // ggufTensorInfo describes one tensor in Hugging Face terms. For a tensor that must be
@@ -143,10 +158,7 @@ func (c *Checkpoint) loadGGUF(path string, m []byte) error {
 // that fills it.
 func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch) (*TensorInfo, *rowJob, error) {
 	hf := ggufHFName(t.name)
-	ti := &TensorInfo{Name: hf, File: path, Shape: make([]int, len(t.dims))}
-	for i, d := range t.dims {
-		ti.Shape[len(t.dims)-1-i] = int(d)
-	}
+	ti := &TensorInfo{Name: hf, File: path, Shape: ggufShape(t.dims)}
 	info := ggmlTypes[t.typ] // parseGGUF admitted only known types
 	cols := int(t.dims[0])
 	rows := 0

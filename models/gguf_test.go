@@ -220,10 +220,11 @@ func TestBadGGUFFilesGiveClearErrors(t *testing.T) {
 			[]string{`unknown architecture "gemma"`}},
 		{"missing required key", func(t *testing.T, b []byte) []byte { copy(b[after(t, b, "llama.block_count")-5:], "couns"); return b },
 			[]string{"llama.block_count is missing"}},
-		{"heads do not divide q", func(t *testing.T, b []byte) []byte {
+		{"heads do not divide hidden", func(t *testing.T, b []byte) []byte {
 			le.PutUint32(b[after(t, b, "llama.attention.head_count")+4:], 3)
 			return b
-		}, []string{"tensor " + q, "cannot be split into 3 heads"}},
+		}, []string{"metadata llama.embedding_length 32 is not a multiple of metadata llama.attention.head_count 3",
+			"no metadata llama.attention.key_length"}},
 		{"wrong key type", func(t *testing.T, b []byte) []byte {
 			le.PutUint32(b[after(t, b, "llama.block_count"):], ggufFloat32)
 			return b
