@@ -136,7 +136,10 @@ func ggufConfig(g *ggufFile, archName string, arch ggufArch) (*Config, error) {
 		return nil, err
 	}
 	if rotary != c.HeadDim {
-		if rotary <= 0 || rotary > c.HeadDim || c.HeadDim > maxHeadDim {
+		if err := checkRange(name, "head_dim", c.HeadDim, 1, maxHeadDim); err != nil {
+			return nil, err
+		}
+		if rotary <= 0 || rotary > c.HeadDim {
 			return nil, fmt.Errorf("metadata %s.rope.dimension_count = %d: want 1 to the head dim %d", archName, rotary, c.HeadDim)
 		}
 		c.PartialRotary = float64(rotary) / float64(c.HeadDim)

@@ -122,7 +122,7 @@ func (c *Checkpoint) loadGGUF(path string, m []byte) error {
 	// Every shape is checked against the validated config before anything is dequantized.
 	for _, t := range g.tensors {
 		if err := cfg.checkShape(ggufHFName(t.name), ggufShape(t.dims)); err != nil {
-			return fmt.Errorf("%s: tensor %s: %w", path, t.name, err)
+			return fmt.Errorf("%s: %w (%s in the file)", path, err, t.name)
 		}
 	}
 	c.tensors = make(map[string]*TensorInfo, len(g.tensors))
