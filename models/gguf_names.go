@@ -128,7 +128,7 @@ func (c *Checkpoint) loadGGUF(path string, m []byte) error {
 	c.tensors = make(map[string]*TensorInfo, len(g.tensors))
 	var jobs []*rowJob
 	for _, t := range g.tensors {
-		ti, job, err := ggufTensorInfo(path, t, cfg, arch)
+		ti, job, err := ggufTensorInfo(path, t, cfg, arch, c.allocOwned)
 		if err != nil {
 			return err
 		}
@@ -154,9 +154,9 @@ func ggufShape(dims []uint64) []int {
 }
 
 // ggufTensorInfo describes one tensor in Hugging Face terms. For a tensor that must be
-// converted (dequantized or row-permuted) it allocates the destination and returns the job
-// that fills it.
-func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch) (*TensorInfo, *rowJob, error) {
+// converted (dequantized or row-permuted) it allocates the destination with alloc and returns
+// the job that fills it.
+func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch, alloc func(int) ([]byte, error)) (*TensorInfo, *rowJob, error) {
 	hf := ggufHFName(t.name)
 	ti := &TensorInfo{Name: hf, File: path, Shape: ggufShape(t.dims)}
 	info := ggmlTypes[t.typ] // parseGGUF admitted only known types
@@ -194,7 +194,10 @@ func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch) (*Te
 			ti.Data = t.data // used in place, like a safetensors tensor
 			return ti, nil, nil
 		}
-		ti.Data = make([]byte, len(t.data))
+		var err error
+		if ti.Data, err = alloc(len(t.data)); err != nil {
+			return nil, nil, fmt.Errorf("%s: tensor %s: %w", path, t.name, err)
+		}
 		rb := cols * info.size
 		return ti, &rowJob{dst: ti.Data, src: t.data, rows: rows, dstRow: rb, srcRow: rb, dstRowOf: rowOf, conv: copyConv}, nil
 	}
@@ -202,7 +205,10 @@ func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch) (*Te
 		return nil, nil, fmt.Errorf("%s: tensor %s: type %s is not supported (supported: %s)", path, t.name, info.name, ggufSupportedTypes())
 	}
 	ti.DType = ops.F32
-	ti.Data = float32Bytes(rows * cols)
+	var err error
+	if ti.Data, err = alloc(4 * rows * cols); err != nil {
+		return nil, nil, fmt.Errorf("%s: tensor %s: %w", path, t.name, err)
+	}
 	return ti, &rowJob{dst: ti.Data, src: t.data, rows: rows, dstRow: 4 * cols, srcRow: cols / info.block * info.size,
 		dstRowOf: rowOf, conv: dequantConv(info.dequant)}, nil
 }

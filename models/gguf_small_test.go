@@ -101,6 +101,7 @@ func TestSmallGGUFLoads(t *testing.T) {
 	require.Less(t, len(b), 3<<10)
 	ck := &Checkpoint{Dir: "small.gguf"}
 	require.NoError(t, ck.loadGGUF("small.gguf", b))
+	defer ck.Close()
 	c := ck.Config
 	require.Equal(t, []int{smallHidden, smallHeadDim, smallVocab, 1}, []int{c.HiddenSize, c.HeadDim, c.VocabSize, c.NumLayers})
 	require.Equal(t, []int32{1}, c.EOSTokenIDs)
@@ -160,10 +161,10 @@ func TestGGUFRefusesAbsurdMetadata(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := smallGGUF(tc.override)
 			var err error
-			n := allocated(func() {
-				ck := &Checkpoint{Dir: "bad.gguf"}
-				err = ck.loadGGUF("bad.gguf", b)
-			})
+			ck := &Checkpoint{Dir: "bad.gguf"}
+			n := allocated(func() { err = ck.loadGGUF("bad.gguf", b) })
+			require.Empty(t, ck.owned, "nothing may be converted for a refused file")
+			ck.Close()
 			require.ErrorContains(t, err, "bad.gguf: ")
 			require.ErrorContains(t, err, tc.want)
 			require.Less(t, n, uint64(smallAlloc), "refusing the file allocated %d bytes", n)

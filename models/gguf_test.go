@@ -275,6 +275,7 @@ func TestGGUFRandomCorruptionNeverPanics(t *testing.T) {
 				}
 			}()
 			_ = ck.loadGGUF("fuzz.gguf", b)
+			ck.Close()
 		}()
 	}
 }
@@ -329,7 +330,9 @@ func FuzzGGUF(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range [][]byte{b, append(b[:len(b):len(b)], fuzzGGUFData...)} {
 			ck := &Checkpoint{Dir: "fuzz.gguf"}
-			if err := ck.loadGGUF("fuzz.gguf", in); err == nil {
+			err := ck.loadGGUF("fuzz.gguf", in)
+			ck.Close()
+			if err == nil {
 				require.NoError(t, ck.Config.validate(hfField), "a loaded file's config must be valid")
 			}
 		}
@@ -341,5 +344,6 @@ func TestFuzzGGUFSeedsLoad(t *testing.T) {
 	require.Less(t, len(b), 600)
 	ck := &Checkpoint{Dir: "seed.gguf"}
 	require.NoError(t, ck.loadGGUF("seed.gguf", append(b, fuzzGGUFData...)))
+	defer ck.Close()
 	require.Equal(t, smallVocab, ck.Config.VocabSize)
 }

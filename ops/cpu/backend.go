@@ -3,22 +3,51 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/offheap"
 )
 
 // Backend is the cpu implementation of ops.Backend.
 type Backend struct {
 	pool *pool
+	mu   sync.Mutex
+	kv   map[*offheap.Block]struct{} // the KV caches' memory not yet released
 }
 
 var _ ops.Backend = (*Backend)(nil)
 
 // New returns a cpu backend using the given number of worker goroutines (0: GOMAXPROCS).
-func New(workers int) *Backend { return &Backend{pool: newPool(workers)} }
+func New(workers int) *Backend {
+	return &Backend{pool: newPool(workers), kv: map[*offheap.Block]struct{}{}}
+}
 
-// Close stops the worker goroutines.
-func (b *Backend) Close() { close(b.pool.jobs) }
+// Close stops the worker goroutines and releases every KV cache the backend allocated.
+func (b *Backend) Close() {
+	close(b.pool.jobs)
+	b.mu.Lock()
+	blocks := b.kv
+	b.kv = map[*offheap.Block]struct{}{}
+	b.mu.Unlock()
+	for m := range blocks {
+		_ = m.Free()
+	}
+}
+
+func (b *Backend) track(m *offheap.Block) {
+	b.mu.Lock()
+	b.kv[m] = struct{}{}
+	b.mu.Unlock()
+}
+
+// release frees one KV cache's memory.
+func (b *Backend) release(m *offheap.Block) {
+	b.mu.Lock()
+	delete(b.kv, m)
+	b.mu.Unlock()
+	_ = m.Free()
+}
 
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
