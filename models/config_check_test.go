@@ -210,3 +210,22 @@ func TestConfigFiles(t *testing.T) {
 		require.ErrorContains(t, err, "missing tensor model.layers.2.")
 	})
 }
+
+// FuzzParseConfig feeds arbitrary config.json bytes to ParseConfig: errors are fine; panics are
+// not, and an accepted config is within every limit. The seed is a minimal config (short, so
+// that the fuzzer's O(n²) minimisation of each new input stays quick) with rope scaling.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,` +
+		`"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":384,"eos_token_id":[2,3],"bos_token_id":1,` +
+		`"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":64}}`))
+	f.Add([]byte(`{"architectures":["Qwen3ForCausalLM"],"hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,` +
+		`"num_attention_heads":2,"head_dim":16,"vocab_size":32,"sliding_window":null,"rope_parameters":{"rope_type":"yarn","factor":4}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig(b)
+		if err != nil {
+			return
+		}
+		require.NoError(t, c.validate(hfField))
+		require.LessOrEqual(t, c.NumLayers*c.NumKVHeads*c.HeadDim, maxKVPerToken)
+	})
+}

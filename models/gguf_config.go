@@ -191,7 +191,7 @@ func ggufTokenIDs(meta map[string]any, c *Config) error {
 
 // fromTensorTable completes the config from the tensor table: the vocabulary is the number of
 // token_embd.weight rows (which must be as wide as the embedding length, and agree with
-// <arch>.vocab_size when set), embeddings are tied when there is no output.weight, attention
+// <arch>.vocab_size when set, and cover every tokenizer token), embeddings are tied when there is no output.weight, attention
 // biases present when blk.0.attn_q.bias is, and the weights' dtype is the embedding's.
 func (c *Config) fromTensorTable(g *ggufFile, archName string, keys map[string]string) error {
 	var emb *ggufTensor
@@ -218,6 +218,9 @@ func (c *Config) fromTensorTable(g *ggufFile, archName string, keys map[string]s
 	}
 	if meta != -1 && meta != c.VocabSize {
 		return fmt.Errorf("metadata %s.vocab_size = %d but token_embd.weight has %d rows", archName, meta, c.VocabSize)
+	}
+	if tokens, ok := g.meta["tokenizer.ggml.tokens"].([]string); ok && len(tokens) > c.VocabSize {
+		return fmt.Errorf("metadata tokenizer.ggml.tokens has %d entries but token_embd.weight has %d rows", len(tokens), c.VocabSize)
 	}
 	keys["vocab_size"] = "token_embd.weight rows"
 	switch emb.typ {

@@ -155,6 +155,8 @@ func TestGGUFRefusesAbsurdMetadata(t *testing.T) {
 		{"eos outside vocab", map[string]any{"tokenizer.ggml.eos_token_id": uint32(8)}, "eos_token_id = 8: outside the vocabulary [0, 8)"},
 		{"eot beyond int32", map[string]any{"tokenizer.ggml.eot_token_id": uint32(0xfffffff0)}, "metadata tokenizer.ggml.eot_token_id = 4294967280: outside the vocabulary"},
 		{"bos outside vocab", map[string]any{"tokenizer.ggml.bos_token_id": uint32(1e9)}, "bos_token_id = 1000000000: outside the vocabulary"},
+		{"more tokens than rows", map[string]any{"tokenizer.ggml.tokens": []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"}},
+			"metadata tokenizer.ggml.tokens has 9 entries but token_embd.weight has 8 rows"},
 		{"vocab disagrees", map[string]any{"llama.vocab_size": uint32(1e9)}, "metadata llama.vocab_size = 1000000000 but token_embd.weight has 8 rows"},
 	}
 	for _, tc := range cases {
