@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/atom-go/atom/ops/offheap"
 )
 
 // Checkpoint is a Hugging Face model directory: its config and its memory-mapped tensors.
@@ -15,6 +17,22 @@ type Checkpoint struct {
 	files   []*safetensorsFile
 	tensors map[string]*TensorInfo
 	meta    map[string]any // GGUF metadata; nil for safetensors
+	// owned holds tensors converted on load (dequantized GGUF weights), outside the Go heap so
+	// that they do not raise the collector's heap goal by their size.
+	owned []*offheap.Block
+}
+
+// allocOwned returns n zeroed bytes that live until Close.
+func (c *Checkpoint) allocOwned(n int) ([]byte, error) {
+	if n == 0 {
+		return []byte{}, nil
+	}
+	b, err := offheap.Alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	c.owned = append(c.owned, b)
+	return b.Bytes(), nil
 }
 
 // OpenCheckpoint reads config.json (and generation_config.json when present) and maps
@@ -47,6 +65,10 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 			}
 			ck.tensors[tn] = ti
 		}
+	}
+	if err := ck.checkShapes(); err != nil {
+		ck.Close()
+		return nil, err
 	}
 	return ck, nil
 }
@@ -107,10 +129,14 @@ func (c *Checkpoint) Names() []string {
 	return out
 }
 
-// Close unmaps every file. Weights the cpu backend views in place become invalid.
+// Close unmaps every file and frees the converted tensors. Weights the cpu backend views in
+// place become invalid.
 func (c *Checkpoint) Close() {
 	for _, f := range c.files {
 		f.close()
 	}
-	c.files = nil
+	for _, b := range c.owned {
+		_ = b.Free()
+	}
+	c.files, c.owned = nil, nil
 }

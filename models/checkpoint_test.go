@@ -82,7 +82,7 @@ func TestBadCheckpointsGiveClearErrors(t *testing.T) {
 		}, []string{probe, "unsupported dtype"}},
 		{"config shape disagrees", func(t *testing.T, dir string) {
 			editConfig(t, dir, func(c map[string]any) { c["intermediate_size"] = 96 })
-		}, []string{"mlp.gate_proj.weight", "config implies"}},
+		}, []string{"model.safetensors", "tensor model.layers.0.mlp.down_proj.weight has shape [64 128], the config implies [64 96]"}},
 		{"missing tensor", func(t *testing.T, dir string) {
 			rewriteHeader(t, filepath.Join(dir, "model.safetensors"), func(h map[string]map[string]any) {
 				delete(h, "model.norm.weight")

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/atom-go/atom/ops"
 )
@@ -44,53 +46,77 @@ type GenerationConfig struct {
 	TopK        *int
 }
 
+// maxConfigBytes bounds config.json and generation_config.json; real ones are a few KB.
+const maxConfigBytes = 4 << 20
+
+// rawConfig is config.json as written. Numbers are kept as their JSON text (jsonNum) and
+// converted by ParseConfig, so that a float where an integer belongs, a negative or an
+// out-of-range value (1e300) becomes an error naming the field rather than a decoder error
+// naming Go types.
 type rawConfig struct {
 	Architectures     []string        `json:"architectures"`
 	ModelType         string          `json:"model_type"`
-	HiddenSize        int             `json:"hidden_size"`
-	IntermediateSize  int             `json:"intermediate_size"`
-	NumHiddenLayers   int             `json:"num_hidden_layers"`
-	NumAttentionHeads int             `json:"num_attention_heads"`
-	NumKeyValueHeads  int             `json:"num_key_value_heads"`
-	HeadDim           *int            `json:"head_dim"`
-	VocabSize         int             `json:"vocab_size"`
-	MaxPositions      int             `json:"max_position_embeddings"`
-	RMSNormEps        float64         `json:"rms_norm_eps"`
-	RoPETheta         float64         `json:"rope_theta"`
+	HiddenSize        jsonNum         `json:"hidden_size"`
+	IntermediateSize  jsonNum         `json:"intermediate_size"`
+	NumHiddenLayers   jsonNum         `json:"num_hidden_layers"`
+	NumAttentionHeads jsonNum         `json:"num_attention_heads"`
+	NumKeyValueHeads  jsonNum         `json:"num_key_value_heads"`
+	HeadDim           jsonNum         `json:"head_dim"`
+	VocabSize         jsonNum         `json:"vocab_size"`
+	MaxPositions      jsonNum         `json:"max_position_embeddings"`
+	RMSNormEps        jsonNum         `json:"rms_norm_eps"`
+	RoPETheta         jsonNum         `json:"rope_theta"`
 	RoPEScaling       json.RawMessage `json:"rope_scaling"`
 	RoPEParameters    json.RawMessage `json:"rope_parameters"`
-	PartialRotary     float64         `json:"partial_rotary_factor"`
+	PartialRotary     jsonNum         `json:"partial_rotary_factor"`
 	TieEmbeddings     *bool           `json:"tie_word_embeddings"`
 	AttentionBias     bool            `json:"attention_bias"`
 	TorchDType        string          `json:"torch_dtype"`
 	DType             string          `json:"dtype"`
 	BOSTokenID        json.RawMessage `json:"bos_token_id"`
 	EOSTokenID        json.RawMessage `json:"eos_token_id"`
-	SlidingWindow     *int            `json:"sliding_window"`
+	SlidingWindow     jsonNum         `json:"sliding_window"`
 	UseSlidingWindow  *bool           `json:"use_sliding_window"`
 }
 
 type rawRoPE struct {
-	Type            string   `json:"rope_type"`
-	LegacyType      string   `json:"type"`
-	Theta           float64  `json:"rope_theta"`
-	Factor          float64  `json:"factor"`
-	LowFreqFactor   float64  `json:"low_freq_factor"`
-	HighFreqFactor  float64  `json:"high_freq_factor"`
-	OriginalMaxPos  int      `json:"original_max_position_embeddings"`
-	BetaFast        float64  `json:"beta_fast"`
-	BetaSlow        float64  `json:"beta_slow"`
-	AttentionFactor float64  `json:"attention_factor"`
-	Mscale          float64  `json:"mscale"`
-	MscaleAllDim    float64  `json:"mscale_all_dim"`
-	Truncate        *bool    `json:"truncate"`
-	PartialRotary   *float64 `json:"partial_rotary_factor"`
+	Type            string  `json:"rope_type"`
+	LegacyType      string  `json:"type"`
+	Theta           jsonNum `json:"rope_theta"`
+	Factor          jsonNum `json:"factor"`
+	LowFreqFactor   jsonNum `json:"low_freq_factor"`
+	HighFreqFactor  jsonNum `json:"high_freq_factor"`
+	OriginalMaxPos  jsonNum `json:"original_max_position_embeddings"`
+	BetaFast        jsonNum `json:"beta_fast"`
+	BetaSlow        jsonNum `json:"beta_slow"`
+	AttentionFactor jsonNum `json:"attention_factor"`
+	Mscale          jsonNum `json:"mscale"`
+	MscaleAllDim    jsonNum `json:"mscale_all_dim"`
+	Truncate        *bool   `json:"truncate"`
+	PartialRotary   jsonNum `json:"partial_rotary_factor"`
+}
+
+// readConfigFile reads a small JSON file, refusing one larger than maxConfigBytes.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxConfigBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes: not a model configuration", path, maxConfigBytes)
+	}
+	return b, nil
 }
 
 // LoadConfig reads and validates dir/config.json and, when present, dir/generation_config.json.
 func LoadConfig(dir string) (*Config, error) {
 	path := filepath.Join(dir, "config.json")
-	b, err := os.ReadFile(path)
+	b, err := readConfigFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
@@ -99,8 +125,11 @@ func LoadConfig(dir string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	gpath := filepath.Join(dir, "generation_config.json")
-	if gb, err := os.ReadFile(gpath); err == nil {
+	if gb, err := readConfigFile(gpath); err == nil {
 		if err := parseGenerationConfig(gb, &cfg.GenerationConfig); err != nil {
+			return nil, fmt.Errorf("%s: %w", gpath, err)
+		}
+		if err := checkTokenIDs("eos_token_id", cfg.GenerationConfig.EOSTokenIDs, cfg.VocabSize, hfField); err != nil {
 			return nil, fmt.Errorf("%s: %w", gpath, err)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -109,7 +138,8 @@ func LoadConfig(dir string) (*Config, error) {
 	return cfg, nil
 }
 
-// ParseConfig parses config.json bytes.
+// ParseConfig parses and validates config.json bytes. Every size is checked against the
+// limits in config_check.go before anything is sized by it.
 func ParseConfig(b []byte) (*Config, error) {
 	var r rawConfig
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -118,38 +148,53 @@ func ParseConfig(b []byte) (*Config, error) {
 	if len(r.Architectures) == 0 {
 		return nil, errors.New("no \"architectures\" entry")
 	}
-	c := &Config{
-		Architecture: r.Architectures[0], ModelType: r.ModelType,
-		HiddenSize: r.HiddenSize, Intermediate: r.IntermediateSize, NumLayers: r.NumHiddenLayers,
-		NumHeads: r.NumAttentionHeads, NumKVHeads: r.NumKeyValueHeads, VocabSize: r.VocabSize,
-		MaxPositions: r.MaxPositions, RMSNormEps: r.RMSNormEps, RoPETheta: r.RoPETheta,
-		PartialRotary: r.PartialRotary, TieEmbeddings: r.TieEmbeddings != nil && *r.TieEmbeddings,
-		AttentionBias: r.AttentionBias, BOSTokenID: -1,
+	c := &Config{Architecture: r.Architectures[0], ModelType: r.ModelType, AttentionBias: r.AttentionBias,
+		TieEmbeddings: r.TieEmbeddings != nil && *r.TieEmbeddings, BOSTokenID: -1,
+		RMSNormEps: 1e-6, MaxPositions: 2048, RoPETheta: 10000}
+	var err error
+	num := func(dst *int, n jsonNum, field string) {
+		if err == nil {
+			_, err = n.intInto(dst, field)
+		}
 	}
-	if c.NumKVHeads == 0 {
-		c.NumKVHeads = c.NumHeads
-	}
-	if c.RMSNormEps == 0 {
-		c.RMSNormEps = 1e-6
-	}
-	if c.MaxPositions == 0 {
-		c.MaxPositions = 2048
-	}
-	if r.SlidingWindow != nil && (r.UseSlidingWindow == nil || *r.UseSlidingWindow) {
-		c.SlidingWindow = *r.SlidingWindow
-	}
-	if err := parseRoPE(&r, c); err != nil {
+	num(&c.HiddenSize, r.HiddenSize, "hidden_size")
+	num(&c.Intermediate, r.IntermediateSize, "intermediate_size")
+	num(&c.NumLayers, r.NumHiddenLayers, "num_hidden_layers")
+	num(&c.NumHeads, r.NumAttentionHeads, "num_attention_heads")
+	num(&c.VocabSize, r.VocabSize, "vocab_size")
+	num(&c.MaxPositions, r.MaxPositions, "max_position_embeddings")
+	if err != nil {
 		return nil, err
 	}
-	dt := r.TorchDType
+	if set, err := r.NumKeyValueHeads.intInto(&c.NumKVHeads, "num_key_value_heads"); err != nil {
+		return nil, err
+	} else if !set { // absent or null: multi-head attention, as transformers does
+		c.NumKVHeads = c.NumHeads
+	}
+	if err := firstErr(r.RMSNormEps.setFloat(&c.RMSNormEps, "rms_norm_eps"),
+		r.RoPETheta.setFloat(&c.RoPETheta, "rope_theta"),
+		r.PartialRotary.setFloat(&c.PartialRotary, "partial_rotary_factor")); err != nil {
+		return nil, err
+	}
+	var window int
+	if set, err := r.SlidingWindow.intInto(&window, "sliding_window"); err != nil {
+		return nil, err
+	} else if set && (r.UseSlidingWindow == nil || *r.UseSlidingWindow) {
+		c.SlidingWindow = window
+	}
+	ropeBlock, err := parseRoPE(&r, c)
+	if err != nil {
+		return nil, err
+	}
+	field, dt := "torch_dtype", r.TorchDType
 	if r.DType != "" {
-		dt = r.DType
+		field, dt = "dtype", r.DType
 	}
 	c.DType = ops.BF16
 	if dt != "" {
 		d, err := ops.ParseDType(dt)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		c.DType = d
 	}
@@ -158,67 +203,80 @@ func ParseConfig(b []byte) (*Config, error) {
 	} else if len(ids) > 0 {
 		c.BOSTokenID = ids[0]
 	}
-	ids, err := tokenIDs(r.EOSTokenID)
-	if err != nil {
+	if c.EOSTokenIDs, err = tokenIDs(r.EOSTokenID); err != nil {
 		return nil, fmt.Errorf("eos_token_id: %w", err)
 	}
-	c.EOSTokenIDs = ids
-	if r.HeadDim != nil && *r.HeadDim > 0 {
-		c.HeadDim = *r.HeadDim
-	} else if c.NumHeads > 0 {
-		c.HeadDim = c.HiddenSize / c.NumHeads
+	if set, err := r.HeadDim.intInto(&c.HeadDim, "head_dim"); err != nil {
+		return nil, err
+	} else if !set { // absent or null: hidden_size / num_attention_heads
+		if err := c.deriveHeadDim(hfField); err != nil {
+			return nil, err
+		}
 	}
-	return c, c.validate()
+	name := hfField
+	if ropeBlock == "rope_parameters" { // transformers 5 spells rope_scaling this way
+		name = func(f string) string {
+			if rest, ok := strings.CutPrefix(f, "rope_scaling."); ok {
+				return "rope_parameters." + rest
+			}
+			return f
+		}
+	}
+	return c, c.validate(name)
 }
 
-func parseRoPE(r *rawConfig, c *Config) error {
-	block := r.RoPEScaling
-	if len(block) == 0 || string(block) == "null" {
-		block = r.RoPEParameters
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
-	if c.RoPETheta == 0 {
-		c.RoPETheta = 10000
+	return nil
+}
+
+// deriveHeadDim sets HeadDim = hidden_size / num_attention_heads for a config that does not
+// give it, once both are known to be in range.
+func (c *Config) deriveHeadDim(name fieldNamer) error {
+	if err := firstErr(checkRange(name, "hidden_size", c.HiddenSize, 1, maxHiddenSize),
+		checkRange(name, "num_attention_heads", c.NumHeads, 1, maxHeads)); err != nil {
+		return err
+	}
+	if c.HiddenSize%c.NumHeads != 0 {
+		return fmt.Errorf("%s %d is not a multiple of %s %d (and there is no %s)", name("hidden_size"), c.HiddenSize,
+			name("num_attention_heads"), c.NumHeads, name("head_dim"))
+	}
+	c.HeadDim = c.HiddenSize / c.NumHeads
+	return nil
+}
+
+// parseRoPE reads the rope_scaling (or rope_parameters) block and returns which it was.
+func parseRoPE(r *rawConfig, c *Config) (string, error) {
+	block, name := r.RoPEScaling, "rope_scaling"
+	if len(block) == 0 || string(block) == "null" {
+		block, name = r.RoPEParameters, "rope_parameters"
 	}
 	if len(block) == 0 || string(block) == "null" {
-		return nil
+		return "", nil
 	}
 	var rr rawRoPE
 	if err := json.Unmarshal(block, &rr); err != nil {
-		return fmt.Errorf("rope_scaling: %w", err)
+		return "", fmt.Errorf("%s: want an object with rope_type and its parameters", name)
 	}
-	if rr.Theta > 0 {
-		c.RoPETheta = rr.Theta
+	sc := &c.RoPEScaling
+	sc.Type = rr.Type
+	if sc.Type == "" {
+		sc.Type = rr.LegacyType
 	}
-	if rr.PartialRotary != nil {
-		c.PartialRotary = *rr.PartialRotary
+	sc.NoTruncate = rr.Truncate != nil && !*rr.Truncate
+	f := func(dst *float64, n jsonNum, key string) error { return n.setFloat(dst, name+"."+key) }
+	if _, err := rr.OriginalMaxPos.intInto(&sc.OriginalMaxPos, name+".original_max_position_embeddings"); err != nil {
+		return "", err
 	}
-	t := rr.Type
-	if t == "" {
-		t = rr.LegacyType
-	}
-	c.RoPEScaling = ops.RoPEScaling{Type: t, Factor: rr.Factor, LowFreqFactor: rr.LowFreqFactor,
-		HighFreqFactor: rr.HighFreqFactor, OriginalMaxPos: rr.OriginalMaxPos, BetaFast: rr.BetaFast,
-		BetaSlow: rr.BetaSlow, AttentionFactor: rr.AttentionFactor, Mscale: rr.Mscale,
-		MscaleAllDim: rr.MscaleAllDim, NoTruncate: rr.Truncate != nil && !*rr.Truncate}
-	return nil
-}
-
-func (c *Config) validate() error {
-	check := []struct {
-		name string
-		v    int
-	}{{"hidden_size", c.HiddenSize}, {"intermediate_size", c.Intermediate}, {"num_hidden_layers", c.NumLayers},
-		{"num_attention_heads", c.NumHeads}, {"num_key_value_heads", c.NumKVHeads}, {"head_dim", c.HeadDim},
-		{"vocab_size", c.VocabSize}}
-	for _, f := range check {
-		if f.v <= 0 {
-			return fmt.Errorf("%s must be positive, got %d", f.name, f.v)
-		}
-	}
-	if c.NumHeads%c.NumKVHeads != 0 {
-		return fmt.Errorf("num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
-	}
-	return nil
+	return name, firstErr(f(&c.RoPETheta, rr.Theta, "rope_theta"), f(&c.PartialRotary, rr.PartialRotary, "partial_rotary_factor"),
+		f(&sc.Factor, rr.Factor, "factor"), f(&sc.LowFreqFactor, rr.LowFreqFactor, "low_freq_factor"),
+		f(&sc.HighFreqFactor, rr.HighFreqFactor, "high_freq_factor"), f(&sc.BetaFast, rr.BetaFast, "beta_fast"),
+		f(&sc.BetaSlow, rr.BetaSlow, "beta_slow"), f(&sc.AttentionFactor, rr.AttentionFactor, "attention_factor"),
+		f(&sc.Mscale, rr.Mscale, "mscale"), f(&sc.MscaleAllDim, rr.MscaleAllDim, "mscale_all_dim"))
 }
 
 // RotaryDim is the number of head dimensions RoPE rotates.
@@ -240,7 +298,7 @@ func tokenIDs(raw json.RawMessage) ([]int32, error) {
 	}
 	var many []int32
 	if err := json.Unmarshal(raw, &many); err != nil {
-		return nil, fmt.Errorf("want an integer or a list of integers, got %s", raw)
+		return nil, fmt.Errorf("want an integer or a list of 32-bit integers, got %.40s", raw)
 	}
 	return many, nil
 }
@@ -248,9 +306,9 @@ func tokenIDs(raw json.RawMessage) ([]int32, error) {
 func parseGenerationConfig(b []byte, g *GenerationConfig) error {
 	var r struct {
 		EOSTokenID  json.RawMessage `json:"eos_token_id"`
-		Temperature *float64        `json:"temperature"`
-		TopP        *float64        `json:"top_p"`
-		TopK        *int            `json:"top_k"`
+		Temperature jsonNum         `json:"temperature"`
+		TopP        jsonNum         `json:"top_p"`
+		TopK        jsonNum         `json:"top_k"`
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
 		return err
@@ -259,7 +317,33 @@ func parseGenerationConfig(b []byte, g *GenerationConfig) error {
 	if err != nil {
 		return fmt.Errorf("eos_token_id: %w", err)
 	}
-	g.EOSTokenIDs, g.Temperature, g.TopP, g.TopK = ids, r.Temperature, r.TopP, r.TopK
+	g.EOSTokenIDs = ids
+	var temp, topP float64
+	var topK int
+	if set, err := r.Temperature.floatInto(&temp, "temperature"); err != nil {
+		return err
+	} else if set {
+		if temp < 0 || temp > 1e6 {
+			return fmt.Errorf("temperature = %v: want 0 to 1e6", temp)
+		}
+		g.Temperature = &temp
+	}
+	if set, err := r.TopP.floatInto(&topP, "top_p"); err != nil {
+		return err
+	} else if set {
+		if !(topP > 0 && topP <= 1) {
+			return fmt.Errorf("top_p = %v: want a value in (0, 1]", topP)
+		}
+		g.TopP = &topP
+	}
+	if set, err := r.TopK.intInto(&topK, "top_k"); err != nil {
+		return err
+	} else if set {
+		if topK < -1 {
+			return fmt.Errorf("top_k = %d: want -1 (off), 0 (off) or a positive count", topK)
+		}
+		g.TopK = &topK
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package models
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -58,85 +59,181 @@ func metaFloat(meta map[string]any, key string) (float64, bool, error) {
 	return 0, false, fmt.Errorf("metadata %s: want a number, got %T %v", key, v, v)
 }
 
-// ggufConfig builds the model configuration from <arch>.* and tokenizer.ggml.* metadata.
-// VocabSize, TieEmbeddings, AttentionBias and DType depend on the tensors and are completed
-// by finishGGUFConfig.
-func ggufConfig(meta map[string]any, archName string, arch ggufArch) (*Config, error) {
+// ggufConfig builds the model configuration from <arch>.* and tokenizer.ggml.* metadata and
+// the tensor table (vocabulary size, tied embeddings, biases and dtype come from the tensors'
+// names, types and dims, not their data) and validates it, so nothing is dequantized or
+// allocated for a file whose metadata is absurd. Errors name the metadata key.
+func ggufConfig(g *ggufFile, archName string, arch ggufArch) (*Config, error) {
+	meta := g.meta
 	c := &Config{Architecture: arch.hf, ModelType: archName, BOSTokenID: -1, RoPETheta: 10000, MaxPositions: 2048}
+	keys := map[string]string{} // config.json field -> the metadata key it was read from
 	var err error
-	integer := func(dst *int, key string, required bool) {
+	integer := func(dst *int, field, key string, required bool) {
 		if err != nil {
 			return
 		}
-		v, ok, e := metaInt(meta, archName+"."+key)
+		key = archName + "." + key
+		keys[field] = key
+		v, ok, e := metaInt(meta, key)
 		switch {
 		case e != nil:
 			err = e
 		case !ok && required:
-			err = fmt.Errorf("metadata %s.%s is missing", archName, key)
+			err = fmt.Errorf("metadata %s is missing", key)
 		case ok:
 			*dst = int(v)
 		}
 	}
-	float := func(dst *float64, key string, required bool) {
+	float := func(dst *float64, field, key string, required bool) {
 		if err != nil {
 			return
 		}
-		v, ok, e := metaFloat(meta, archName+"."+key)
+		key = archName + "." + key
+		keys[field] = key
+		v, ok, e := metaFloat(meta, key)
 		switch {
 		case e != nil:
 			err = e
 		case !ok && required:
-			err = fmt.Errorf("metadata %s.%s is missing", archName, key)
+			err = fmt.Errorf("metadata %s is missing", key)
 		case ok:
 			*dst = v
 		}
 	}
-	integer(&c.HiddenSize, "embedding_length", true)
-	integer(&c.Intermediate, "feed_forward_length", true)
-	integer(&c.NumLayers, "block_count", true)
-	integer(&c.NumHeads, "attention.head_count", true)
+	integer(&c.HiddenSize, "hidden_size", "embedding_length", true)
+	integer(&c.Intermediate, "intermediate_size", "feed_forward_length", true)
+	integer(&c.NumLayers, "num_hidden_layers", "block_count", true)
+	integer(&c.NumHeads, "num_attention_heads", "attention.head_count", true)
 	c.NumKVHeads = c.NumHeads
-	integer(&c.NumKVHeads, "attention.head_count_kv", false)
-	integer(&c.MaxPositions, "context_length", false)
-	integer(&c.VocabSize, "vocab_size", false)
-	integer(&c.SlidingWindow, "attention.sliding_window", false)
-	float(&c.RMSNormEps, "attention.layer_norm_rms_epsilon", true)
-	float(&c.RoPETheta, "rope.freq_base", false)
+	integer(&c.NumKVHeads, "num_key_value_heads", "attention.head_count_kv", false)
+	integer(&c.MaxPositions, "max_position_embeddings", "context_length", false)
+	integer(&c.SlidingWindow, "sliding_window", "attention.sliding_window", false)
+	float(&c.RMSNormEps, "rms_norm_eps", "attention.layer_norm_rms_epsilon", true)
+	float(&c.RoPETheta, "rope_theta", "rope.freq_base", false)
 	if err != nil {
 		return nil, err
 	}
-	if c.NumHeads > 0 {
-		c.HeadDim = c.HiddenSize / c.NumHeads
+	name := func(f string) string {
+		if k, ok := keys[f]; ok {
+			return "metadata " + k
+		}
+		return f
 	}
-	integer(&c.HeadDim, "attention.key_length", false)
-	rotary := c.HeadDim
-	integer(&rotary, "rope.dimension_count", false)
+	headDim := -1
+	integer(&headDim, "head_dim", "attention.key_length", false)
 	if err != nil {
 		return nil, err
 	}
-	if rotary > 0 && rotary < c.HeadDim {
-		c.PartialRotary = float64(rotary) / float64(c.HeadDim)
-	}
-	if err := ggufRoPEScaling(meta, archName, c); err != nil {
-		return nil, err
-	}
-	if v, ok, err := metaInt(meta, "tokenizer.ggml.bos_token_id"); err != nil {
-		return nil, err
-	} else if ok {
-		c.BOSTokenID = int32(v)
-	}
-	// llama.cpp ends generation at any end-of-generation token: eos, and eot/eom when set.
-	for _, key := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
-		v, ok, err := metaInt(meta, key)
-		if err != nil {
+	if c.HeadDim = headDim; headDim == -1 {
+		if err := c.deriveHeadDim(name); err != nil {
 			return nil, err
 		}
-		if ok && v >= 0 && !containsID(c.EOSTokenIDs, int32(v)) {
-			c.EOSTokenIDs = append(c.EOSTokenIDs, int32(v))
+		delete(keys, "head_dim") // derived, not read: later errors call it head_dim
+	}
+	rotary := c.HeadDim
+	integer(&rotary, "rope.dimension_count", "rope.dimension_count", false)
+	if err != nil {
+		return nil, err
+	}
+	if rotary != c.HeadDim {
+		if err := checkRange(name, "head_dim", c.HeadDim, 1, maxHeadDim); err != nil {
+			return nil, err
 		}
+		if rotary <= 0 || rotary > c.HeadDim {
+			return nil, fmt.Errorf("metadata %s.rope.dimension_count = %d: want 1 to the head dim %d", archName, rotary, c.HeadDim)
+		}
+		c.PartialRotary = float64(rotary) / float64(c.HeadDim)
+	}
+	if err := ggufRoPEScaling(meta, archName, c, keys); err != nil {
+		return nil, err
+	}
+	if err := ggufTokenIDs(meta, c); err != nil {
+		return nil, err
+	}
+	if err := c.fromTensorTable(g, archName, keys); err != nil {
+		return nil, err
+	}
+	if err := c.validate(name); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// ggufTokenIDs reads the bos token and the end-of-generation tokens: llama.cpp ends generation
+// at any of eos, eot and eom when set. A negative id means unset.
+func ggufTokenIDs(meta map[string]any, c *Config) error {
+	id := func(key string) (int32, bool, error) {
+		v, ok, err := metaInt(meta, key)
+		if err != nil || !ok || v < 0 {
+			return -1, false, err
+		}
+		if v > math.MaxInt32 {
+			return -1, false, fmt.Errorf("metadata %s = %d: outside the vocabulary", key, v)
+		}
+		return int32(v), true, nil
+	}
+	if v, ok, err := id("tokenizer.ggml.bos_token_id"); err != nil {
+		return err
+	} else if ok {
+		c.BOSTokenID = v
+	}
+	for _, key := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
+		v, ok, err := id(key)
+		if err != nil {
+			return err
+		}
+		if ok && !containsID(c.EOSTokenIDs, v) {
+			c.EOSTokenIDs = append(c.EOSTokenIDs, v)
+		}
+	}
+	return nil
+}
+
+// fromTensorTable completes the config from the tensor table: the vocabulary is the number of
+// token_embd.weight rows (which must be as wide as the embedding length, and agree with
+// <arch>.vocab_size when set, and cover every tokenizer token), embeddings are tied when there is no output.weight, attention
+// biases present when blk.0.attn_q.bias is, and the weights' dtype is the embedding's.
+func (c *Config) fromTensorTable(g *ggufFile, archName string, keys map[string]string) error {
+	var emb *ggufTensor
+	has := map[string]bool{}
+	for _, t := range g.tensors {
+		has[t.name] = true
+		if t.name == "token_embd.weight" {
+			emb = t
+		}
+	}
+	if emb == nil || len(emb.dims) != 2 {
+		return errors.New("no 2-D token_embd.weight tensor")
+	}
+	if emb.dims[0] != uint64(c.HiddenSize) || emb.dims[1] > maxVocab {
+		return fmt.Errorf("tensor token_embd.weight: shape [%d %d] (rows, cols) does not fit metadata %s.embedding_length = %d and at most %d rows",
+			emb.dims[1], emb.dims[0], archName, c.HiddenSize, maxVocab)
+	}
+	c.VocabSize = int(emb.dims[1])
+	meta := -1
+	if v, ok, err := metaInt(g.meta, archName+".vocab_size"); err != nil {
+		return err
+	} else if ok {
+		meta = int(v)
+	}
+	if meta != -1 && meta != c.VocabSize {
+		return fmt.Errorf("metadata %s.vocab_size = %d but token_embd.weight has %d rows", archName, meta, c.VocabSize)
+	}
+	if tokens, ok := g.meta["tokenizer.ggml.tokens"].([]string); ok && len(tokens) > c.VocabSize {
+		return fmt.Errorf("metadata tokenizer.ggml.tokens has %d entries but token_embd.weight has %d rows", len(tokens), c.VocabSize)
+	}
+	keys["vocab_size"] = "token_embd.weight rows"
+	switch emb.typ {
+	case ggmlF16:
+		c.DType = ops.F16
+	case ggmlBF16:
+		c.DType = ops.BF16
+	default:
+		c.DType = ops.F32 // float32, or quantized and dequantized to float32
+	}
+	c.TieEmbeddings = !has["output.weight"]
+	c.AttentionBias = has["blk.0.attn_q.bias"]
+	return nil
 }
 
 func containsID(ids []int32, id int32) bool {
@@ -150,12 +247,15 @@ func containsID(ids []int32, id int32) bool {
 
 // ggufRoPEScaling reads <arch>.rope.scaling.* (linear and yarn). Llama 3's scaling is not in
 // the metadata: llama.cpp stores it as the rope_freqs.weight tensor, which finishGGUFConfig reads.
-func ggufRoPEScaling(meta map[string]any, archName string, c *Config) error {
+func ggufRoPEScaling(meta map[string]any, archName string, c *Config, keys map[string]string) error {
 	p := archName + ".rope."
 	typ, _ := meta[p+"scaling.type"].(string)
 	sc := &c.RoPEScaling
 	var err error
 	get := func(dst *float64, key string) {
+		if field, ok := ggufRoPEFields[key]; ok {
+			keys["rope_scaling."+field] = p + key
+		}
 		if v, ok, e := metaFloat(meta, p+key); e != nil {
 			err = e
 		} else if ok {
@@ -178,8 +278,11 @@ func ggufRoPEScaling(meta map[string]any, archName string, c *Config) error {
 			get(&sc.BetaFast, "scaling.yarn_beta_fast")
 			get(&sc.BetaSlow, "scaling.yarn_beta_slow")
 			get(&sc.AttentionFactor, "scaling.yarn_attn_factor")
-			var orig float64
+			orig := 0.0
 			get(&orig, "scaling.original_context_length")
+			if !(orig >= 0 && orig <= maxPositionsLim) || orig != math.Trunc(orig) {
+				return fmt.Errorf("metadata %sscaling.original_context_length = %v: want an integer from 0 to %d", p, orig, maxPositionsLim)
+			}
 			sc.OriginalMaxPos = int(orig)
 		}
 	default:
@@ -188,26 +291,24 @@ func ggufRoPEScaling(meta map[string]any, archName string, c *Config) error {
 	return err
 }
 
-// finishGGUFConfig completes the config from the tensors: vocabulary size from the embedding,
-// tied embeddings when there is no output.weight, attention biases, the weights' dtype and
-// Llama 3 RoPE scaling from rope_freqs.weight.
-func (c *Checkpoint) finishGGUFConfig(path string) error {
-	cfg := c.Config
-	emb, ok := c.tensors["model.embed_tokens.weight"]
-	if !ok || len(emb.Shape) != 2 {
-		return fmt.Errorf("%s: no 2-D token_embd.weight tensor", path)
+// ggufRoPEFields names the config.json field each <arch>.rope.* key stands for.
+var ggufRoPEFields = map[string]string{
+	"scale_linear": "factor", "scaling.factor": "factor", "scaling.yarn_beta_fast": "beta_fast",
+	"scaling.yarn_beta_slow": "beta_slow", "scaling.yarn_attn_factor": "attention_factor",
+	"scaling.original_context_length": "original_max_position_embeddings",
+}
+
+// ggufLlama3Scaling derives Llama 3 RoPE scaling from rope_freqs.weight when the file has it.
+func (c *Checkpoint) ggufLlama3Scaling(path string) error {
+	rf, ok := c.tensors["rope_freqs.weight"]
+	if !ok {
+		return nil
 	}
-	cfg.VocabSize = emb.Shape[0]
-	cfg.DType = emb.DType
-	cfg.TieEmbeddings = !c.Has("lm_head.weight")
-	cfg.AttentionBias = c.Has("model.layers.0.self_attn.q_proj.bias")
-	if rf, ok := c.tensors["rope_freqs.weight"]; ok {
-		if err := llama3FromRopeFreqs(rf, cfg); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	if err := cfg.validate(); err != nil {
+	if err := llama3FromRopeFreqs(rf, c.Config); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := c.Config.validateRoPEScaling(hfField); err != nil {
+		return fmt.Errorf("%s: tensor rope_freqs.weight: %w", path, err)
 	}
 	return nil
 }
@@ -262,6 +363,9 @@ func llama3FromRopeFreqs(rf *TensorInfo, cfg *Config) error {
 	}
 	if ctx == 0 && lastOne >= 0 && firstMax >= 0 { // no smoothed entry: any L in the gap fits
 		ctx = math.Sqrt(high * wave[lastOne] * wave[firstMax])
+	}
+	if !(ctx > 0 && ctx <= maxPositionsLim) {
+		return fmt.Errorf("tensor rope_freqs.weight implies an original context of %v: want 1 to %d", ctx, maxPositionsLim)
 	}
 	sc := ops.RoPEScaling{Type: "llama3", Factor: factor, LowFreqFactor: low, HighFreqFactor: high, OriginalMaxPos: int(math.Round(ctx))}
 	for i, d := range div {

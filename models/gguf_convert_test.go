@@ -22,6 +22,8 @@ type ggufBuilder struct {
 	align   int
 	kvs     [][2]any
 	tensors []ggufBuilt
+	// headerOnly leaves out the data section (the tensor table still records its offsets).
+	headerOnly bool
 }
 
 type ggufBuilt struct {
@@ -54,6 +56,16 @@ func appendGGUFValue(b []byte, v any, withType bool) []byte {
 		return le.AppendUint32(typed(ggufInt32), uint32(x))
 	case float32:
 		return le.AppendUint32(typed(ggufFloat32), math.Float32bits(x))
+	case uint64:
+		return le.AppendUint64(typed(ggufUint64), x)
+	case float64:
+		return le.AppendUint64(typed(ggufFloat64), math.Float64bits(x))
+	case []int32:
+		b = le.AppendUint64(le.AppendUint32(typed(ggufArray), ggufInt32), uint64(len(x)))
+		for _, v := range x {
+			b = le.AppendUint32(b, uint32(v))
+		}
+		return b
 	case bool:
 		if x {
 			return append(typed(ggufBool), 1)
@@ -92,6 +104,9 @@ func (g *ggufBuilder) bytes() []byte {
 		}
 		b = le.AppendUint64(le.AppendUint32(b, uint32(t.typ)), uint64(len(data)))
 		data = pad(append(data, t.data...))
+	}
+	if g.headerOnly {
+		return b
 	}
 	return append(pad(b), data...)
 }

@@ -114,15 +114,21 @@ func (c *Checkpoint) loadGGUF(path string, m []byte) error {
 		sort.Strings(known)
 		return fmt.Errorf("%s: %w %q in general.architecture (supported: %v)", path, ErrUnknownArchitecture, archName, known)
 	}
-	cfg, err := ggufConfig(g.meta, archName, arch)
+	cfg, err := ggufConfig(g, archName, arch)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	c.Config = cfg
+	// Every shape is checked against the validated config before anything is dequantized.
+	for _, t := range g.tensors {
+		if err := cfg.checkShape(ggufHFName(t.name), ggufShape(t.dims)); err != nil {
+			return fmt.Errorf("%s: %w (%s in the file)", path, err, t.name)
+		}
+	}
 	c.tensors = make(map[string]*TensorInfo, len(g.tensors))
 	var jobs []*rowJob
 	for _, t := range g.tensors {
-		ti, job, err := ggufTensorInfo(path, t, cfg, arch)
+		ti, job, err := ggufTensorInfo(path, t, cfg, arch, c.allocOwned)
 		if err != nil {
 			return err
 		}
@@ -135,18 +141,24 @@ func (c *Checkpoint) loadGGUF(path string, m []byte) error {
 		}
 	}
 	runRowJobs(jobs)
-	return c.finishGGUFConfig(path)
+	return c.ggufLlama3Scaling(path)
+}
+
+// ggufShape turns GGUF dims (innermost first) into a PyTorch shape (outermost first).
+func ggufShape(dims []uint64) []int {
+	s := make([]int, len(dims))
+	for i, d := range dims {
+		s[len(dims)-1-i] = int(d)
+	}
+	return s
 }
 
 // ggufTensorInfo describes one tensor in Hugging Face terms. For a tensor that must be
-// converted (dequantized or row-permuted) it allocates the destination and returns the job
-// that fills it.
-func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch) (*TensorInfo, *rowJob, error) {
+// converted (dequantized or row-permuted) it allocates the destination with alloc and returns
+// the job that fills it.
+func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch, alloc func(int) ([]byte, error)) (*TensorInfo, *rowJob, error) {
 	hf := ggufHFName(t.name)
-	ti := &TensorInfo{Name: hf, File: path, Shape: make([]int, len(t.dims))}
-	for i, d := range t.dims {
-		ti.Shape[len(t.dims)-1-i] = int(d)
-	}
+	ti := &TensorInfo{Name: hf, File: path, Shape: ggufShape(t.dims)}
 	info := ggmlTypes[t.typ] // parseGGUF admitted only known types
 	cols := int(t.dims[0])
 	rows := 0
@@ -182,7 +194,10 @@ func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch) (*Te
 			ti.Data = t.data // used in place, like a safetensors tensor
 			return ti, nil, nil
 		}
-		ti.Data = make([]byte, len(t.data))
+		var err error
+		if ti.Data, err = alloc(len(t.data)); err != nil {
+			return nil, nil, fmt.Errorf("%s: tensor %s: %w", path, t.name, err)
+		}
 		rb := cols * info.size
 		return ti, &rowJob{dst: ti.Data, src: t.data, rows: rows, dstRow: rb, srcRow: rb, dstRowOf: rowOf, conv: copyConv}, nil
 	}
@@ -190,7 +205,10 @@ func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch) (*Te
 		return nil, nil, fmt.Errorf("%s: tensor %s: type %s is not supported (supported: %s)", path, t.name, info.name, ggufSupportedTypes())
 	}
 	ti.DType = ops.F32
-	ti.Data = float32Bytes(rows * cols)
+	var err error
+	if ti.Data, err = alloc(4 * rows * cols); err != nil {
+		return nil, nil, fmt.Errorf("%s: tensor %s: %w", path, t.name, err)
+	}
 	return ti, &rowJob{dst: ti.Data, src: t.data, rows: rows, dstRow: 4 * cols, srcRow: cols / info.block * info.size,
 		dstRowOf: rowOf, conv: dequantConv(info.dequant)}, nil
 }

@@ -339,12 +339,3 @@ func dequantConv(kernel func([]float32, []byte)) func(dst, src []byte) {
 }
 
 func copyConv(dst, src []byte) { copy(dst, src) }
-
-// float32Bytes allocates n float32s and returns them as bytes.
-func float32Bytes(n int) []byte {
-	if n == 0 {
-		return []byte{}
-	}
-	f := make([]float32, n)
-	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*n)
-}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -121,4 +122,13 @@ func BenchmarkGGUFDequant(b *testing.B) {
 			}
 		})
 	}
+}
+
+// float32Bytes allocates n float32s and returns them as bytes.
+func float32Bytes(n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	f := make([]float32, n)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*n)
 }

@@ -1,7 +1,7 @@
 // Package models holds the model families atom-go runs, their registry (Hugging Face
 // "architectures" name -> family) and checkpoint loading (config.json, safetensors).
-// A model is written once against ops.Backend. models imports ops and the standard library,
-// never engine.
+// A model is written once against ops.Backend. models imports ops (and ops/offheap) and the
+// standard library, never engine.
 package models
 
 import (

@@ -35,8 +35,8 @@ func (s shard) splitUneven(n int) (lo, hi int) {
 }
 
 // getShard loads rows [lo, hi) (dim 0) or columns [lo, hi) (dim 1) of a tensor whose full
-// shape is checked against shape first. Row slices of the mapping are used in place; column
-// slices are copied.
+// shape is checked against shape first. Row slices of the mapping (and all the columns) are
+// used in place; other column slices are copied.
 func (w *weightLoader) getShard(name string, dim, lo, hi int, shape ...int) (ops.Tensor, error) {
 	ti, err := w.tensorInfo(name, shape)
 	if err != nil {
@@ -53,6 +53,8 @@ func (w *weightLoader) getShard(name string, dim, lo, hi int, shape ...int) (ops
 			row *= d
 		}
 		data = ti.Data[lo*row : hi*row]
+	case dim == 1 && len(ti.Shape) == 2 && lo == 0 && hi == ti.Shape[1]:
+		data = ti.Data // the whole tensor (one rank): in place, not a copy on the heap
 	case dim == 1 && len(ti.Shape) == 2:
 		rows, cols := ti.Shape[0], ti.Shape[1]
 		data = make([]byte, rows*(hi-lo)*es)

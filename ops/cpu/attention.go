@@ -5,12 +5,20 @@ import (
 	"math"
 
 	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/offheap"
 )
 
 // KVCache is the cpu paged cache: per layer, K and V as float32 [numBlocks, blockSize, kvHeads, headDim].
+// The values live in one anonymous mapping outside the Go heap (ops/offheap), so that a cache of
+// --kv-cache-memory bytes adds that much to the resident size and nothing to the collector's
+// heap goal. The mapping is released by Close or by the backend's Close (as a gpu backend's
+// device memory is), never by the collector: a slice of it used after an automatic release
+// would fault and end the process.
 type KVCache struct {
 	numBlocks, blockSize, kvHeads, headDim int
 	k, v                                   [][]float32
+	mem                                    *offheap.Block
+	be                                     *Backend
 }
 
 // Geometry returns the cache dimensions.
@@ -18,18 +26,32 @@ func (c *KVCache) Geometry() (int, int, int, int) {
 	return c.numBlocks, c.blockSize, c.kvHeads, c.headDim
 }
 
+// Close releases the cache's memory; the cache must not be used afterwards.
+func (c *KVCache) Close() { c.be.release(c.mem) }
+
 // NewKVCache allocates the cache.
 func (b *Backend) NewKVCache(layers, numBlocks, blockSize, kvHeads, headDim int) (ops.KVCache, error) {
 	if layers <= 0 || numBlocks <= 0 || blockSize <= 0 || kvHeads <= 0 || headDim <= 0 {
 		return nil, fmt.Errorf("kv cache: invalid geometry layers=%d blocks=%d block_size=%d kv_heads=%d head_dim=%d",
 			layers, numBlocks, blockSize, kvHeads, headDim)
 	}
-	c := &KVCache{numBlocks: numBlocks, blockSize: blockSize, kvHeads: kvHeads, headDim: headDim}
-	n := numBlocks * blockSize * kvHeads * headDim
-	for l := 0; l < layers; l++ {
-		c.k = append(c.k, make([]float32, n))
-		c.v = append(c.v, make([]float32, n))
+	n, ok := offheap.Size(numBlocks, blockSize, kvHeads, headDim)
+	total, ok2 := offheap.Size(n, 2, layers, 4)
+	if !ok || !ok2 {
+		return nil, fmt.Errorf("kv cache: %d layers of %d blocks of %d tokens × %d heads × %d overflow the address space",
+			layers, numBlocks, blockSize, kvHeads, headDim)
 	}
+	mem, err := offheap.Alloc(total)
+	if err != nil {
+		return nil, fmt.Errorf("kv cache: %w", err)
+	}
+	c := &KVCache{numBlocks: numBlocks, blockSize: blockSize, kvHeads: kvHeads, headDim: headDim, mem: mem, be: b}
+	all := mem.Float32s()
+	for l := 0; l < layers; l++ {
+		c.k = append(c.k, all[2*l*n:(2*l+1)*n:(2*l+1)*n])
+		c.v = append(c.v, all[(2*l+1)*n:(2*l+2)*n:(2*l+2)*n])
+	}
+	b.track(mem)
 	return c, nil
 }
 

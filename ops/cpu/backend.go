@@ -3,22 +3,53 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"sync"
+	"unsafe"
 
 	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/offheap"
 )
 
 // Backend is the cpu implementation of ops.Backend.
 type Backend struct {
 	pool *pool
+	mu   sync.Mutex
+	kv   map[*offheap.Block]struct{} // KV caches' and buffers' memory not yet released
 }
 
 var _ ops.Backend = (*Backend)(nil)
 
 // New returns a cpu backend using the given number of worker goroutines (0: GOMAXPROCS).
-func New(workers int) *Backend { return &Backend{pool: newPool(workers)} }
+func New(workers int) *Backend {
+	return &Backend{pool: newPool(workers), kv: map[*offheap.Block]struct{}{}}
+}
 
-// Close stops the worker goroutines.
-func (b *Backend) Close() { close(b.pool.jobs) }
+// Close stops the worker goroutines and releases every KV cache and buffer the backend
+// allocated: none of its tensors may be used afterwards.
+func (b *Backend) Close() {
+	close(b.pool.jobs)
+	b.mu.Lock()
+	blocks := b.kv
+	b.kv = map[*offheap.Block]struct{}{}
+	b.mu.Unlock()
+	for m := range blocks {
+		_ = m.Free()
+	}
+}
+
+func (b *Backend) track(m *offheap.Block) {
+	b.mu.Lock()
+	b.kv[m] = struct{}{}
+	b.mu.Unlock()
+}
+
+// release frees one KV cache's memory early.
+func (b *Backend) release(m *offheap.Block) {
+	b.mu.Lock()
+	delete(b.kv, m)
+	b.mu.Unlock()
+	_ = m.Free()
+}
 
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
@@ -30,12 +61,12 @@ func (b *Backend) Weight(name string, dt ops.DType, shape []int, raw ...[]byte) 
 	case 0:
 	case 1:
 		data = raw[0] // kept as it is: it may be the memory-mapped checkpoint
-	default:
+	default: // a fused weight (q|k|v, gate|up): a copy the backend owns, off the heap like Buffer's
 		n := 0
 		for _, p := range raw {
 			n += len(p)
 		}
-		data = make([]byte, 0, n)
+		data = b.ownedBytes(n)[:0]
 		for _, p := range raw {
 			data = append(data, p...)
 		}
@@ -47,9 +78,32 @@ func (b *Backend) Weight(name string, dt ops.DType, shape []int, raw ...[]byte) 
 	return t, nil
 }
 
-// Buffer allocates a float32 activation buffer.
+// Buffer allocates a float32 activation buffer, outside the Go heap (ownedBytes).
 func (b *Backend) Buffer(rows, cols int) ops.Tensor {
-	return &Tensor{dt: ops.F32, shape: []int{rows, cols}, f32: make([]float32, rows*cols)}
+	n, ok := offheap.Size(rows, cols)
+	if !ok {
+		panic(fmt.Sprintf("cpu Buffer: %d × %d overflows", rows, cols))
+	}
+	m := b.ownedBytes(4 * n)
+	return &Tensor{dt: ops.F32, shape: []int{rows, cols}, f32: unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(m))), n)}
+}
+
+// minOffHeap is the smallest allocation worth its own mapping: smaller ones stay on the heap.
+const minOffHeap = 64 << 10
+
+// ownedBytes returns n zeroed, float32-aligned bytes that live until Close. Like the KV cache,
+// large ones are mapped outside the Go heap: a model's workspaces and fused weights are
+// hundreds of MB that would otherwise raise the collector's heap goal by as much again. Where
+// no mapping can be made they come from the heap.
+func (b *Backend) ownedBytes(n int) []byte {
+	if n >= minOffHeap {
+		if m, err := offheap.Alloc(n); err == nil {
+			b.track(m)
+			return m.Bytes()
+		}
+	}
+	w := make([]float32, (n+3)/4)
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), n)
 }
 
 // View narrows an activation buffer to its first rows rows.
