@@ -28,6 +28,7 @@ type recorder struct {
 	log   []string // calls after loading
 	next  int      // raw buffer ids
 	names map[int]int
+	ropes map[*ops.RoPE]int // the gpu backend keeps one device table per RoPE: identity matters
 	kv    int
 	// loading is true until the first call that is not an allocation.
 	loading bool
@@ -52,7 +53,7 @@ type recCache struct {
 func (c *recCache) Geometry() (int, int, int, int) { return c.c.Geometry() }
 
 func newRecorder(inner ops.Backend) *recorder {
-	return &recorder{inner: inner, names: map[int]int{}, loading: true}
+	return &recorder{inner: inner, names: map[int]int{}, ropes: map[*ops.RoPE]int{}, loading: true}
 }
 
 func unwrap(t ops.Tensor) ops.Tensor {
@@ -133,7 +134,12 @@ func (r *recorder) rope(rope *ops.RoPE) string {
 	for _, f := range rope.InvFreq {
 		fmt.Fprintf(h, "%x,", math.Float64bits(f))
 	}
-	return fmt.Sprintf("rope(hd=%d rot=%d af=%g inv=%x)", rope.HeadDim, rope.RotaryDim, rope.AttnFactor, h.Sum64())
+	n, ok := r.ropes[rope]
+	if !ok {
+		n = len(r.ropes) + 1
+		r.ropes[rope] = n
+	}
+	return fmt.Sprintf("rope%d(hd=%d rot=%d af=%g inv=%x)", n, rope.HeadDim, rope.RotaryDim, rope.AttnFactor, h.Sum64())
 }
 
 func (r *recorder) qkNorm(n *ops.QKNorm) string {
