@@ -129,7 +129,7 @@ func (w *weightLoader) tensorInfo(name string, shape []int) (*TensorInfo, error)
 
 // upload hands data (all of ti, or a shard of it) to the backend and reports progress.
 func (w *weightLoader) upload(ti *TensorInfo, shape []int, data ...[]byte) (ops.Tensor, error) {
-	t, err := w.be.Weight(ti.Name, ti.DType, shape, data...)
+	t, err := w.be.Weight(ti.Name, ops.Plain(ti.DType), shape, data...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ti.File, err)
 	}

@@ -158,10 +158,14 @@ func unwrapNorm(n *ops.QKNorm) *ops.QKNorm {
 
 func (r *recorder) Name() string { return r.inner.Name() }
 
-func (r *recorder) Weight(name string, dt ops.DType, shape []int, raw ...[]byte) (ops.Tensor, error) {
-	t, err := r.inner.Weight(name, dt, shape, raw...)
+func (r *recorder) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
+	t, err := r.inner.Weight(name, d, shape, raw...)
+	desc := d.DType.String() // an unquantized weight is logged by its dtype alone
+	if d.Format != ops.Unquantized || d.Scales != nil {
+		desc = fmt.Sprintf("%v/%v scales=%v", d.Format, d.DType, d.Scales != nil)
+	}
 	r.mu.Lock()
-	r.load = append(r.load, fmt.Sprintf("Weight %s %v %v parts=%d hash=%x err=%v", name, dt, shape, len(raw), hashBytes(raw...), err != nil))
+	r.load = append(r.load, fmt.Sprintf("Weight %s %s %v parts=%d hash=%x err=%v", name, desc, shape, len(raw), hashBytes(raw...), err != nil))
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -225,43 +229,14 @@ func (r *recorder) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor)
 	return ret
 }
 
-func (r *recorder) HeadRMSNorm(x, w ops.Tensor, headDim int, eps float32) {
-	r.call("HeadRMSNorm %s w=%s hd=%d eps=%g", r.id(x), r.id(w), headDim, eps)
-	r.inner.HeadRMSNorm(unwrap(x), unwrap(w), headDim, eps)
-}
-
 func (r *recorder) Linear(out, x, w, bias ops.Tensor) {
 	r.call("Linear %s x=%s w=%s bias=%s", r.id(out), r.id(x), r.id(w), r.id(bias))
 	r.inner.Linear(unwrap(out), unwrap(x), unwrap(w), unwrap(bias))
 }
 
-func (r *recorder) SiluMul(out, gate, up ops.Tensor) {
-	r.call("SiluMul %s %s %s", r.id(out), r.id(gate), r.id(up))
-	r.inner.SiluMul(unwrap(out), unwrap(gate), unwrap(up))
-}
-
-func (r *recorder) SiluMulFused(out, gateUp ops.Tensor) {
-	r.call("SiluMulFused %s %s", r.id(out), r.id(gateUp))
-	r.inner.SiluMulFused(unwrap(out), unwrap(gateUp))
-}
-
 func (r *recorder) LinearSwiGLU(out, gateUp, act, w ops.Tensor) {
 	r.call("LinearSwiGLU %s gateup=%s act=%s w=%s", r.id(out), r.id(gateUp), r.id(act), r.id(w))
 	r.inner.LinearSwiGLU(unwrap(out), unwrap(gateUp), unwrap(act), unwrap(w))
-}
-
-func (r *recorder) SplitCols(src ops.Tensor, dst ...ops.Tensor) {
-	names, in := make([]string, len(dst)), make([]ops.Tensor, len(dst))
-	for i, d := range dst {
-		names[i], in[i] = r.id(d), unwrap(d)
-	}
-	r.call("SplitCols %s -> %v", r.id(src), names)
-	r.inner.SplitCols(unwrap(src), in...)
-}
-
-func (r *recorder) RopeWriteKV(q, k, v ops.Tensor, rope *ops.RoPE, cache ops.KVCache, layer int, meta *ops.AttnMetadata) {
-	r.call("RopeWriteKV %s %s %s %s layer=%d", r.id(q), r.id(k), r.id(v), r.rope(rope), layer)
-	r.inner.RopeWriteKV(unwrap(q), unwrap(k), unwrap(v), rope, unwrapCache(cache), layer, meta)
 }
 
 func (r *recorder) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, norm *ops.QKNorm, cache ops.KVCache, layer int,
