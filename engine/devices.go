@@ -77,20 +77,21 @@ func (d *devices) close() {
 	d.closers = nil
 }
 
-// kvBlocks sizes the KV cache: --num-kv-blocks if given; on the gpu, what
-// --gpu-memory-utilization of a device leaves after the weights and workspaces already
-// allocated (the model's buffers are sized for the largest step, so that is the peak); on the
-// cpu, --kv-cache-memory bytes of float32 over all ranks.
-func (d *devices) kvBlocks(cfg Config, mc *models.Config) (int, error) {
+// kvBlocks sizes the KV cache the model declares (spec, one rank's): --num-kv-blocks if
+// given; on the gpu, what --gpu-memory-utilization of a device leaves after the weights and
+// workspaces already allocated (the model's buffers are sized for the largest step, so that is
+// the peak); on the cpu, --kv-cache-memory bytes over all ranks.
+func (d *devices) kvBlocks(cfg Config, spec ops.KVCacheSpec) (int, error) {
 	if cfg.NumKVBlocks > 0 {
 		return cfg.NumKVBlocks, nil
 	}
-	n := len(d.backends)
-	// Each rank holds its share of the KV heads, or one replicated head.
-	perRank := int64(2 * mc.NumLayers * cfg.BlockSize * max(1, mc.NumKVHeads/n) * mc.HeadDim)
+	perRank := spec.BlockBytes(cfg.BlockSize)
+	if perRank <= 0 {
+		return 0, fmt.Errorf("size the KV cache: the model declares %d bytes a block", perRank)
+	}
 	g, ok := d.backends[0].(*gpu.Backend)
 	if !ok {
-		return int(cfg.KVCacheMemory / (perRank * int64(n) * 4)), nil
+		return int(cfg.KVCacheMemory / (perRank * int64(len(d.backends)))), nil
 	}
 	free, total, err := g.Lib().MemInfo()
 	if err != nil {
@@ -98,7 +99,7 @@ func (d *devices) kvBlocks(cfg Config, mc *models.Config) (int, error) {
 	}
 	used := int64(total - free)
 	budget := int64(float64(total)*cfg.GPUMemoryUtilization) - used
-	blocks := budget / (perRank * int64(g.DType().Size()))
+	blocks := budget / perRank
 	if blocks <= 0 {
 		return 0, fmt.Errorf("no device memory left for the KV cache: %d of %d bytes used and --gpu-memory-utilization %.2f", used, total, cfg.GPUMemoryUtilization)
 	}

@@ -84,7 +84,7 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 		}
 		maxLen = cfg.MaxModelLen
 	}
-	numBlocks, err := dev.kvBlocks(cfg, mc)
+	numBlocks, err := dev.kvBlocks(cfg, model.KVCacheSpec())
 	if err != nil {
 		return nil, err
 	}

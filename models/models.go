@@ -1,15 +1,20 @@
-// Package models holds the model families atom-go runs, their registry (Hugging Face
-// "architectures" name -> family) and checkpoint loading (config.json, safetensors).
-// A model is written once against ops.Backend. models imports ops (and ops/offheap) and the
-// standard library, never engine.
+// Package models holds the model families atom-go runs, one file each composing the layers of
+// package models/layers (llama.go, qwen2.go, qwen3.go), their registry (Hugging Face
+// "architectures" name -> family), tensor parallelism over any family (parallel.go) and
+// checkpoint loading (config.json, safetensors, GGUF). A model is written once against
+// ops.Backend.
+//
+// models imports models/layers, models/formats, ops (and ops/offheap) and the standard library,
+// never engine.
 package models
 
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 
+	"github.com/atom-go/atom/models/formats"
+	"github.com/atom-go/atom/models/layers"
 	"github.com/atom-go/atom/ops"
 )
 
@@ -24,8 +29,12 @@ type Model interface {
 	// and returns the final-normed hidden states [len(ids), hidden]. The result is valid until
 	// the next call.
 	Forward(ids []int32, meta *ops.AttnMetadata, cache ops.KVCache) ops.Tensor
-	// NewKVCache allocates the paged cache this model's Forward writes: numBlocks blocks of
-	// blockSize tokens for every layer (split across ranks under tensor parallelism).
+	// KVCacheSpec is the KV cache the model's layers declare, per layer, for one rank: what the
+	// engine, the host-scheduled mode and the plugin size the cache from.
+	KVCacheSpec() ops.KVCacheSpec
+	// NewKVCache allocates the paged cache this model's Forward writes, as KVCacheSpec
+	// describes it: numBlocks blocks of blockSize tokens for every layer (on every rank under
+	// tensor parallelism).
 	NewKVCache(numBlocks, blockSize int) (ops.KVCache, error)
 	// Logits projects the selected rows of hidden to [len(rows), vocab].
 	Logits(hidden ops.Tensor, rows []int32) ops.Tensor
@@ -45,23 +54,24 @@ type Options struct {
 	Progress func(done, total int64)
 }
 
-type family struct {
-	load func(ck *Checkpoint, be ops.Backend, opt Options) (Model, error)
+// builder builds one rank's part of a family's model from layers; it reports errors through
+// c (layers.Context.Err).
+type builder func(c *layers.Context, cfg *Config) rankModel
+
+// rankModel is one rank's part of a model (the whole model without tensor parallelism).
+type rankModel interface {
+	Model
+	base() *causalLM
 }
 
-var registry = map[string]family{}
+var registry = map[string]builder{}
 
-func register(arch string, f family) { registry[arch] = f }
-
-// decoderFamilies are the registered architectures built by decoder, with their options;
-// tensor-parallel loading builds one decoder per rank from them.
-var decoderFamilies = map[string]decoderOptions{}
-
-func registerDecoder(arch string, opt decoderOptions) {
-	decoderFamilies[arch] = opt
-	register(arch, family{load: func(ck *Checkpoint, be ops.Backend, o Options) (Model, error) {
-		return loadDecoder(ck, be, o, opt)
-	}})
+// register serves the architectures with one family's builder (a family file may serve
+// several architectures that share its shape).
+func register(b builder, archs ...string) {
+	for _, a := range archs {
+		registry[a] = b
+	}
 }
 
 // Architectures lists the supported "architectures" names.
@@ -76,69 +86,34 @@ func Architectures() []string {
 
 // Load builds the model for the checkpoint's architecture on the backend.
 func Load(ck *Checkpoint, be ops.Backend, opt Options) (Model, error) {
-	f, ok := registry[ck.Config.Architecture]
+	b, ok := registry[ck.Config.Architecture]
 	if !ok {
 		return nil, fmt.Errorf("load %s: %w %q (supported: %v)", ck.Dir, ErrUnknownArchitecture, ck.Config.Architecture, Architectures())
 	}
 	if opt.MaxTokens <= 0 || opt.MaxSeqs <= 0 {
 		return nil, fmt.Errorf("load %s: MaxTokens and MaxSeqs must be positive", ck.Dir)
 	}
-	m, err := f.load(ck, be, opt)
+	m, err := buildRank(ck, be, opt, layers.Single(), b)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", ck.Dir, err)
 	}
 	return m, nil
 }
 
-// weightLoader fetches checkpoint tensors onto a backend, checking each shape.
-type weightLoader struct {
-	ck       *Checkpoint
-	be       ops.Backend
-	progress func(done, total int64)
-	done     int64
-	total    int64
-}
-
-func newWeightLoader(ck *Checkpoint, be ops.Backend, progress func(done, total int64)) *weightLoader {
-	w := &weightLoader{ck: ck, be: be, progress: progress}
+// buildRank builds shard's part of the model on be. The checkpoint's weights are read as they
+// are stored (formats.Unquantized); a quantized format is chosen here from the config's
+// quantization_config once one exists.
+func buildRank(ck *Checkpoint, be ops.Backend, opt Options, sh layers.Shard, b builder) (rankModel, error) {
+	var total int64
 	for _, t := range ck.tensors {
-		w.total += int64(len(t.Data))
+		total += int64(len(t.Data))
 	}
-	return w
-}
-
-func (w *weightLoader) get(name string, shape ...int) (ops.Tensor, error) {
-	ti, err := w.tensorInfo(name, shape)
-	if err != nil {
+	load := formats.NewLoader(ck, be, total, opt.Progress)
+	c := layers.NewContext(be, sh, load, formats.Unquantized{}, opt.MaxTokens, opt.MaxSeqs)
+	m := b(c, ck.Config)
+	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	return w.upload(ti, ti.Shape, ti.Data)
-}
-
-// tensorInfo finds a tensor and checks its shape against the config's.
-func (w *weightLoader) tensorInfo(name string, shape []int) (*TensorInfo, error) {
-	ti, err := w.ck.Tensor(name)
-	if err != nil {
-		return nil, err
-	}
-	if !slices.Equal(ti.Shape, shape) {
-		return nil, fmt.Errorf("%s: tensor %s has shape %v, the config implies %v", ti.File, name, ti.Shape, shape)
-	}
-	return ti, nil
-}
-
-// upload hands data (all of ti, or a shard of it) to the backend and reports progress.
-func (w *weightLoader) upload(ti *TensorInfo, shape []int, data ...[]byte) (ops.Tensor, error) {
-	t, err := w.be.Weight(ti.Name, ti.DType, shape, data...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ti.File, err)
-	}
-	if w.progress != nil {
-		for _, d := range data {
-			w.done += int64(len(d))
-		}
-		w.done = min(w.done, w.total)
-		w.progress(w.done, w.total)
-	}
-	return t, nil
+	load.Done()
+	return m, nil
 }

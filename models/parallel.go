@@ -5,15 +5,16 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/atom-go/atom/models/layers"
 	"github.com/atom-go/atom/ops"
 )
 
-// parallelModel runs a decoder split across the ranks of a tensor-parallel group: one
-// goroutine per rank, each locked to its OS thread (a GPU context is current per thread), each
+// parallelModel runs a model of any family split across the ranks of a tensor-parallel group
+// (each rank's layers hold their shard, see layers.Shard): one goroutine per rank, each locked to its OS thread (a GPU context is current per thread), each
 // with its own backend, weights shard and KV-cache shard. Rank 0 runs on the caller's
 // goroutine, so a single-device caller keeps its thread.
 type parallelModel struct {
-	ranks   []*decoder
+	ranks   []rankModel
 	work    []chan func() // ranks 1..n-1
 	hidden  []ops.Tensor  // each rank's output of the last Forward
 	partial []float32     // host scratch for gathering vocab-parallel logits
@@ -47,7 +48,7 @@ func LoadParallel(ck *Checkpoint, backends []ops.Backend, group ops.Group, opt O
 
 // loadParallel builds the tensor-parallel model of len(backends) ranks, however few.
 func loadParallel(ck *Checkpoint, backends []ops.Backend, group ops.Group, opt Options) (*parallelModel, error) {
-	dopt, ok := decoderFamilies[ck.Config.Architecture]
+	build, ok := registry[ck.Config.Architecture]
 	if !ok {
 		return nil, fmt.Errorf("load %s: %w %q for tensor parallelism (supported: %v)", ck.Dir, ErrUnknownArchitecture, ck.Config.Architecture, Architectures())
 	}
@@ -55,7 +56,7 @@ func loadParallel(ck *Checkpoint, backends []ops.Backend, group ops.Group, opt O
 		return nil, fmt.Errorf("load %s: a group of %d ranks is needed", ck.Dir, len(backends))
 	}
 	n := len(backends)
-	m := &parallelModel{ranks: make([]*decoder, n), hidden: make([]ops.Tensor, n), panics: make([]any, n)}
+	m := &parallelModel{ranks: make([]rankModel, n), hidden: make([]ops.Tensor, n), panics: make([]any, n)}
 	for r := 1; r < n; r++ {
 		ch := make(chan func())
 		m.work = append(m.work, ch)
@@ -67,7 +68,7 @@ func loadParallel(ck *Checkpoint, backends []ops.Backend, group ops.Group, opt O
 		if r != 0 {
 			ropt.Progress = nil
 		}
-		m.ranks[r], errs[r] = newDecoder(ck, backends[r], ropt, dopt, shard{rank: r, size: n, group: group})
+		m.ranks[r], errs[r] = buildRank(ck, backends[r], ropt, layers.Shard{Rank: r, Size: n, Group: group}, build)
 	})
 	for r, err := range errs {
 		if err != nil {
@@ -121,7 +122,10 @@ func (m *parallelModel) Close() {
 	m.work = nil
 }
 
-func (m *parallelModel) Config() *Config { return m.ranks[0].cfg }
+func (m *parallelModel) Config() *Config { return m.ranks[0].Config() }
+
+// KVCacheSpec is one rank's spec; every rank holds a cache of it.
+func (m *parallelModel) KVCacheSpec() ops.KVCacheSpec { return m.ranks[0].KVCacheSpec() }
 
 func (m *parallelModel) SetLayerHook(fn func(int, []float32, int)) { m.ranks[0].SetLayerHook(fn) }
 

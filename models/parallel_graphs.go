@@ -47,39 +47,41 @@ func LoadParallelForced(ck *Checkpoint, backends []ops.Backend, group ops.Group,
 // Ranks is the number of tensor-parallel ranks.
 func (m *parallelModel) Ranks() int { return len(m.ranks) }
 
-// OnRanks runs fn on every rank with its backend, decoder and cache shard (see RankedModel).
+// OnRanks runs fn on every rank with its backend, part of the model and cache shard (see RankedModel).
 func (m *parallelModel) OnRanks(cache ops.KVCache, fn func(rank int, be ops.Backend, rm Model, shard ops.KVCache)) {
 	pc, ok := cache.(*parallelCache)
 	if !ok || len(pc.shards) != len(m.ranks) {
 		panic(fmt.Sprintf("tensor-parallel OnRanks: a cache of type %T, not one of this model's", cache))
 	}
-	m.each(func(r int) { fn(r, m.ranks[r].be, m.ranks[r], pc.shards[r]) })
+	m.each(func(r int) { fn(r, m.ranks[r].base().c.Backend(), m.ranks[r], pc.shards[r]) })
 }
 
 // VocabSlice returns the vocabulary columns [lo, hi) of rank's logits.
 func (m *parallelModel) VocabSlice(rank int) (lo, hi int) {
-	return m.ranks[rank].vocabLo, m.ranks[rank].vocabHi
+	h := m.ranks[rank].base().head
+	return h.Lo, h.Hi
 }
 
 // GatherLogits reads each rank's vocabulary slice to the host (every rank concurrently, each
 // waiting only for its own device), assembles the full rows and writes them to rank 0.
 func (m *parallelModel) GatherLogits(rows int, slice func(rank int) ops.Tensor) ops.Tensor {
-	vocab := m.ranks[0].cfg.VocabSize
+	vocab := m.ranks[0].Config().VocabSize
 	n := rows * vocab
 	if cap(m.full) < n {
 		m.full, m.partial = make([]float32, n), make([]float32, n)
 	}
 	full, partial := m.full[:n], m.partial[:n]
 	m.each(func(r int) {
-		d := m.ranks[r]
-		w := d.vocabHi - d.vocabLo
-		mine := partial[rows*d.vocabLo : rows*d.vocabHi]
-		d.be.ReadRows(slice(r), mine)
+		lo, hi := m.VocabSlice(r)
+		w := hi - lo
+		mine := partial[rows*lo : rows*hi]
+		m.ranks[r].base().c.Backend().ReadRows(slice(r), mine)
 		for i := 0; i < rows; i++ {
-			copy(full[i*vocab+d.vocabLo:i*vocab+d.vocabHi], mine[i*w:(i+1)*w])
+			copy(full[i*vocab+lo:i*vocab+hi], mine[i*w:(i+1)*w])
 		}
 	})
-	out := m.ranks[0].be.View(m.logits, rows)
-	m.ranks[0].be.WriteRows(out, full)
+	be := m.ranks[0].base().c.Backend()
+	out := be.View(m.logits, rows)
+	be.WriteRows(out, full)
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/atom-go/atom/models/formats"
 	"github.com/atom-go/atom/ops"
 )
 
@@ -18,14 +19,10 @@ const maxHeaderBytes = 100 << 20
 // ErrMissingTensor is returned when a checkpoint lacks a tensor the model needs.
 var ErrMissingTensor = errors.New("missing tensor")
 
-// TensorInfo locates one tensor inside a memory-mapped safetensors file.
-type TensorInfo struct {
-	Name  string
-	File  string
-	DType ops.DType
-	Shape []int
-	Data  []byte // a slice of the mapping; valid until the Checkpoint is closed
-}
+// TensorInfo locates one tensor inside a memory-mapped checkpoint file (its Data is a slice of
+// the mapping, valid until the Checkpoint is closed). It is the loader's type, so a Checkpoint
+// is a formats.Source.
+type TensorInfo = formats.TensorInfo
 
 // safetensorsFile is one mapped file and its validated tensor table.
 type safetensorsFile struct {

@@ -1,6 +1,9 @@
 // Package ops holds the tensor operations the models call and the contract every backend
 // implements: the cpu backend (package ops/cpu, pure Go, the reference) and the gpu backend
-// (package ops/gpu, which calls hipkernels). A model is written once against Backend.
+// (package ops/gpu, which calls hipkernels). A model is written once against Backend, which
+// has only what models call (a backend may keep more ops for its own tests), and describes
+// what it asks a backend to hold: weights by a WeightDesc (format, dtype, scales), the KV cache
+// by a KVCacheSpec (per layer: kind, heads, head size, dtype, window).
 //
 // ops imports only the standard library; backends import ops.
 package ops
@@ -62,16 +65,19 @@ type Tensor interface {
 type Backend interface {
 	// Name is "cpu" or "gpu".
 	Name() string
-	// Weight wraps checkpoint bytes (little-endian, dtype dt) as a parameter: raw's parts one
-	// after the other (one part, or the pieces of a fused weight such as q, k and v, so that
-	// they need not be joined on the host first). The bytes may be memory-mapped: the backend
-	// copies them to the device or keeps referencing them read-only.
-	Weight(name string, dt DType, shape []int, raw ...[]byte) (Tensor, error)
+	// Weight wraps checkpoint bytes (little-endian, encoded as d says) as a parameter: raw's
+	// parts one after the other (one part, or the pieces of a fused weight such as q, k and v,
+	// so that they need not be joined on the host first). The bytes may be memory-mapped: the
+	// backend copies them to the device or keeps referencing them read-only. A format the
+	// backend has no kernels for is refused with ErrUnsupportedWeight. The ops that take a
+	// weight (Linear, NormLinear, LinearSwiGLU, ...) apply it as its descriptor says.
+	Weight(name string, d WeightDesc, shape []int, raw ...[]byte) (Tensor, error)
 	// Buffer allocates an activation buffer of capacity [rows, cols].
 	Buffer(rows, cols int) Tensor
 	// View returns the first rows rows of an activation buffer.
 	View(t Tensor, rows int) Tensor
-	// NewKVCache allocates the paged cache: per layer, K and V of [numBlocks, blockSize, kvHeads, headDim].
+	// NewKVCache allocates the paged cache: per layer, K and V of [numBlocks, blockSize, kvHeads,
+	// headDim]. Models call it through NewKVCacheFor, which checks their KVCacheSpec.
 	NewKVCache(layers, numBlocks, blockSize, kvHeads, headDim int) (KVCache, error)
 
 	// Embedding writes out[i] = table[ids[i]].
@@ -84,31 +90,17 @@ type Backend interface {
 	// when p.X is nil). It returns the tensor that holds r afterwards, p.Res or p.Spare (see
 	// PreNorm); the caller carries the residual stream on in that one and may reuse the other.
 	NormLinear(out Tensor, p PreNorm, w, bias Tensor) Tensor
-	// HeadRMSNorm normalises each headDim-wide head of x in place (Qwen3's q/k norm).
-	HeadRMSNorm(x, w Tensor, headDim int, eps float32)
 	// Linear writes out = x·wᵀ (+ bias); w is [outFeatures, inFeatures] as in PyTorch.
 	Linear(out, x, w, bias Tensor)
-	// SiluMul writes out = silu(gate) * up.
-	SiluMul(out, gate, up Tensor)
-	// SiluMulFused writes out = silu(gateUp[:, :c]) * gateUp[:, c:], c the width of out: the
-	// SiLU-and-multiply of the fused gate|up projection's output [rows, 2c].
-	SiluMulFused(out, gateUp Tensor)
 	// LinearSwiGLU writes out = (silu(gateUp[:, :c]) * gateUp[:, c:]) · wᵀ, c = w's input width:
-	// SiluMulFused then Linear, which a backend may fuse. act [rows, c] is scratch the backend
-	// may write the activation to.
+	// the SiLU-and-multiply of the fused gate|up projection's output then Linear, which a
+	// backend may fuse. act [rows, c] is scratch the backend may write the activation to.
 	LinearSwiGLU(out, gateUp, act, w Tensor)
-	// SplitCols copies consecutive column ranges of each row of src into dst[0], dst[1], ... in
-	// order (the outputs of the fused q|k|v projection); the widths of dst add up to src's and
-	// each dst has at least src's rows. Backends support two or three parts.
-	SplitCols(src Tensor, dst ...Tensor)
-	// RopeWriteKV rotates q and k in place at meta.Positions and stores k and v into layer's cache
-	// at meta.SlotMapping.
-	RopeWriteKV(q, k, v Tensor, rope *RoPE, cache KVCache, layer int, meta *AttnMetadata)
-	// RopeWriteKVFused is RopeWriteKV reading q, k and v from the consecutive column ranges of
-	// each row of qkv, the fused q|k|v projection's output [rows, q+2*kv]: the rotated q is
-	// written to q (what Attention reads), the rotated k and v go to the cache only, and qkv is
-	// left unchanged. It replaces SplitCols + RopeWriteKV; with norm (nil: none) it replaces
-	// SplitCols + HeadRMSNorm of q and of k + RopeWriteKV.
+	// RopeWriteKVFused reads q, k and v from the consecutive column ranges of each row of qkv,
+	// the fused q|k|v projection's output [rows, q+2*kv], with norm (nil: none) normalises each
+	// q and k head (Qwen3's q/k norm), rotates q and k at meta.Positions, writes the rotated q
+	// to q (what Attention reads) and stores the rotated k and v into layer's cache at
+	// meta.SlotMapping; qkv is left unchanged.
 	RopeWriteKVFused(q, qkv Tensor, rope *RoPE, norm *QKNorm, cache KVCache, layer int, meta *AttnMetadata)
 	// Attention computes causal attention of q over each sequence's cached context.
 	Attention(out, q Tensor, cache KVCache, layer int, meta *AttnMetadata, a AttnShape)

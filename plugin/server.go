@@ -114,11 +114,7 @@ func (s *Server) info() *pb.ModelInfo {
 		info.BlockSize, info.NumKvBlocks = int32(h.BlockSize()), int32(h.NumBlocks())
 		info.RunningRequests = int32(h.NumRequests())
 	}
-	elem := 4 // the cpu backend keeps the KV cache in float32
-	if cfg.Device != "cpu" {
-		elem = mc.DType.Size()
-	}
-	info.KvBlockBytes = int64(2*mc.NumLayers*mc.NumKVHeads*mc.HeadDim*elem) * int64(info.BlockSize)
+	info.KvBlockBytes = e.KVBlockBytes(int(info.BlockSize))
 	return info
 }
 

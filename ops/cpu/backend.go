@@ -54,8 +54,13 @@ func (b *Backend) release(m *offheap.Block) {
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
-// Weight wraps checkpoint bytes; 16-bit weights stay 16-bit and are widened row by row.
-func (b *Backend) Weight(name string, dt ops.DType, shape []int, raw ...[]byte) (ops.Tensor, error) {
+// Weight wraps checkpoint bytes of an unquantized weight; 16-bit weights stay 16-bit and are
+// widened row by row.
+func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
+	dt, err := d.PlainDType()
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", name, err)
+	}
 	var data []byte
 	switch len(raw) {
 	case 0:

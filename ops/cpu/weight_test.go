@@ -29,13 +29,13 @@ func TestWeightParts(t *testing.T) {
 				binary.LittleEndian.PutUint16(raw[2*i:], f16(v))
 			}
 		}
-		whole, err := b.Weight("w", dt, []int{rows, cols}, raw)
+		whole, err := b.Weight("w", ops.Plain(dt), []int{rows, cols}, raw)
 		require.NoError(t, err)
 		row := cols * dt.Size()
-		parts, err := b.Weight("w", dt, []int{rows, cols}, raw[:2*row], raw[2*row:3*row], raw[3*row:])
+		parts, err := b.Weight("w", ops.Plain(dt), []int{rows, cols}, raw[:2*row], raw[2*row:3*row], raw[3*row:])
 		require.NoError(t, err)
 		require.Equal(t, whole.(*Tensor).Float32(), parts.(*Tensor).Float32(), dt)
-		_, err = b.Weight("w", dt, []int{rows, cols}, raw[:2*row], raw[3*row:])
+		_, err = b.Weight("w", ops.Plain(dt), []int{rows, cols}, raw[:2*row], raw[3*row:])
 		require.Error(t, err, dt)
 	}
 }

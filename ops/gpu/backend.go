@@ -274,9 +274,13 @@ func (t *Tensor) cols() int { return t.shape[len(t.shape)-1] }
 
 func (t *Tensor) elems() int { return t.rows() * t.cols() }
 
-// Weight copies checkpoint bytes to the device through the pinned staging buffers, converting
-// them to the compute dtype when they differ.
-func (b *Backend) Weight(name string, dt ops.DType, shape []int, raw ...[]byte) (ops.Tensor, error) {
+// Weight copies an unquantized weight's checkpoint bytes to the device through the pinned
+// staging buffers, converting them to the compute dtype when they differ.
+func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
+	dt, err := d.PlainDType()
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", name, err)
+	}
 	switch dt {
 	case ops.F32, ops.F16, ops.BF16:
 	default:

@@ -163,13 +163,13 @@ func output(b *Backend, c *cpu.Backend, rows, cols int) pair {
 func weight(t *testing.T, b *Backend, c *cpu.Backend, vals []float32, shape ...int) pair {
 	raw := make([]byte, len(vals)*b.dt.Size())
 	fromFloat32(raw, b.dt, vals)
-	g, err := b.Weight("w", b.dt, shape, raw)
+	g, err := b.Weight("w", ops.Plain(b.dt), shape, raw)
 	require.NoError(t, err)
 	f32 := make([]byte, 4*len(vals))
 	for i, v := range vals {
 		binary.LittleEndian.PutUint32(f32[4*i:], math.Float32bits(v))
 	}
-	ct, err := c.Weight("w", ops.F32, shape, f32)
+	ct, err := c.Weight("w", ops.Plain(ops.F32), shape, f32)
 	require.NoError(t, err)
 	return pair{g: g.(*Tensor), c: ct.(*cpu.Tensor)}
 }

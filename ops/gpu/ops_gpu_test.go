@@ -132,7 +132,7 @@ func TestWeightConversion(t *testing.T) {
 		dt  ops.DType
 		raw []byte
 	}{{ops.F32, raw32}, {ops.F16, raw16}} {
-		w, err := b.Weight("conv", src.dt, []int{10, 100}, src.raw)
+		w, err := b.Weight("conv", ops.Plain(src.dt), []int{10, 100}, src.raw)
 		require.NoError(t, err)
 		got := read(b, w.(*Tensor))
 		for i, v := range vals {
@@ -141,7 +141,7 @@ func TestWeightConversion(t *testing.T) {
 		}
 		record("%-44s %-8v exact", "Weight upload converted from "+src.dt.String(), ops.BF16)
 	}
-	_, err := b.Weight("short", ops.BF16, []int{10, 10}, raw16[:10])
+	_, err := b.Weight("short", ops.Plain(ops.BF16), []int{10, 10}, raw16[:10])
 	require.Error(t, err)
 }
 
@@ -266,15 +266,15 @@ func TestWeightParts(t *testing.T) {
 			vals := randVals(ops.BF16, rows*cols, 1) // representable in every dtype
 			raw := make([]byte, rows*cols*from.Size())
 			fromFloat32(raw, from, vals)
-			whole, err := b.Weight("w", from, []int{rows, cols}, raw)
+			whole, err := b.Weight("w", ops.Plain(from), []int{rows, cols}, raw)
 			require.NoError(t, err)
 			row := cols * from.Size()
-			parts, err := b.Weight("w", from, []int{rows, cols}, raw[:3*row], raw[3*row:30*row], raw[30*row:])
+			parts, err := b.Weight("w", ops.Plain(from), []int{rows, cols}, raw[:3*row], raw[3*row:30*row], raw[30*row:])
 			require.NoError(t, err)
 			require.Equal(t, read(b, whole.(*Tensor)), read(b, parts.(*Tensor)), "%v from %v", dt, from)
-			_, err = b.Weight("w", from, []int{rows, cols}, raw[:3*row], raw[4*row:])
+			_, err = b.Weight("w", ops.Plain(from), []int{rows, cols}, raw[:3*row], raw[4*row:])
 			require.Error(t, err)
-			_, err = b.Weight("w", from, []int{rows, cols}, raw[:3*row+1], raw[3*row+1:])
+			_, err = b.Weight("w", ops.Plain(from), []int{rows, cols}, raw[:3*row+1], raw[3*row+1:])
 			require.Error(t, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/atom-go/atom/models/layers"
 	"github.com/atom-go/atom/ops"
 	"github.com/atom-go/atom/ops/cpu"
 )
@@ -158,7 +159,7 @@ func TestLogitsRows(t *testing.T) {
 		n    int
 		want bool
 	}{{[]int32{0, 1, 2}, 3, true}, {[]int32{0}, 1, true}, {[]int32{2, 1, 0}, 3, false}, {[]int32{0, 1}, 3, false}, {[]int32{}, 0, true}} {
-		require.Equal(t, c.want, identityRows(c.rows, c.n), "%v of %d", c.rows, c.n)
+		require.Equal(t, c.want, layers.IdentityRows(c.rows, c.n), "%v of %d", c.rows, c.n)
 	}
 	dir := testCheckpoints(t)[0]
 	ck, err := OpenCheckpoint(dir)

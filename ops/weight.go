@@ -1,0 +1,58 @@
+package ops
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrUnsupportedWeight is returned by Backend.Weight for a weight format (or scales) the
+// backend has no kernels for.
+var ErrUnsupportedWeight = errors.New("unsupported weight format")
+
+// WeightFormat is how a parameter's bytes encode its values.
+type WeightFormat uint8
+
+// The weight formats. Quantized formats (fp8 with block, tensor or channel scales; mxfp4)
+// are added here with the models/formats entry that reads them and the kernels that apply
+// them.
+const (
+	// Unquantized weights are elements of WeightDesc.DType, without scales.
+	Unquantized WeightFormat = iota
+)
+
+func (f WeightFormat) String() string {
+	if f == Unquantized {
+		return "unquantized"
+	}
+	return fmt.Sprintf("format(%d)", uint8(f))
+}
+
+// WeightScales are a quantized weight's scales: Shape elements of DType, one per Block
+// elements of the weight (per dimension), in raw's parts one after the other.
+type WeightScales struct {
+	DType DType
+	Shape []int
+	Block []int
+	Raw   [][]byte
+}
+
+// WeightDesc describes a parameter's bytes: the format, the element type the checkpoint stores
+// them in (not the activations' dtype, which is the backend's) and, for a quantized format,
+// the scales.
+type WeightDesc struct {
+	Format WeightFormat
+	DType  DType
+	Scales *WeightScales
+}
+
+// Plain is the descriptor of an unquantized weight of dtype dt.
+func Plain(dt DType) WeightDesc { return WeightDesc{Format: Unquantized, DType: dt} }
+
+// PlainDType returns the dtype of an unquantized descriptor, or an error wrapping
+// ErrUnsupportedWeight for any other: what a backend with only unquantized kernels accepts.
+func (d WeightDesc) PlainDType() (DType, error) {
+	if d.Format != Unquantized || d.Scales != nil {
+		return 0, fmt.Errorf("%w %v (scales: %v)", ErrUnsupportedWeight, d.Format, d.Scales != nil)
+	}
+	return d.DType, nil
+}
