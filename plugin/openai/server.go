@@ -32,6 +32,7 @@ type Server struct {
 	bodies  byteBudget   // request bodies being read and parsed
 	pending atomic.Int64 // sequences of the requests in flight
 
+	draining  atomic.Bool // shutting down: /health answers 503
 	closeOnce sync.Once
 	closing   chan struct{} // closed when in-flight requests must be aborted (shutdown)
 }
@@ -88,12 +89,11 @@ func only(method string, h http.Handler) http.Handler {
 // health answers 200 while the server takes requests, 503 once it shuts down; it reads no
 // engine state, so it never waits for a step.
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
-	select {
-	case <-s.closing:
+	if s.draining.Load() {
 		writeError(w, apiErr(http.StatusServiceUnavailable, "server_error", "", "the server is shutting down"))
-	default:
-		w.WriteHeader(http.StatusOK)
+		return
 	}
+	w.WriteHeader(http.StatusOK)
 }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
