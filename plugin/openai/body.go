@@ -59,8 +59,6 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-	// Once the body is read the connection waits for the client to go away; no deadline then.
-	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	var reserved int64
 	release = func() { s.bodies.release(reserved); reserved = 0 }
 	grow := func(n int64) *apiError {
@@ -96,6 +94,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		}
 		return nil, nil, badRequest("", "read request body: %v", err)
 	}
+	// Once the body is read the server watches the connection for the client going away; no
+	// deadline then (after a failed read it stays, so the connection is not kept waiting).
+	_ = rc.SetReadDeadline(time.Time{})
 	return body, release, nil
 }
 

@@ -121,6 +121,7 @@ func (s *Server) writeMetrics(w io.Writer) {
 	}
 	gauge("atom_engine_stats_stale", "1 when the engine was inside a step and the engine figures are from the end of the previous one.", staleV)
 	gauge("atom_pending_sequences", "Sequences of the HTTP requests in flight (--max-pending-seqs bounds them).", float64(s.pending.Load()))
+	gauge("atom_open_connections", "Client connections open (--max-connections bounds them).", float64(s.openConns()))
 	gauge("atom_request_body_bytes_in_use", "Bytes of request bodies being read and parsed (--max-total-request-bytes bounds them).", float64(s.bodies.inUse()))
 	m := s.metrics
 	m.mu.Lock()

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"unicode"
 	"unicode/utf8"
@@ -121,6 +122,10 @@ func (m *model) parsePrompt(raw json.RawMessage, maxSeqs, n int) ([][]int32, *ap
 		} else {
 			return nil, badRequest("prompt", "prompt must be a string, a list of strings, a list of token ids (integers in [0, %d)) or a list of such lists", m.vocab)
 		}
+	}
+	if idLists != nil && bytes.Contains(raw, []byte("null")) {
+		// A numeric array holds "null" only as a literal, which would decode as token 0.
+		return nil, badRequest("prompt", "prompt token ids must be integers, got null")
 	}
 	if k := len(texts) + len(idLists); k*n > maxSeqs {
 		return nil, badRequest("prompt", "%d prompts x n=%d is %d sequences; a request may ask for at most %d (--max-seqs-per-request)", k, n, k*n, maxSeqs)

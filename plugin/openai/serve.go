@@ -18,6 +18,7 @@ import (
 // per write. At most MaxConnections connections are open; one more is answered 503.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ll := newLimitListener(ln, s.opts.MaxConnections)
+	s.conns.Store(ll)
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,

@@ -32,7 +32,8 @@ type Server struct {
 	bodies  byteBudget   // request bodies being read and parsed
 	pending atomic.Int64 // sequences of the requests in flight
 
-	draining  atomic.Bool // shutting down: /health answers 503
+	conns     atomic.Pointer[limitListener] // set by Serve
+	draining  atomic.Bool                   // shutting down: /health answers 503
 	closeOnce sync.Once
 	closing   chan struct{} // closed when in-flight requests must be aborted (shutdown)
 }
@@ -84,6 +85,14 @@ func only(method string, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// openConns returns the connections open through Serve's listener.
+func (s *Server) openConns() int64 {
+	if l := s.conns.Load(); l != nil {
+		return l.Open()
+	}
+	return 0
 }
 
 // health answers 200 while the server takes requests, 503 once it shuts down; it reads no
