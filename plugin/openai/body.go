@@ -206,6 +206,9 @@ func jsonTypeWord(t reflect.Type) string {
 	case reflect.Bool:
 		return "a boolean"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if t.Bits() > 32 {
+			return "an integer"
+		}
 		return fmt.Sprintf("an integer in [%d, %d]", minInt(t.Bits()), maxInt(t.Bits()))
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return "a non-negative integer"

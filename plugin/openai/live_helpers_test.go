@@ -122,3 +122,13 @@ func (l *live) firstEvent(t *testing.T, path string, body map[string]any) io.Rea
 	require.True(t, strings.HasPrefix(line, "data: "), line)
 	return resp.Body
 }
+
+// pollDeadline bounds a polling loop; ok pauses a millisecond and reports whether time is left.
+type pollDeadline time.Time
+
+func settleDeadline() pollDeadline { return pollDeadline(time.Now().Add(30 * time.Second)) }
+
+func (d pollDeadline) ok() bool {
+	time.Sleep(time.Millisecond)
+	return time.Now().Before(time.Time(d))
+}
