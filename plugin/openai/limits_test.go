@@ -60,7 +60,9 @@ func TestHugePromptRefusedBeforeTokenizing(t *testing.T) {
 	allocated := after.TotalAlloc - before.TotalAlloc
 	t.Logf("30 MB prompt refused in %v, %d MB allocated", took, allocated>>20)
 	require.Less(t, allocated, uint64(10*len(body)), "bytes allocated to refuse the prompt")
-	require.Less(t, took, 5*time.Second)
+	if !raceEnabled {
+		require.Less(t, took, 5*time.Second)
+	}
 
 	// The same text as one chat message is refused before the template renders it.
 	chat, err := json.Marshal(map[string]any{"messages": []any{map[string]any{"role": "user", "content": randomText(8 << 20)}}})
