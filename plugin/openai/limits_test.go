@@ -278,3 +278,22 @@ func TestConnectionCap(t *testing.T) {
 	}
 	l.mustServe(t)
 }
+
+func TestWriteTimeoutIsPerWrite(t *testing.T) {
+	opts := DefaultOptions()
+	opts.WriteTimeout = 100 * time.Millisecond
+	l := serveLive(t, "llama-bf16", opts, nil)
+	body := l.firstEvent(t, "/v1/completions", map[string]any{"prompt": []int{1, 2, 3}, "max_tokens": 20, "ignore_eos": true})
+	defer body.Close()
+	// Hold the next step for several write timeouts: a deadline set once for the response would
+	// have passed when the stream resumes; one set per write has not.
+	entered, release := holdStep(t, l)
+	<-entered
+	time.Sleep(4 * opts.WriteTimeout)
+	close(release)
+	rest, err := io.ReadAll(body)
+	require.NoError(t, err)
+	require.True(t, bytes.HasSuffix(rest, []byte("data: [DONE]\n\n")), "the stream outlives the write timeout: %s", rest)
+	require.NotContains(t, string(rest), `"error"`)
+	l.mustServe(t)
+}
