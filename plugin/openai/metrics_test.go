@@ -5,22 +5,25 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// holdStep installs a layer hook that stops the first forward pass after it starts: entered is
-// closed once the engine is inside that step, and the step goes on when release is closed.
-func holdStep(t *testing.T, l *live) (entered, release chan struct{}) {
+// holdStep installs a layer hook that stops the forward pass after the first skip ones, once it
+// started: entered is closed once the engine is inside that step, and the step goes on when
+// release is closed.
+func holdStep(t *testing.T, l *live, skip int) (entered, release chan struct{}) {
 	entered, release = make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	require.True(t, l.eng.SetLayerHook(func(int, []float32, int) {
-		once.Do(func() {
+	passes := 0
+	require.True(t, l.eng.SetLayerHook(func(layer int, _ []float32, _ int) {
+		if layer != 0 { // layer 0 (the embeddings) starts each forward pass
+			return
+		}
+		if passes++; passes == skip+1 {
 			close(entered)
 			<-release
-		})
+		}
 	}))
 	t.Cleanup(func() {
 		select {
@@ -34,7 +37,7 @@ func holdStep(t *testing.T, l *live) (entered, release chan struct{}) {
 
 func TestScrapeAndHealthDuringAStep(t *testing.T) {
 	l := serveLive(t, "llama-bf16", DefaultOptions(), nil)
-	entered, release := holdStep(t, l)
+	entered, release := holdStep(t, l, 0)
 	prefill := make([]int, 200)
 	for i := range prefill {
 		prefill[i] = 1 + i%50
@@ -76,7 +79,7 @@ func TestClientDisconnectIsItsOwnOutcome(t *testing.T) {
 	settle(t, l.eng, "the stream is aborted", idle)
 
 	// A non-streaming request whose client gives up while its step is held.
-	entered, release := holdStep(t, l)
+	entered, release := holdStep(t, l, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "POST", l.url+"/v1/completions", strings.NewReader(`{"prompt": [1, 2, 3], "max_tokens": 5}`))
