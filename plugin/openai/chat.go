@@ -17,12 +17,15 @@ type chatRequest struct {
 	Logprobs            bool          `json:"logprobs"`
 	TopLogprobs         *int          `json:"top_logprobs"`
 	AddGenerationPrompt *bool         `json:"add_generation_prompt"`
+	chatOnlyUnsupported
 }
 
 // chatMessage accepts content as a string or as a list of {"type": "text", "text": ...} parts.
 type chatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// Name is accepted and not passed to the template (OpenAI's participant name).
+	Name *string `json:"name"`
 }
 
 func (m chatMessage) text() (string, *apiError) {
@@ -57,25 +60,25 @@ type chatLogprob struct {
 	TopLogprobs []chatLogprob `json:"top_logprobs,omitempty"`
 }
 
-// chat serves POST /v1/chat/completions.
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+// parseChat decodes and validates a chat body into a prompt and engine parameters the engine
+// will accept.
+func (s *Server) parseChat(body []byte) (*chatRequest, []int32, engine.SamplingParams, *apiError) {
 	var req chatRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeError(w, e)
-		return
+	var p engine.SamplingParams
+	if e := decodeJSON(body, &req); e != nil {
+		return nil, nil, p, e
 	}
 	if e := s.checkModel(req.Model); e != nil {
-		writeError(w, e)
-		return
+		return nil, nil, p, e
 	}
+	if e := checkUnsupported(&req.chatOnlyUnsupported); e != nil {
+		return nil, nil, p, e
+	}
+	field := "max_tokens"
 	if req.MaxCompletionTokens != nil {
-		req.MaxTokens = req.MaxCompletionTokens
+		req.MaxTokens, field = req.MaxCompletionTokens, "max_completion_tokens"
 	}
-	prompt, e := s.chatPrompt(&req)
-	var p engine.SamplingParams
-	if e == nil {
-		p, e = req.params(s.eng.MaxModelLen() - len(prompt))
-	}
+	p, e := req.params(&s.opts, s.m.vocab)
 	if e == nil && req.TopLogprobs != nil {
 		if *req.TopLogprobs < 0 || *req.TopLogprobs > engine.MaxLogprobs {
 			e = badRequest("top_logprobs", "top_logprobs must be in [0, %d]", engine.MaxLogprobs)
@@ -85,6 +88,32 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			p.Logprobs = *req.TopLogprobs
 		}
 	}
+	var prompt []int32
+	if e == nil {
+		prompt, e = s.chatPrompt(&req)
+	}
+	if e == nil {
+		e = maxTokens(&p, req.MaxTokens != nil, s.m.maxLen, s.m.maxLen, len(prompt), field)
+	}
+	if e == nil {
+		e = normalize(&p, s.m.vocab)
+	}
+	if e != nil {
+		return nil, nil, p, e
+	}
+	return &req, prompt, p, nil
+}
+
+// chat serves POST /v1/chat/completions.
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	body, release, e := s.readBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	req, prompt, p, e := s.parseChat(body)
+	body = nil
+	release()
 	if e != nil {
 		writeError(w, e)
 		return
@@ -95,9 +124,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
+	defer c.finish()
 	base := map[string]any{"id": id, "created": time.Now().Unix(), "model": s.name}
 	if req.Stream {
-		s.chatStream(w, &req, c, base, len(prompt), p.N)
+		s.chatStream(w, r, req, c, base, len(prompt), p.N)
 		return
 	}
 	type choice struct {
@@ -127,7 +157,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil {
-		writeError(w, toAPIError(err))
+		if !clientGone(w, r, err) {
+			writeError(w, toAPIError(err))
+		}
 		return
 	}
 	for i := range choices {
@@ -141,7 +173,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, with(out, "usage", usage{len(prompt), c.tokens, len(prompt) + c.tokens}))
 }
 
-func (s *Server) chatStream(w http.ResponseWriter, req *chatRequest, c *call, base map[string]any, promptLen, n int) {
+func (s *Server) chatStream(w http.ResponseWriter, r *http.Request, req *chatRequest, c *call, base map[string]any, promptLen, n int) {
 	st := newSSE(w)
 	base = with(base, "object", "chat.completion.chunk")
 	// The first chunk of each choice announces the assistant role, as OpenAI does.
@@ -161,12 +193,13 @@ func (s *Server) chatStream(w http.ResponseWriter, req *chatRequest, c *call, ba
 		}
 		return st.send(with(base, "choices", []any{ch}))
 	})
-	s.endStream(st, err, &req.commonRequest, c, base, promptLen)
+	s.endStream(w, r, st, err, &req.commonRequest, c, base, promptLen)
 }
 
-// chatPrompt renders the messages with the model's chat template and tokenizes them.
+// chatPrompt renders the messages with the model's chat template and tokenizes them. A
+// message that alone exceeds the context is refused before anything is rendered.
 func (s *Server) chatPrompt(req *chatRequest) ([]int32, *apiError) {
-	tok := s.eng.Tokenizer()
+	tok := s.m.tok
 	if tok == nil || !tok.HasChatTemplate() {
 		return nil, badRequest("messages", "this model has no chat template: use /v1/completions")
 	}
@@ -184,6 +217,15 @@ func (s *Server) chatPrompt(req *chatRequest) ([]int32, *apiError) {
 		if e != nil {
 			return nil, e
 		}
+		if len(text) > s.m.maxLen*directBytesPerToken {
+			over, err := countOver(tok, text, false, s.m.maxLen)
+			if err != nil {
+				return nil, badRequest("messages", "tokenize: %v", err)
+			}
+			if over {
+				return nil, contextError("messages", s.m.maxLen, s.m.maxLen, true)
+			}
+		}
 		msgs[i] = tokenizer.Message{Role: m.Role, Content: text}
 	}
 	genPrompt := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
@@ -191,12 +233,16 @@ func (s *Server) chatPrompt(req *chatRequest) ([]int32, *apiError) {
 	if err != nil {
 		return nil, badRequest("messages", "chat template: %v", err)
 	}
-	ids, err := tok.Encode(rendered, false)
-	if err != nil {
+	ids, over, err := encodeBounded(tok, rendered, false, s.m.maxLen)
+	switch {
+	case err != nil:
 		return nil, badRequest("messages", "tokenize: %v", err)
-	}
-	if len(ids) >= s.eng.MaxModelLen() {
-		return nil, badRequest("messages", "this model's maximum context length is %d tokens, the messages have %d", s.eng.MaxModelLen(), len(ids))
+	case over && ids == nil:
+		return nil, contextError("messages", s.m.maxLen, s.m.maxLen, true)
+	case over:
+		return nil, contextError("messages", s.m.maxLen, len(ids), false)
+	case len(ids) == 0:
+		return nil, badRequest("messages", "the rendered messages are empty")
 	}
 	return ids, nil
 }

@@ -14,6 +14,7 @@ type completionRequest struct {
 	Logprobs *int            `json:"logprobs"`
 	Echo     bool            `json:"echo"`
 	Suffix   *string         `json:"suffix"`
+	completionOnlyUnsupported
 }
 
 type completionChoice struct {
@@ -39,24 +40,23 @@ type usage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
-// completions serves POST /v1/completions.
-func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+// parseCompletion decodes and validates a completions body into prompts and engine parameters
+// the engine will accept.
+func (s *Server) parseCompletion(body []byte) (*completionRequest, [][]int32, engine.SamplingParams, *apiError) {
 	var req completionRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeError(w, e)
-		return
+	var p engine.SamplingParams
+	if e := decodeJSON(body, &req); e != nil {
+		return nil, nil, p, e
 	}
 	if e := s.checkModel(req.Model); e != nil {
-		writeError(w, e)
-		return
+		return nil, nil, p, e
 	}
-	prompts, e := s.parsePrompt(req.Prompt)
+	if e := checkUnsupported(&req.completionOnlyUnsupported); e != nil {
+		return nil, nil, p, e
+	}
+	p, e := req.params(&s.opts, s.m.vocab)
 	if e == nil && (req.Echo || req.Suffix != nil) {
 		e = badRequest("echo", "echo and suffix are not supported")
-	}
-	p, pe := req.params(16)
-	if e == nil {
-		e = pe
 	}
 	if e == nil && req.Logprobs != nil {
 		if *req.Logprobs < 0 || *req.Logprobs > engine.MaxLogprobs {
@@ -65,6 +65,32 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			p.Logprobs = *req.Logprobs
 		}
 	}
+	if e != nil {
+		return nil, nil, p, e
+	}
+	prompts, e := s.m.parsePrompt(req.Prompt, s.opts.MaxSeqsPerRequest, p.N)
+	if e == nil {
+		e = maxTokens(&p, req.MaxTokens != nil, 16, s.m.maxLen, longest(prompts), "max_tokens")
+	}
+	if e == nil {
+		e = normalize(&p, s.m.vocab)
+	}
+	if e != nil {
+		return nil, nil, p, e
+	}
+	return &req, prompts, p, nil
+}
+
+// completions serves POST /v1/completions.
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	body, release, e := s.readBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	req, prompts, p, e := s.parseCompletion(body)
+	body = nil
+	release()
 	if e != nil {
 		writeError(w, e)
 		return
@@ -75,6 +101,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
+	defer c.finish()
 	base := map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(), "model": s.name}
 	promptTokens := 0
 	for _, pr := range prompts {
@@ -105,7 +132,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			started[ch.Index] = true
 			return st.send(with(base, "choices", []completionChoice{ch}))
 		})
-		s.endStream(st, err, &req.commonRequest, c, base, promptTokens)
+		s.endStream(w, r, st, err, &req.commonRequest, c, base, promptTokens)
 		return
 	}
 	choices := make([]completionChoice, len(prompts)*p.N)
@@ -127,68 +154,18 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil {
-		writeError(w, toAPIError(err))
+		if !clientGone(w, r, err) {
+			writeError(w, toAPIError(err))
+		}
 		return
 	}
 	s.metrics.observeLatency(c)
 	writeJSON(w, http.StatusOK, with(with(base, "choices", choices), "usage", usage{promptTokens, c.tokens, promptTokens + c.tokens}))
 }
 
-// parsePrompt accepts a string, a list of strings, a list of token ids or a list of lists.
-func (s *Server) parsePrompt(raw json.RawMessage) ([][]int32, *apiError) {
-	// Each attempt decodes into a fresh value: a failed Unmarshal may leave partial results.
-	var texts []string
-	var idLists [][]int32
-	var one string
-	var ids []int32
-	switch {
-	case len(raw) == 0 || string(raw) == "null":
-		return nil, badRequest("prompt", "prompt is required")
-	case json.Unmarshal(raw, &one) == nil:
-		texts = []string{one}
-	case json.Unmarshal(raw, &ids) == nil:
-		idLists = [][]int32{ids}
-	default:
-		var many []string
-		var lists [][]int32
-		if json.Unmarshal(raw, &many) == nil {
-			texts = many
-		} else if json.Unmarshal(raw, &lists) == nil {
-			idLists = lists
-		} else {
-			return nil, badRequest("prompt", "prompt must be a string, a list of strings, a list of token ids or a list of such lists")
-		}
-	}
-	if texts != nil {
-		tok := s.eng.Tokenizer()
-		if tok == nil {
-			return nil, badRequest("prompt", "this model has no tokenizer: send the prompt as token ids")
-		}
-		for _, t := range texts {
-			enc, err := tok.Encode(t, true)
-			if err != nil {
-				return nil, badRequest("prompt", "tokenize: %v", err)
-			}
-			idLists = append(idLists, enc)
-		}
-	}
-	if len(idLists) == 0 {
-		return nil, badRequest("prompt", "prompt is empty")
-	}
-	for _, l := range idLists {
-		if len(l) == 0 {
-			return nil, badRequest("prompt", "prompt is empty")
-		}
-		if len(l) >= s.eng.MaxModelLen() {
-			return nil, badRequest("prompt", "this model's maximum context length is %d tokens, the prompt has %d", s.eng.MaxModelLen(), len(l))
-		}
-	}
-	return idLists, nil
-}
-
 // tokenText is how a token appears in logprobs; without a tokenizer, vLLM's "token_id:N".
 func (s *Server) tokenText(id int32) string {
-	if tok := s.eng.Tokenizer(); tok != nil {
+	if tok := s.m.tok; tok != nil {
 		return tok.Decode([]int32{id}, false)
 	}
 	return "token_id:" + itoa(int(id))

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,11 +63,15 @@ func newMetrics() *metrics {
 		tpot:    newHistogram(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1)}
 }
 
+// request counts a finished request; only answered ones enter the latency histogram, since a
+// client that went away says nothing about how long an answer takes.
 func (m *metrics) request(endpoint string, status int, d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.requests[requestKey{endpoint, status}]++
-	m.latency.observe(d.Seconds())
+	if status != statusClientClosed {
+		m.latency.observe(d.Seconds())
+	}
 }
 
 // observeLatency records a finished call's time to first token and time per output token.
@@ -82,9 +87,19 @@ func (m *metrics) observeLatency(c *call) {
 	}
 }
 
+// serveMetrics renders the metrics into a buffer and writes it after every lock is released:
+// engine state comes from StatsNow, which never waits for a step, and a slow scraper holds no
+// lock that requests need.
 func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
+	var buf bytes.Buffer
+	s.writeMetrics(&buf)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	st := s.eng.Stats()
+	extendWrite(w)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (s *Server) writeMetrics(w io.Writer) {
+	st, stale := s.eng.StatsNow()
 	gauge := func(name, help string, v float64) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", name, help, name, name, v)
 	}
@@ -100,10 +115,18 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	counter("atom_prefix_cache_hits_total", "Prompt tokens served by the prefix cache.", float64(st.PrefixCacheHits))
 	counter("atom_prompt_tokens_total", "Prompt tokens computed.", float64(st.PromptTokens))
 	counter("atom_generation_tokens_total", "Tokens generated.", float64(st.GeneratedTokens))
+	staleV := 0.0
+	if stale {
+		staleV = 1
+	}
+	gauge("atom_engine_stats_stale", "1 when the engine was inside a step and the engine figures are from the end of the previous one.", staleV)
+	gauge("atom_pending_sequences", "Sequences of the HTTP requests in flight (--max-pending-seqs bounds them).", float64(s.pending.Load()))
+	gauge("atom_open_connections", "Client connections open (--max-connections bounds them).", float64(s.openConns()))
+	gauge("atom_request_body_bytes_in_use", "Bytes of request bodies being read and parsed (--max-total-request-bytes bounds them).", float64(s.bodies.inUse()))
 	m := s.metrics
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	fmt.Fprintf(w, "# HELP atom_requests_total HTTP requests by endpoint and status.\n# TYPE atom_requests_total counter\n")
+	fmt.Fprintf(w, "# HELP atom_requests_total HTTP requests by endpoint and status (499: the client went away first).\n# TYPE atom_requests_total counter\n")
 	keys := make([]requestKey, 0, len(m.requests))
 	for k := range m.requests {
 		keys = append(keys, k)

@@ -6,9 +6,12 @@ import (
 )
 
 // sse writes server-sent events: one `data: <json>` per chunk and a final `data: [DONE]`.
+// Each write gets its own deadline (the write timeout), so a stream may last as long as it
+// generates while a client that stops reading is cut off.
 type sse struct {
-	w  http.ResponseWriter
-	fl http.Flusher
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	buf []byte
 }
 
 func newSSE(w http.ResponseWriter) *sse {
@@ -16,9 +19,9 @@ func newSSE(w http.ResponseWriter) *sse {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
+	extendWrite(w)
 	w.WriteHeader(http.StatusOK)
-	fl, _ := w.(http.Flusher)
-	return &sse{w: w, fl: fl}
+	return &sse{w: w, rc: http.NewResponseController(w)}
 }
 
 func (s *sse) send(v any) error {
@@ -26,21 +29,22 @@ func (s *sse) send(v any) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.w.Write(append(append([]byte("data: "), b...), '\n', '\n')); err != nil {
-		return err
+	s.buf = append(append(append(s.buf[:0], "data: "...), b...), '\n', '\n')
+	return s.write(s.buf)
+}
+
+func (s *sse) write(b []byte) error {
+	extendWrite(s.w)
+	if _, err := s.w.Write(b); err != nil {
+		return &clientWriteError{err}
 	}
-	if s.fl != nil {
-		s.fl.Flush()
+	if err := s.rc.Flush(); err != nil {
+		return &clientWriteError{err}
 	}
 	return nil
 }
 
-func (s *sse) done() {
-	_, _ = s.w.Write([]byte("data: [DONE]\n\n"))
-	if s.fl != nil {
-		s.fl.Flush()
-	}
-}
+func (s *sse) done() { _ = s.write([]byte("data: [DONE]\n\n")) }
 
 // sendError reports a failure inside an already started stream, as vLLM does.
 func (s *sse) sendError(e *apiError) {
@@ -50,9 +54,11 @@ func (s *sse) sendError(e *apiError) {
 
 // endStream ends a streamed response: the error if the call failed, else the usage chunk when
 // stream_options.include_usage asked for it, then [DONE].
-func (s *Server) endStream(st *sse, err error, req *commonRequest, c *call, base map[string]any, promptTokens int) {
+func (s *Server) endStream(w http.ResponseWriter, r *http.Request, st *sse, err error, req *commonRequest, c *call, base map[string]any, promptTokens int) {
 	if err != nil {
-		st.sendError(toAPIError(err))
+		if !clientGone(w, r, err) {
+			st.sendError(toAPIError(err))
+		}
 		return
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {

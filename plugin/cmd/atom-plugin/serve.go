@@ -2,18 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/atom-go/atom/engine"
 	"github.com/atom-go/atom/plugin/openai"
@@ -21,17 +18,23 @@ import (
 
 func init() { subcommands["serve"] = runServe }
 
-// runServe is `atom-plugin serve`: the OpenAI-compatible HTTP server.
+// runServe is `atom-plugin serve`: the OpenAI-compatible HTTP server. SIGTERM or SIGINT shut it
+// down gracefully (see openai.Server.Serve); it then exits 0.
 func runServe(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := engine.DefaultConfig()
 	cfg.Register(fs)
+	opts := openai.DefaultOptions()
+	opts.Register(fs)
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("port", 8000, "port to listen on (0: any free port, printed on start)")
 	name := fs.String("served-model-name", "", "model name clients use (default: the model path's base name)")
 	fs.Usage = func() { usageOf(fs, "serve --model DIR|FILE [--host H --port P --device cpu|gpu ...]") }
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := opts.Validate(); err != nil {
 		return err
 	}
 	log := newLogger(stderr)
@@ -47,18 +50,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: openai.New(e, *name, log).Handler(), ReadHeaderTimeout: 30 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
 	fmt.Fprintf(stdout, "atom-plugin serving %s at http://%s/v1\n", *name, ln.Addr())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return openai.NewWithOptions(e, *name, log, opts).Serve(ctx, ln)
 }
