@@ -66,12 +66,14 @@ func Serve(opts Options) {
 	}
 	srv := NewServer(opts.Version, log)
 	defer srv.Close()
+	impl, closeRecording := WithRecording(srv, opts.Version, log)
+	defer closeRecording()
 	if os.Getenv(bridge.MagicCookieKey) == bridge.MagicCookieValue {
 		go exitWithParent(log)
 	}
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig:  Handshake,
-		VersionedPlugins: map[int]goplugin.PluginSet{bridge.ProtocolVersion: {bridge.PluginName: &EnginePlugin{Impl: srv}}},
+		VersionedPlugins: map[int]goplugin.PluginSet{bridge.ProtocolVersion: {bridge.PluginName: &EnginePlugin{Impl: impl}}},
 		GRPCServer:       NewGRPCServer(log),
 		Logger:           log,
 	})
