@@ -107,6 +107,9 @@ func Replay(path string, opts ReplayOptions) (*ReplayReport, error) {
 			break
 		}
 		rep.Calls++
+		if rec.Code != 0 {
+			rep.Workload.Refused++
+		}
 		if !c.call(ctx, srv, rec) {
 			break
 		}
@@ -122,6 +125,7 @@ func (c *comparer) call(ctx context.Context, srv *Server, rec *bridge.CallRecord
 		_, err := srv.InitKVCache(ctx, &pb.InitKVCacheRequest{NumBlocks: int32(min(rec.NumBlocks, 1<<31-1)), BlockSize: int32(min(rec.BlockSize, 1<<31-1))})
 		return c.sameCode(rec, -1, err) || rec.Code != 0
 	case bridge.CallAbort:
+		c.rep.Workload.AbortCalls++
 		_, err := srv.Abort(ctx, &pb.AbortRequest{RequestId: rec.RequestID})
 		c.sameCode(rec, -1, err)
 		delete(c.rows, rec.RequestID)

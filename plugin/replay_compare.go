@@ -68,9 +68,23 @@ type ReplayReport struct {
 	Mismatches int          `json:"mismatches"`
 	Mismatch   *Difference  `json:"mismatch,omitempty"`
 	Listed     []Difference `json:"listed,omitempty"`
+	// Workload is what the recorded session exercised.
+	Workload Workload `json:"workload"`
 	// EndedEarly is the recorder's reason when the recording stops before the session did.
 	EndedEarly string `json:"ended_early,omitempty"`
 	OK         bool   `json:"ok"`
+}
+
+// Workload counts what a recording exercised, from its payloads.
+type Workload struct {
+	NewRequests   int `json:"new_requests"`
+	PrefixHits    int `json:"prefix_hits"`    // new requests with tokens already in the KV cache
+	PrefillChunks int `json:"prefill_chunks"` // scheduled rows that sampled nothing
+	Resumed       int `json:"resumed"`        // cached rows resumed after preemption
+	Finished      int `json:"finished"`       // ids in finished_req_ids (finished or aborted by the host)
+	AbortCalls    int `json:"abort_calls"`
+	Refused       int `json:"refused_calls"` // calls the plugin answered with an error
+	MaxBatch      int `json:"max_batch"`     // most rows in one step
 }
 
 // Difference is one answer of the replay that differs from the recording.
@@ -136,10 +150,22 @@ func (c *comparer) track(payload []byte) {
 	if err != nil {
 		return
 	}
+	w := &c.rep.Workload
+	w.Finished += len(p.FinishedReqIDs)
+	w.NewRequests += len(p.NewRequests)
+	w.MaxBatch = max(w.MaxBatch, len(p.NewRequests)+len(p.Cached.ReqIDs))
+	for _, r := range p.Cached.ResumedFromPreemption {
+		if r {
+			w.Resumed++
+		}
+	}
 	for _, id := range p.FinishedReqIDs {
 		delete(c.rows, id)
 	}
 	for i := range p.NewRequests {
+		if p.NewRequests[i].NumComputedTokens > 0 {
+			w.PrefixHits++
+		}
 		sp := &p.NewRequests[i].SamplingParams
 		class := rowRandom
 		switch {
@@ -182,6 +208,7 @@ func (c *comparer) compare(seq int64, step int, want, got *bridge.ExecuteModelRe
 			continue
 		}
 		if len(w) == 0 {
+			c.rep.Workload.PrefillChunks++
 			continue
 		}
 		row.n++

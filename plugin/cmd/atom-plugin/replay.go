@@ -108,6 +108,9 @@ func printReport(w io.Writer, r *plugin.ReplayReport) {
 	fmt.Fprintf(w, "replay of %s (recorded by atom-go %s on %s) on %s %s, model %s\n", r.Recording, r.RecordedWith, r.RecordedDevice, r.Device, r.DType, r.Model)
 	fmt.Fprintf(w, "%d calls, %d steps; tokens compared: %d greedy, %d seeded, %d random; %d not compared\n",
 		r.Calls, r.Steps, r.Tokens["greedy"], r.Tokens["seeded"], r.Tokens["random"], r.Skipped)
+	wl := r.Workload
+	fmt.Fprintf(w, "workload: %d requests (%d prefix hits), %d prefill chunks, %d resumed after preemption, %d finished ids, %d aborts, %d refused calls, batches of up to %d\n",
+		wl.NewRequests, wl.PrefixHits, wl.PrefillChunks, wl.Resumed, wl.Finished, wl.AbortCalls, wl.Refused, wl.MaxBatch)
 	fmt.Fprintf(w, "tolerance: logprob %.2g, tie %.2g; largest logprob difference %.3g\n", r.Tolerance.Logprob, r.Tolerance.Tie, r.MaxLogprobDiff)
 	if r.EndedEarly != "" {
 		fmt.Fprintf(w, "the recording ended early: %s\n", r.EndedEarly)
