@@ -154,6 +154,7 @@ var DevEnvVars = []EnvVar{
 	{"ATOM_GO_REQUIRE_SGLANG", "", "python tests: 1 fails, instead of skipping, when SGLang cannot be installed"},
 	{"ATOM_GO_EXPECT_PACKAGED_BINARY", "", "python tests: 1 requires the wheel's bundled atom-plugin"},
 	{"ATOM_GO_KEEP_LOGS", "", "python tests: keep the vLLM server logs of the end-to-end tests"},
+	{"ATOM_GO_RECORDINGS_OUT", "", "python tests: directory the recording tests copy their recordings to (make recordings: testdata/recordings)"},
 	{"ATOM_GO_PROTOC_VENV", "", "bridge/generate.sh: virtual environment holding grpcio-tools"},
 }
 
