@@ -40,7 +40,7 @@ def recorded(plugin_binary: str, model_dir: str, tmp_path_factory: pytest.TempPa
     tmp = tmp_path_factory.mktemp("vllm-record")
     rec = tmp / RECORDING_NAME
     env = {"ATOM_GO_PLUGIN": plugin_binary, "VLLM_PLUGINS": "atom_go", "ATOM_GO_RECORD": str(rec)}
-    args = ["--num-gpu-blocks-override", "24", "--max-num-batched-tokens", "32", "--max-num-seqs", "8"]
+    args = ["--num-gpu-blocks-override", "16", "--max-num-batched-tokens", "32", "--max-num-seqs", "8"]
     args += ["--max-model-len", "256", "--seed", "0"]
     proc, url = _start(env, model_dir, tmp / "serve.log", *args)
     srv = Server(proc, url, tmp / "serve.log", 0.0)

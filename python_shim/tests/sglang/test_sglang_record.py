@@ -32,7 +32,8 @@ def _submit(s: Any, rid: str, prompt: list[int], max_new: int, *, logprobs: int 
     from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    sp = SamplingParams(max_new_tokens=max_new, ignore_eos=True, **sp_kw)
+    sp_kw.setdefault("ignore_eos", True)
+    sp = SamplingParams(max_new_tokens=max_new, **sp_kw)
     sp.normalize(None)
     sp.verify(VOCAB)
     s.handle_generate_request(
@@ -70,26 +71,41 @@ def _idle(s: Any) -> bool:
     return not s.waiting_queue and (s.running_batch is None or s.running_batch.is_empty()) and s.last_batch is None
 
 
+def _run(s: Any, on_step: Any = None) -> None:
+    for step in range(2000):
+        _step(s)
+        if on_step is not None:
+            on_step(step)
+        if _idle(s):
+            return
+    pytest.fail("the scheduler was still busy after 2000 steps")
+
+
 def _workload(s: Any) -> dict[str, Any]:
     from sglang.srt.managers.io_struct import AbortReq
 
+    # Phase 1, as test_sglang_scheduler.py: more greedy decoding than the slots hold (SGLang
+    # retracts), an abort mid-decode, two requests on one prompt (the radix cache moves one onto
+    # the other's slots).
     reqs: dict[str, Any] = {}
-    for i in range(5):
+    for i in range(6):
         prompt = list(range(10 + i, 40 + i))  # 30 tokens: two prefill chunks
-        reqs[f"g{i}"] = _submit(s, f"g{i}", prompt, 50, temperature=0, logprobs=3 if i % 2 else -1)
-    reqs["seeded"] = _submit(s, "seeded", list(range(60, 80)), 40, temperature=0.8, top_p=0.9, sampling_seed=7)
-    reqs["random"] = _submit(s, "random", list(range(90, 100)), 30, temperature=1.0, logprobs=0)
-    same = [7] * 20  # shared by two requests: the radix cache moves one onto the other's slots
-    reqs["dupA"] = _submit(s, "dupA", same, 10, temperature=0)
-    reqs["dupB"] = _submit(s, "dupB", same, 10, temperature=0, logprobs=1)
-    for step in range(2000):
-        _step(s)
+        reqs[f"g{i}"] = _submit(s, f"g{i}", prompt, 70, temperature=0, ignore_eos=False)
+    same = [7] * 20
+    reqs["dupA"] = _submit(s, "dupA", same, 10, temperature=0, ignore_eos=False)
+    reqs["dupB"] = _submit(s, "dupB", same, 10, temperature=0, ignore_eos=False)
+
+    def abort_g1(step: int) -> None:
         if step == 12:
             s.abort_request(AbortReq(rid="g1"))
-        if _idle(s):
-            break
-    else:
-        pytest.fail("the scheduler was still busy after 2000 steps")
+
+    _run(s, abort_g1)
+    # Phase 2: seeded and unseeded sampling, logprobs with and without alternatives.
+    reqs["seeded"] = _submit(s, "seeded", list(range(60, 80)), 40, temperature=0.8, top_p=0.9, sampling_seed=7)
+    reqs["seeded-lp"] = _submit(s, "seeded-lp", list(range(61, 75)), 30, temperature=0.7, sampling_seed=3, logprobs=2)
+    reqs["random"] = _submit(s, "random", list(range(90, 100)), 30, temperature=1.0, logprobs=0)
+    reqs["greedy-lp"] = _submit(s, "greedy-lp", list(range(120, 150)), 40, temperature=0, logprobs=3)
+    _run(s)
     return reqs
 
 
