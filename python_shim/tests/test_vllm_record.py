@@ -4,7 +4,7 @@ what it recorded, which must be exact on the cpu (docs/recording.md).
 The workload mixes greedy, seeded (n = 2), unseeded and penalised requests, logprobs of several
 sizes, a stop string, a prompt longer than the step's token budget (chunked prefill), the same
 long prompt twice (a prefix-cache hit), more requests than a tiny KV cache holds (preemption
-when they overlap) and a streamed request the client drops (an abort). With
+when they overlap: vLLM resumes them) and a streamed request the client drops (an abort). With
 ATOM_GO_RECORDINGS_OUT set the recording is copied there (`make recordings`).
 """
 
@@ -40,7 +40,7 @@ def recorded(plugin_binary: str, model_dir: str, tmp_path_factory: pytest.TempPa
     tmp = tmp_path_factory.mktemp("vllm-record")
     rec = tmp / RECORDING_NAME
     env = {"ATOM_GO_PLUGIN": plugin_binary, "VLLM_PLUGINS": "atom_go", "ATOM_GO_RECORD": str(rec)}
-    args = ["--num-gpu-blocks-override", "16", "--max-num-batched-tokens", "32", "--max-num-seqs", "8"]
+    args = ["--num-gpu-blocks-override", "17", "--max-num-batched-tokens", "32", "--max-num-seqs", "8"]
     args += ["--max-model-len", "256", "--seed", "0"]
     proc, url = _start(env, model_dir, tmp / "serve.log", *args)
     srv = Server(proc, url, tmp / "serve.log", 0.0)
@@ -75,14 +75,16 @@ def _workload(srv: Server) -> None:
         (_prompt(20, 29), 60, {"temperature": 0}),
         (_prompt(20, 31), 60, {"temperature": 0, "logprobs": 1}),
     ]
+    # The long prompt twice, alone: the second time its whole blocks come from the prefix cache
+    # (later, the tiny cache under the concurrent load evicts them).
+    complete(long_prompt, 8, temperature=0)
+    again = complete(long_prompt, 8, temperature=0, logprobs=2)
+    assert again.usage.prompt_tokens == len(long_prompt)
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
         futures = [pool.submit(complete, p, n, **kw) for p, n, kw in jobs]
         _dropped_stream(srv)
         for f in futures:
             assert f.result().choices
-    # The long prompt again, alone: its whole blocks come from the prefix cache.
-    again = complete(long_prompt, 8, temperature=0, logprobs=2)
-    assert again.usage.prompt_tokens == len(long_prompt)
 
 
 def _dropped_stream(srv: Server) -> None:
