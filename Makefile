@@ -121,3 +121,18 @@ python-sglang-lint: python-sglang-venv
 python-sglang-test: build python-sglang-lint
 	cd python_shim && ATOM_GO_PLUGIN=$(CURDIR)/$(BIN) ATOM_GO_REQUIRE_SGLANG=1 \
 		$(PY_SGLANG_BIN)/pytest -q -p no:cacheprovider tests/sglang
+
+# ---------------------------------------------------------------------------------------------
+# testdata/recordings: the vLLM and SGLang recording tests' traffic (ATOM_GO_RECORD) on the
+# cpu backend, replayed by TestCommittedRecordingsReplayExactly (docs/recording.md). Needs both
+# venvs; run it when the test checkpoints, the wire format or the cpu numerics change.
+.PHONY: recordings
+
+recordings: python-wheel build python-sglang-venv
+	mkdir -p testdata/recordings
+	$(PY_BIN)/pip install --quiet --force-reinstall --no-deps python_shim/dist/atom_go-*.whl
+	cd / && ATOM_GO_RECORDINGS_OUT=$(CURDIR)/testdata/recordings $(PY_BIN)/pytest -q -c $(CURDIR)/python_shim/pyproject.toml \
+		--rootdir $(CURDIR)/python_shim $(CURDIR)/python_shim/tests/test_vllm_record.py
+	cd python_shim && ATOM_GO_RECORDINGS_OUT=$(CURDIR)/testdata/recordings ATOM_GO_PLUGIN=$(CURDIR)/$(BIN) \
+		ATOM_GO_REQUIRE_SGLANG=1 $(PY_SGLANG_BIN)/pytest -q -p no:cacheprovider tests/sglang/test_sglang_record.py
+	ls -l testdata/recordings

@@ -135,6 +135,8 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_GEMV_PREFETCH", "0", "gpu: loop steps of weights the skinny kernel fetches into L2 before waiting on its predecessor (0-64; for measurements; read by libatomk)"},
 	{"ATOM_GO_COPY_KERNEL", "1", "gpu: 1 moves small uploads and readbacks (pinned host memory, up to 64 KiB) with a kernel, 0 with copy-engine copies (for measurements; read by libatomk; a decode graph step always loads its inputs with a kernel)"},
 	{"ATOM_GO_NCCL", "", "gpu: path of the NCCL/RCCL library for tensor parallelism (default: the system's; read by libatomk)"},
+	{"ATOM_GO_RECORD", "", "atom-plugin: write the host's bridge calls (InitKVCache, ExecuteModel, Abort and their answers) to this file for `atom-plugin replay` (docs/recording.md)"},
+	{"ATOM_GO_RECORD_MAX_BYTES", "1073741824", "atom-plugin: size cap of an ATOM_GO_RECORD file; recording stops with a warning when it is reached"},
 	{"ATOM_GO_PLUGIN_COOKIE", "", "go-plugin handshake cookie, set by the host that starts atom-plugin (bridge.MagicCookieValue)"},
 	{"ATOM_GO_DEVICE", "cpu", "python shim: where atom-go runs the model under vLLM or SGLang (cpu or gpu)"},
 	{"ATOM_GO_ENGINE_ARGS", "", "python shim: extra atom-plugin engine flags, shell-quoted (e.g. --tensor-parallel-size=2)"},
@@ -152,6 +154,7 @@ var DevEnvVars = []EnvVar{
 	{"ATOM_GO_REQUIRE_SGLANG", "", "python tests: 1 fails, instead of skipping, when SGLang cannot be installed"},
 	{"ATOM_GO_EXPECT_PACKAGED_BINARY", "", "python tests: 1 requires the wheel's bundled atom-plugin"},
 	{"ATOM_GO_KEEP_LOGS", "", "python tests: keep the vLLM server logs of the end-to-end tests"},
+	{"ATOM_GO_RECORDINGS_OUT", "", "python tests: directory the recording tests copy their recordings to (make recordings: testdata/recordings)"},
 	{"ATOM_GO_PROTOC_VENV", "", "bridge/generate.sh: virtual environment holding grpcio-tools"},
 }
 

@@ -82,13 +82,15 @@ func Serve(opts Options) {
 	signal.Ignore(syscall.SIGPIPE)
 	srv := NewServer(opts.Version, log)
 	defer srv.Close()
+	impl, closeRecording := WithRecording(srv, opts.Version, log)
+	defer closeRecording()
 	defer dir.remove() // before the engine closes: goplugin.Serve has removed the socket
 	lc := newLifecycle(log, dir)
 	defer lc.close()
 	lc.start()
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig:  Handshake,
-		VersionedPlugins: map[int]goplugin.PluginSet{bridge.ProtocolVersion: {bridge.PluginName: &EnginePlugin{Impl: srv}}},
+		VersionedPlugins: map[int]goplugin.PluginSet{bridge.ProtocolVersion: {bridge.PluginName: &EnginePlugin{Impl: impl}}},
 		GRPCServer:       lc.server(NewGRPCServer(log)),
 		Logger:           log,
 	})

@@ -6,6 +6,7 @@
 //	atom-plugin generate --model DIR --prompt TEXT     offline smoke test
 //	atom-plugin tokenize --model DIR --text TEXT       check a tokenizer
 //	atom-plugin serve --model DIR                      OpenAI-compatible HTTP server
+//	atom-plugin replay FILE [--device gpu]             replay a recording (docs/recording.md)
 //	atom-plugin --handshake [--model DIR]              act as a go-plugin host against itself
 //	atom-plugin --version | --help
 package main
@@ -72,6 +73,7 @@ Usage:
   atom-plugin generate [flags]     run one prompt offline and print the result
   atom-plugin tokenize [flags]     print a text's (or a chat's) token ids
   atom-plugin serve [flags]        serve the OpenAI-compatible HTTP API
+  atom-plugin replay [flags] FILE  replay a recording of a host's bridge calls (ATOM_GO_RECORD) and compare
   atom-plugin --handshake [--model DIR] [--device cpu|gpu]
                                    start this binary as a go-plugin host would, check the handshake,
                                    health and Describe, optionally load DIR and stream 8 greedy tokens

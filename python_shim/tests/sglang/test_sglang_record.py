@@ -1,0 +1,184 @@
+"""SGLang's own Scheduler on atom-go with ATOM_GO_RECORD set, then `atom-plugin replay` of what
+it recorded, which must be exact on the cpu (docs/recording.md).
+
+The scheduler is built and stepped in this process as in test_sglang_scheduler.py (SGLang's
+radix cache, token allocator, chunked prefill, retraction and abort), with a KV pool small
+enough that SGLang must retract, greedy, seeded and logprob requests, two requests sharing a
+prompt and an abort mid-decode. With ATOM_GO_RECORDINGS_OUT set the recording is copied there
+(`make recordings`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+from array import array
+from typing import Any
+
+import pytest
+from sglang_support import require_entry_point, require_sglang
+
+require_sglang()
+
+VOCAB = 384
+KV_SLOTS = 260
+RECORDING_NAME = "sglang-qwen2.rec"
+
+
+def _submit(s: Any, rid: str, prompt: list[int], max_new: int, *, logprobs: int = -1, **sp_kw: Any) -> Any:
+    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    sp_kw.setdefault("ignore_eos", True)
+    sp = SamplingParams(max_new_tokens=max_new, **sp_kw)
+    sp.normalize(None)
+    sp.verify(VOCAB)
+    s.handle_generate_request(
+        TokenizedGenerateReqInput(
+            input_text=None,
+            input_ids=array("q", prompt),
+            mm_inputs=None,
+            input_embeds=None,
+            token_type_ids=None,
+            sampling_params=sp,
+            return_logprob=logprobs >= 0,
+            logprob_start_len=-1,
+            top_logprobs_num=max(logprobs, 0),
+            token_ids_logprob=None,
+            stream=False,
+            rid=rid,
+        )
+    )
+    return s.waiting_queue[-1]
+
+
+def _step(s: Any) -> None:
+    """One turn of Scheduler.event_loop_normal."""
+    plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
+    s.running_batch = plan.running_batch
+    batch = plan.batch_to_run
+    if batch:
+        s.process_batch_result(batch, s.run_batch(batch))
+    else:
+        s.on_idle()
+    s.last_batch = batch
+
+
+def _idle(s: Any) -> bool:
+    return not s.waiting_queue and (s.running_batch is None or s.running_batch.is_empty()) and s.last_batch is None
+
+
+def _run(s: Any, on_step: Any = None) -> None:
+    for step in range(2000):
+        _step(s)
+        if on_step is not None:
+            on_step(step)
+        if _idle(s):
+            return
+    pytest.fail("the scheduler was still busy after 2000 steps")
+
+
+def _workload(s: Any) -> dict[str, Any]:
+    from sglang.srt.managers.io_struct import AbortReq
+
+    # Phase 1, as test_sglang_scheduler.py: more greedy decoding than the slots hold (SGLang
+    # retracts), an abort mid-decode, two requests on one prompt (the radix cache moves one onto
+    # the other's slots).
+    reqs: dict[str, Any] = {}
+    for i in range(6):
+        prompt = list(range(10 + i, 40 + i))  # 30 tokens: two prefill chunks
+        reqs[f"g{i}"] = _submit(s, f"g{i}", prompt, 70, temperature=0, ignore_eos=False)
+    same = [7] * 20
+    reqs["dupA"] = _submit(s, "dupA", same, 10, temperature=0, ignore_eos=False)
+    reqs["dupB"] = _submit(s, "dupB", same, 10, temperature=0, ignore_eos=False)
+
+    def abort_g1(step: int) -> None:
+        if step == 12:
+            s.abort_request(AbortReq(rid="g1"))
+
+    _run(s, abort_g1)
+    # Phase 2: seeded and unseeded sampling, logprobs with and without alternatives.
+    reqs["seeded"] = _submit(s, "seeded", list(range(60, 80)), 40, temperature=0.8, top_p=0.9, sampling_seed=7)
+    reqs["seeded-lp"] = _submit(s, "seeded-lp", list(range(61, 75)), 30, temperature=0.7, sampling_seed=3, logprobs=2)
+    reqs["random"] = _submit(s, "random", list(range(90, 100)), 30, temperature=1.0, logprobs=0)
+    reqs["greedy-lp"] = _submit(s, "greedy-lp", list(range(120, 150)), 40, temperature=0, logprobs=3)
+    _run(s)
+    return reqs
+
+
+@pytest.fixture(scope="module")
+def recorded(atom_plugin: str, qwen2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    rec = tmp_path_factory.mktemp("sglang-record") / RECORDING_NAME
+    keys = ("SGLANG_PLUGINS", "ATOM_GO_PLUGIN", "ATOM_GO_ENGINE_ARGS", "ATOM_GO_SGLANG", "ATOM_GO_RECORD")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(
+        {
+            "SGLANG_PLUGINS": "atom_go",
+            "ATOM_GO_PLUGIN": atom_plugin,
+            "ATOM_GO_ENGINE_ARGS": "--threads=2",
+            "ATOM_GO_RECORD": str(rec),
+        }
+    )
+    os.environ.pop("ATOM_GO_SGLANG", None)
+    try:
+        require_entry_point()
+        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.plugins import load_plugins
+        from sglang.srt.runtime_context import SpawnRanks, publish
+        from sglang.srt.server_args import PortArgs, ServerArgs
+
+        load_plugins()
+        server_args = ServerArgs(
+            model_path=qwen2_dir,
+            max_total_tokens=KV_SLOTS,
+            max_running_requests=8,
+            chunked_prefill_size=16,
+            skip_tokenizer_init=True,
+        )
+        server_args.resolve_once()
+        port_args = PortArgs.init_new(server_args)
+        publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
+        scheduler = Scheduler(server_args, port_args)
+        # Admit as if decoding needed no room, so that SGLang runs out of slots and retracts.
+        tracker = scheduler.new_token_ratio_tracker
+        tracker.init = tracker.current = tracker.min = tracker.decay = 0.0
+        try:
+            reqs = _workload(scheduler)
+        finally:
+            scheduler.tp_worker.shutdown()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert sum(r.retraction_count for r in reqs.values()) >= 1, "SGLang never retracted a request"
+    assert type(reqs["g1"].finished_reason).__name__ == "FINISH_ABORT"
+    assert rec.is_file()
+    out = os.environ.get("ATOM_GO_RECORDINGS_OUT")
+    if out:
+        shutil.copyfile(rec, pathlib.Path(out) / RECORDING_NAME)
+    return rec
+
+
+def _replay(binary: str, rec: pathlib.Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    cmd = [binary, "replay", "--json", *args, str(rec)]
+    out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    report = json.loads(out.stdout) if out.stdout.strip() else {}
+    return out.returncode, report, out.stderr
+
+
+def test_the_recording_replays_exactly_on_the_cpu(atom_plugin: str, recorded: pathlib.Path) -> None:
+    code, report, stderr = _replay(atom_plugin, recorded)
+    assert code == 0, (stderr, report.get("mismatch"))
+    assert report["ok"] is True
+    assert report["mismatches"] == 0 and report["num_near_ties"] == 0 and report["skipped"] == 0
+    assert report["max_logprob_diff"] <= 1e-5
+    tokens, work = report["tokens"], report["workload"]
+    print(f"\nSGLang recording: {recorded.stat().st_size} bytes, {report['steps']} steps, {tokens}, {work}")
+    assert tokens["greedy"] > 0 and tokens["seeded"] > 0 and tokens["random"] > 0, tokens
+    assert work["prefill_chunks"] > 0, work
+    assert work["finished"] > 0, work
