@@ -100,14 +100,14 @@ func chatEnvironment() (*exec.Environment, *config.Config) {
 				filters[name] = guardFilter(name, fn)
 			}
 		}
+		filters[guardOp] = opGuard
+		filters[guardOut] = outGuard
+		filters[guardIter] = iterGuard
+		filters[guardSetValue] = setValueGuard
+		filters[guardSetTarget] = setTargetGuard
 		globals := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 		globals.Set("range", pyRange)
 		globals.Set("lipsum", lipsumGuard)
-		globals.Set(guardOp, opGuard)
-		globals.Set(guardOut, outGuard)
-		globals.Set(guardIter, iterGuard)
-		globals.Set(guardSetValue, setValueGuard)
-		globals.Set(guardSetTarget, setTargetGuard)
 		chatMethods, chatStrMethods = newMethods()
 		chatEnv = &exec.Environment{
 			Context:           globals,

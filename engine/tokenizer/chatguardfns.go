@@ -127,17 +127,30 @@ func replaceSize(s, old, new string, count int64) int64 {
 	return satAdd(int64(len(s)), satMul(n, int64(len(new))))
 }
 
+// referenceFilters build at most a list of references to their input's
+// items (or a number), so their bound needs no walk over the input.
+var referenceFilters = map[string]bool{
+	"abs": true, "attr": true, "default": true, "d": true, "dictsort": true, "first": true, "float": true,
+	"groupby": true, "int": true, "items": true, "last": true, "length": true, "count": true, "map": true,
+	"max": true, "min": true, "random": true, "rejectattr": true, "reject": true, "reverse": true,
+	"round": true, "safe": true, "selectattr": true, "select": true, "sort": true, "sum": true,
+	"unique": true, "wordcount": true,
+}
+
 // filterBound is an upper bound of what filter name builds from in.
 func filterBound(b *budget, name string, in *exec.Value, params *exec.VarArgs) (int64, error) {
-	size, err := sizeOf(b, in)
-	if err != nil {
-		return 0, err
-	}
 	var count int64
 	if in.IsList() || in.IsDict() {
 		count = int64(in.Len())
 	} else if in.IsString() {
-		count = size
+		count = int64(len(in.String()))
+	}
+	if referenceFilters[name] {
+		return satAdd(satMul(count, listElementBytes), 64), nil
+	}
+	size, err := sizeOf(b, in)
+	if err != nil {
+		return 0, err
 	}
 	switch name {
 	case "center":
@@ -180,6 +193,19 @@ func filterBound(b *budget, name string, in *exec.Value, params *exec.VarArgs) (
 	return satAdd(satMul(size, 2), 64), nil
 }
 
+// builtSize is what a value built by a filter or method is charged: its
+// bytes for a string, its references for a list or dict (printing a list
+// is checked when it is printed).
+func builtSize(v *exec.Value) int64 {
+	switch {
+	case v.IsString():
+		return int64(len(v.String()))
+	case v.IsList(), v.IsDict():
+		return int64(v.Len()) * listElementBytes
+	}
+	return 24
+}
+
 // guardFilter bounds filter name.
 func guardFilter(name string, fn exec.FilterFunction) exec.FilterFunction {
 	what := "filter " + name
@@ -202,11 +228,7 @@ func guardFilter(name string, fn exec.FilterFunction) exec.FilterFunction {
 		if out == nil || out.IsError() {
 			return out
 		}
-		n, err := sizeOf(b, out)
-		if err == nil {
-			err = b.charge(b.line, n, what)
-		}
-		if err != nil {
+		if err := b.charge(b.line, builtSize(out), what); err != nil {
 			return exec.AsValue(err)
 		}
 		return out
@@ -275,11 +297,7 @@ func renderMethods(b *budget) exec.Methods {
 			if err != nil {
 				return nil, err
 			}
-			size, err := sizeOf(b, exec.AsValue(out))
-			if err == nil {
-				err = b.charge(b.line, size, what)
-			}
-			return out, err
+			return out, b.charge(b.line, builtSize(exec.AsValue(out)), what)
 		}
 	}
 	m.Str = exec.NewMethodSet(str)

@@ -10,8 +10,8 @@ import (
 	"github.com/nikolalohinski/gonja/v2/tokens"
 )
 
-// The guards the rewritten template calls. Each takes the template line
-// first, finds the render's budget in the evaluator's context and returns
+// The guards the rewritten template calls, as filters. Each takes the
+// template line as its first argument, finds the render's budget in the evaluator's context and returns
 // an error value on a breach; the breach is also kept in the budget, so a
 // render reports it however gonja wraps the error on the way out.
 
@@ -28,20 +28,50 @@ func guardArgs(e *exec.Evaluator, va *exec.VarArgs, want int) (*budget, int, err
 	return b, line, b.step(line)
 }
 
+// guard makes a guard filter of fn, which gets the budget, the line, the
+// filtered value and the other arguments; an error value passes through.
+func guard(want int, fn func(b *budget, line int, in *exec.Value, args []*exec.Value) *exec.Value) exec.FilterFunction {
+	return func(e *exec.Evaluator, in *exec.Value, va *exec.VarArgs) *exec.Value {
+		if in.IsError() {
+			return in
+		}
+		b, line, err := guardArgs(e, va, want)
+		if err != nil {
+			return exec.AsValue(err)
+		}
+		return fn(b, line, in, va.Args[1:])
+	}
+}
+
 // opGuard evaluates a binary operator: Python's semantics for numbers (an
 // error for division by zero and for integers beyond 64 bits), gonja's for
 // the rest, and a size check before building a string or a list.
-func opGuard(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
-	b, line, err := guardArgs(e, va, 3)
+//
+// Its arguments are the operator and the right operands of a chain of it:
+// a + b + c is one call on a with [+, b, c].
+var opGuard = func(e *exec.Evaluator, l *exec.Value, va *exec.VarArgs) *exec.Value {
+	if l.IsError() {
+		return l
+	}
+	if len(va.Args) < 3 {
+		return exec.AsValue(templateError(0, "bad operator guard"))
+	}
+	b, line, err := guardArgs(e, va, len(va.Args)-1)
 	if err != nil {
 		return exec.AsValue(err)
 	}
-	op, l, r := tokens.Type(va.Args[1].Integer()), va.Args[2], va.Args[3]
-	v, err := binaryOp(b, line, op, l, r)
-	if err != nil {
-		return exec.AsValue(b.fail(err))
+	op := tokens.Type(va.Args[1].Integer())
+	for i, r := range va.Args[2:] {
+		if i > 0 {
+			if err := b.step(line); err != nil {
+				return exec.AsValue(err)
+			}
+		}
+		if l, err = binaryOp(b, line, op, l, r); err != nil {
+			return exec.AsValue(b.fail(err))
+		}
 	}
-	return v
+	return l
 }
 
 func binaryOp(b *budget, line int, op tokens.Type, l, r *exec.Value) (*exec.Value, error) {
@@ -270,12 +300,7 @@ func repeatList(b *budget, line int, l *exec.Value, n int) (*exec.Value, error) 
 
 // outGuard checks what a {{ }} writes: text written inside loops and
 // macros is built again at each turn.
-func outGuard(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
-	b, line, err := guardArgs(e, va, 1)
-	if err != nil {
-		return exec.AsValue(err)
-	}
-	v := va.Args[1]
+var outGuard = guard(0, func(b *budget, line int, v *exec.Value, _ []*exec.Value) *exec.Value {
 	if err := reserveValue(b, line, v, "output"); err != nil {
 		return exec.AsValue(err)
 	}
@@ -284,16 +309,11 @@ func outGuard(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
 		return exec.AsValue(err)
 	}
 	return v
-}
+})
 
 // iterGuard checks a for loop's sequence: gonja materialises all of it
 // before the first iteration.
-func iterGuard(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
-	b, line, err := guardArgs(e, va, 1)
-	if err != nil {
-		return exec.AsValue(err)
-	}
-	v := va.Args[1]
+var iterGuard = guard(0, func(b *budget, line int, v *exec.Value, _ []*exec.Value) *exec.Value {
 	if v.IsList() || v.IsDict() || v.IsString() {
 		n := v.Len()
 		if n > b.lim.MaxSteps-b.steps {
@@ -304,29 +324,20 @@ func iterGuard(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
 		}
 	}
 	return v
-}
+})
 
 // setValueGuard notes the value of a {% set x.attr = value %}.
-func setValueGuard(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
-	b, _, err := guardArgs(e, va, 1)
-	if err != nil {
-		return exec.AsValue(err)
-	}
-	b.pending = va.Args[1]
-	return va.Args[1]
-}
+var setValueGuard = guard(0, func(b *budget, _ int, v *exec.Value, _ []*exec.Value) *exec.Value {
+	b.pending = v
+	return v
+})
 
 // setTargetGuard refuses to store a value inside itself.
-func setTargetGuard(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
-	b, line, err := guardArgs(e, va, 1)
-	if err != nil {
-		return exec.AsValue(err)
-	}
-	target := va.Args[1]
+var setTargetGuard = guard(0, func(b *budget, line int, target *exec.Value, _ []*exec.Value) *exec.Value {
 	pending := b.pending
 	b.pending = nil
 	if pending != nil && reaches(pending, target) {
 		return exec.AsValue(b.fail(limitError(line, "a value may not contain itself")))
 	}
 	return target
-}
+})

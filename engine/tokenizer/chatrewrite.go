@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -13,8 +14,8 @@ import (
 	"github.com/nikolalohinski/gonja/v2/tokens"
 )
 
-// The names of the hidden guard functions and of the render's budget in
-// the template context (see guardPrefix).
+// The names of the hidden guard filters and of the render's budget in the
+// template context (see guardPrefix).
 const (
 	guardOp        = guardPrefix + "op"
 	guardOut       = guardPrefix + "out"
@@ -40,14 +41,20 @@ type rewriter struct {
 	lim  TemplateLimits
 	seen map[unsafe.Pointer]bool
 	memo map[nodes.Node]nodes.Node
-	err  error
+	// chains are the guards of + and ~ chains, by operator, which a
+	// further + or ~ extends.
+	chains map[*nodes.FilteredExpression]tokens.Type
+	err    error
 }
 
 var tokenPtrType = reflect.TypeFor[*tokens.Token]()
 
 // rewriteTemplate guards root in place.
 func rewriteTemplate(root *nodes.Template, lim TemplateLimits) error {
-	w := &rewriter{lim: lim, seen: map[unsafe.Pointer]bool{}, memo: map[nodes.Node]nodes.Node{}}
+	w := &rewriter{
+		lim: lim, seen: map[unsafe.Pointer]bool{}, memo: map[nodes.Node]nodes.Node{},
+		chains: map[*nodes.FilteredExpression]tokens.Type{},
+	}
 	w.walk(reflect.ValueOf(root), 0)
 	return w.err
 }
@@ -158,14 +165,20 @@ func line(n nodes.Node) (l int) {
 	return 0
 }
 
-// guardCall is a call of the guard named fn with a line number first.
-func guardCall(fn string, loc *tokens.Token, args ...nodes.Expression) *nodes.Call {
+// guardCall applies the guard filter fn to in, with the line and args as
+// the filter's arguments. Guards are filters rather than functions because
+// gonja calls filters directly, where a function call goes through a name
+// lookup and reflection: a guard on every operator and output must be
+// cheap.
+func guardCall(fn string, loc *tokens.Token, in nodes.Expression, args ...nodes.Expression) *nodes.FilteredExpression {
 	if loc == nil {
 		loc = &tokens.Token{Type: tokens.Name}
 	}
-	name := &nodes.Name{Name: &tokens.Token{Type: tokens.Name, Val: fn, Line: loc.Line, Col: loc.Col, Pos: loc.Pos}}
 	all := append([]nodes.Expression{&nodes.Integer{Location: loc, Val: loc.Line}}, args...)
-	return &nodes.Call{Location: loc, Func: name, Args: all, Kwargs: map[string]nodes.Expression{}}
+	return &nodes.FilteredExpression{
+		Expression: in,
+		Filters:    []*nodes.FilterCall{{Token: loc, Name: fn, Args: all, Kwargs: map[string]nodes.Expression{}}},
+	}
 }
 
 // replace returns the guarded form of n (n itself, changed in place, for
@@ -177,7 +190,20 @@ func (w *rewriter) replace(n nodes.Node) nodes.Node {
 			return n
 		}
 		tok := x.Operator.Token
-		return guardCall(guardOp, tok, &nodes.Integer{Location: tok, Val: int(tok.Type)}, x.Left, x.Right)
+		if chain, ok := x.Left.(*nodes.FilteredExpression); ok && w.chains[chain] == tok.Type {
+			// a + b + c is one guard over [a, b, c]: concatenation chains
+			// are what chat templates are made of.
+			fc := *chain.Filters[0]
+			fc.Args = append(slices.Clip(fc.Args), x.Right)
+			g := &nodes.FilteredExpression{Expression: chain.Expression, Filters: []*nodes.FilterCall{&fc}}
+			w.chains[g] = tok.Type
+			return g
+		}
+		g := guardCall(guardOp, tok, x.Left, &nodes.Integer{Location: tok, Val: int(tok.Type)}, x.Right)
+		if tok.Type == tokens.Addition || tok.Type == tokens.Tilde {
+			w.chains[g] = tok.Type
+		}
+		return g
 	case *nodes.Output:
 		x.Expression = guardCall(guardOut, x.Start, x.Expression)
 		if x.Alternative != nil {
