@@ -163,6 +163,9 @@ func (c *chatTemplate) render(vars map[string]any, inputBytes int64) (out string
 		}
 	}()
 	env, cfg := chatEnvironment()
+	if vars == nil {
+		vars = map[string]any{}
+	}
 	data := exec.NewContext(vars)
 	data.Set(budgetKey, b)
 	w := &limitedWriter{b: b}
