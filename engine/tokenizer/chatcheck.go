@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // guardPrefix starts the names of the hidden guard functions the parsed
@@ -55,6 +57,9 @@ func checkSource(src string, lim TemplateLimits) error {
 			end = len(src)
 		}
 		body := src[start+2 : end]
+		if lexerTrap(body) {
+			return fmt.Errorf("%w: a number followed by '.' and a non-ASCII character (line %d) is not supported", ErrTemplate, line)
+		}
 		if depth := bracketDepth(body); depth > lim.MaxNesting {
 			return limitError(line, "brackets nest %d deep, over %d", depth, lim.MaxNesting)
 		}
@@ -105,6 +110,25 @@ func hasAssign(body string) bool {
 			}
 			if next != '=' && prev != '=' && prev != '!' && prev != '<' && prev != '>' {
 				return true
+			}
+		}
+	}
+	return false
+}
+
+// lexerTrap reports whether a tag body has, outside string literals, a
+// digit, a '.' and a non-ASCII character in a row: gonja's lexer steps back
+// by the width of the wrong character there and loops for ever.
+func lexerTrap(body string) bool {
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '\'', '"':
+			i = skipString(body, i) - 1
+		case '.':
+			if i+1 < len(body) && body[i+1] >= utf8.RuneSelf && i > 0 {
+				if r, _ := utf8.DecodeLastRuneInString(body[:i]); unicode.IsDigit(r) {
+					return true
+				}
 			}
 		}
 	}

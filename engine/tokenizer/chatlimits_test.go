@@ -64,6 +64,7 @@ var hostileTemplates = []struct {
 	{"1 / 0", `{{ 1 / 0 }}`, ErrTemplate},
 	{"1.5 % 0", `{{ 1.5 % 0 }}`, ErrTemplate},
 	{"reserved name", `{% set __atomguard_budget = 1 %}`, ErrTemplate},
+	{"lexer loop", `{{ x[0.é] }}`, ErrTemplate},
 }
 
 func TestTemplateLimits(t *testing.T) {
