@@ -132,6 +132,8 @@ func TestByteLevelTokenizerRoundTrip(t *testing.T) {
 	s := "the quick brown fox, 你好 😀 12345\n"
 	ids, err := tok.Encode(s, false)
 	require.NoError(t, err)
-	require.Less(t, len(ids), len(s)-8, "merges apply")
 	require.Equal(t, s, tok.Decode(ids, false))
+	ids, err = tok.Encode("abcd xy", true)
+	require.NoError(t, err)
+	X
 }
