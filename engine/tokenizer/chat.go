@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -38,42 +39,82 @@ type ChatOptions struct {
 	// TemplateSource, when set, is Jinja source used instead of the
 	// checkpoint's templates.
 	TemplateSource string
+	// Limits bound the render; nil means DefaultTemplateLimits, and zero
+	// fields take their default.
+	Limits *TemplateLimits
 }
 
-// chatTemplate is a compiled Jinja chat template.
+// limits returns the limits opts asks for.
+func (opts ChatOptions) limits() TemplateLimits {
+	if opts.Limits == nil {
+		return DefaultTemplateLimits.withDefaults()
+	}
+	return opts.Limits.withDefaults()
+}
+
+// chatTemplate is a compiled Jinja chat template, rewritten to run under
+// its limits.
 type chatTemplate struct {
-	tpl *exec.Template
+	tpl    *exec.Template
+	loader loaders.Loader
+	lim    TemplateLimits
 }
 
 // templateName is the in-memory path the template is stored under.
 const templateName = "/chat_template.jinja"
 
+// errParse is wrapped by the error of a template that does not parse.
+var errParse = fmt.Errorf("%w does not parse", ErrTemplate)
+
+// forbiddenTags load other templates or define blocks for them; chat
+// templates are single files (transformers gives them no loader), and
+// allowing them would let a template include itself.
+var forbiddenTags = []string{"include", "import", "from", "extends", "block"}
+
 var (
-	chatEnvOnce sync.Once
-	chatEnv     *exec.Environment
-	chatCfg     *config.Config
+	chatEnvOnce    sync.Once
+	chatEnv        *exec.Environment
+	chatCfg        *config.Config
+	chatMethods    exec.Methods
+	chatStrMethods map[string]exec.Method[string]
 )
 
 // chatEnvironment returns the Jinja environment chat templates run in:
 // gonja's built-ins plus what transformers adds (tojson with Python's
 // formatting, the {% generation %} block) and Python-exact str.strip/split
 // and trim, configured like transformers'
-// ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).
-// It is built once, on copies, so gonja's global defaults stay untouched.
+// ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True),
+// with every filter guarded and the guard functions the rewritten
+// templates call. It is built once, on copies, so gonja's global defaults
+// stay untouched.
 func chatEnvironment() (*exec.Environment, *config.Config) {
 	chatEnvOnce.Do(func() {
-		filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
-		// Replace fails only for unknown names; both filters exist.
-		_ = filters.Replace("tojson", filterToJSON)
-		_ = filters.Replace("trim", filterTrim)
+		own := map[string]exec.FilterFunction{"tojson": filterToJSON, "trim": filterTrim}
+		filters := map[string]exec.FilterFunction{}
+		for _, name := range filterNames {
+			fn, ok := own[name]
+			if !ok {
+				fn, ok = builtins.Filters.Get(name)
+			}
+			if ok {
+				filters[name] = guardFilter(name, fn)
+			}
+		}
+		filters[guardOp] = opGuard
+		filters[guardOut] = outGuard
+		filters[guardIter] = iterGuard
+		filters[guardSetValue] = setValueGuard
+		filters[guardSetTarget] = setTargetGuard
 		globals := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 		globals.Set("range", pyRange)
+		globals.Set("lipsum", lipsumGuard)
+		chatMethods, chatStrMethods = newMethods()
 		chatEnv = &exec.Environment{
 			Context:           globals,
-			Filters:           filters,
+			Filters:           exec.NewFilterSet(filters),
 			Tests:             exec.NewTestSet(map[string]exec.TestFunction{}).Update(builtins.Tests),
 			ControlStructures: newControlStructures(),
-			Methods:           newMethods(),
+			Methods:           chatMethods,
 		}
 		chatCfg = config.New()
 		chatCfg.TrimBlocks = true
@@ -82,13 +123,16 @@ func chatEnvironment() (*exec.Environment, *config.Config) {
 	return chatEnv, chatCfg
 }
 
-// compileChatTemplate parses a Jinja chat template.
-func compileChatTemplate(src string) (ct *chatTemplate, err error) {
+// compileChatTemplate checks, parses and guards a Jinja chat template.
+func compileChatTemplate(src string, lim TemplateLimits) (ct *chatTemplate, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("parse template: panic: %v", r)
+			err = fmt.Errorf("%w: panic: %v", errParse, r)
 		}
 	}()
+	if err := checkSource(src, lim); err != nil {
+		return nil, err
+	}
 	env, cfg := chatEnvironment()
 	loader, err := loaders.NewMemoryLoader(map[string]string{templateName: fixInFilters(src)})
 	if err != nil {
@@ -96,23 +140,46 @@ func compileChatTemplate(src string) (ct *chatTemplate, err error) {
 	}
 	tpl, err := exec.NewTemplate(templateName, cfg, loader, env)
 	if err != nil {
-		return nil, fmt.Errorf("parse template: %w", err)
+		return nil, fmt.Errorf("%w: %w", errParse, err)
 	}
-	return &chatTemplate{tpl: tpl}, nil
+	if err := rewriteTemplate(tpl.Root(), lim); err != nil {
+		return nil, err
+	}
+	return &chatTemplate{tpl: tpl, loader: loader, lim: lim}, nil
 }
 
-// render executes the template with the given variables.
-func (c *chatTemplate) render(vars map[string]any) (out string, err error) {
+// render executes the template with the given variables; inputBytes is the
+// size of the conversation and tools in them, which the output and
+// allocation limits grow with.
+func (c *chatTemplate) render(vars map[string]any, inputBytes int64) (out string, err error) {
+	b := newBudget(c.lim, inputBytes)
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("render template: panic: %v", r)
+			err = fmt.Errorf("render template: %w: panic: %v", ErrTemplate, r)
+		}
+		if b.err != nil {
+			// The breach itself, however gonja wrapped (or dropped) it.
+			out, err = "", fmt.Errorf("render template: %w", b.err)
 		}
 	}()
-	out, err = c.tpl.ExecuteToString(exec.NewContext(vars))
-	if err != nil {
-		return "", fmt.Errorf("render template: %w", err)
+	env, cfg := chatEnvironment()
+	if vars == nil {
+		vars = map[string]any{}
 	}
-	return out, nil
+	data := exec.NewContext(vars)
+	data.Set(budgetKey, b)
+	w := &limitedWriter{b: b}
+	r := exec.NewRenderer(&exec.Environment{
+		Tests:             env.Tests,
+		Filters:           env.Filters,
+		ControlStructures: env.ControlStructures,
+		Context:           env.Context.Inherit().Update(data),
+		Methods:           renderMethods(b),
+	}, w, cfg, c.loader, c.tpl)
+	if err := r.Execute(); err != nil {
+		return "", fmt.Errorf("render template: %w: %w", ErrTemplate, err)
+	}
+	return w.out.String(), nil
 }
 
 // maxCompiledTemplates bounds the per-tokenizer cache of compiled templates.
@@ -132,7 +199,7 @@ func (t *Tokenizer) ChatTemplateNames() []string {
 
 // template returns the compiled template for opts, compiling it on first
 // use.
-func (t *Tokenizer) template(opts ChatOptions) (*chatTemplate, error) {
+func (t *Tokenizer) template(opts ChatOptions, lim TemplateLimits) (*chatTemplate, error) {
 	src := opts.TemplateSource
 	if src == "" {
 		name := cmp.Or(opts.TemplateName, "default")
@@ -144,12 +211,16 @@ func (t *Tokenizer) template(opts ChatOptions) (*chatTemplate, error) {
 			return nil, fmt.Errorf("the tokenizer has no chat template named %q", name)
 		}
 	}
+	key := src
+	if lim != DefaultTemplateLimits.withDefaults() {
+		key = fmt.Sprintf("%v\x00%s", lim, src)
+	}
 	t.chatMu.Lock()
 	defer t.chatMu.Unlock()
-	if ct, ok := t.chatCache[src]; ok {
+	if ct, ok := t.chatCache[key]; ok {
 		return ct, nil
 	}
-	ct, err := compileChatTemplate(src)
+	ct, err := compileChatTemplate(src, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +228,7 @@ func (t *Tokenizer) template(opts ChatOptions) (*chatTemplate, error) {
 		t.chatCache = map[string]*chatTemplate{}
 	}
 	if len(t.chatCache) < maxCompiledTemplates {
-		t.chatCache[src] = ct
+		t.chatCache[key] = ct
 	}
 	return ct, nil
 }
@@ -172,13 +243,16 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, addGenerationPrompt bo
 
 // RenderChat is ApplyChatTemplate with tools, extra variables and a clock.
 func (t *Tokenizer) RenderChat(messages []Message, opts ChatOptions) (string, error) {
-	tpl, err := t.template(opts)
+	lim := opts.limits()
+	tpl, err := t.template(opts, lim)
 	if err != nil {
 		return "", fmt.Errorf("apply chat template: %w", err)
 	}
+	var inputBytes int64
 	msgs := make(pyList, len(messages))
 	for i, m := range messages {
 		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
+		inputBytes += int64(len(m.Role) + len(m.Content))
 	}
 	now := opts.Now
 	if now == nil {
@@ -203,7 +277,12 @@ func (t *Tokenizer) RenderChat(messages []Message, opts ChatOptions) (string, er
 	for k, v := range opts.Vars {
 		vars[k] = templateValue(v)
 	}
-	out, err := tpl.render(vars)
+	for _, v := range []any{vars["tools"], opts.Vars} {
+		// Inputs were decoded from a request, which bounds them.
+		n, _ := valueSize(v, math.MaxInt64, lim.MaxExprDepth)
+		inputBytes += n
+	}
+	out, err := tpl.render(vars, inputBytes)
 	if err != nil {
 		return "", fmt.Errorf("apply chat template: %w", err)
 	}

@@ -15,9 +15,9 @@ import (
 
 func render(t *testing.T, src string, vars map[string]any) (string, error) {
 	t.Helper()
-	ct, err := compileChatTemplate(src)
+	ct, err := compileChatTemplate(src, DefaultTemplateLimits)
 	require.NoError(t, err)
-	return ct.render(vars)
+	return ct.render(vars, 0)
 }
 
 func TestToJSON(t *testing.T) {

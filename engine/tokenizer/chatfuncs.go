@@ -17,11 +17,19 @@ import (
 	"github.com/nikolalohinski/gonja/v2/tokens"
 )
 
-// newControlStructures is gonja's set plus transformers' {% generation %}.
+// newControlStructures is gonja's set plus transformers' {% generation %},
+// without the tags that load other templates (see forbiddenTags).
 func newControlStructures() *exec.ControlStructureSet {
-	return exec.NewControlStructureSet(map[string]parser.ControlStructureParser{
-		"generation": generationParser,
-	}).Update(builtins.ControlStructures)
+	set := exec.NewControlStructureSet(map[string]parser.ControlStructureParser{}).Update(builtins.ControlStructures)
+	for _, name := range forbiddenTags {
+		// Replace fails only for unknown names, which need no refusing.
+		_ = set.Replace(name, func(_ *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+			return nil, args.Error(fmt.Sprintf("{%% %s %%} is not allowed in a chat template", name), nil)
+		})
+	}
+	// generation is not a gonja tag: Register cannot fail.
+	_ = set.Register("generation", generationParser)
+	return set
 }
 
 // generationBlock is {% generation %}...{% endgeneration %}: transformers
@@ -64,9 +72,13 @@ func generationParser(p *parser.Parser, args *parser.Parser) (nodes.ControlStruc
 // filterToJSON is transformers' tojson: json.dumps(x, ensure_ascii=False,
 // indent=indent, separators=separators, sort_keys=sort_keys). Go maps have
 // no insertion order, so object keys always come out sorted.
-func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+func filterToJSON(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {
 		return in
+	}
+	b, err := budgetOf(e.Environment.Context)
+	if err != nil {
+		return exec.AsValue(err)
 	}
 	indent := -1
 	arg := func(pos int, name string) *exec.Value {
@@ -86,7 +98,7 @@ func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 			return exec.AsValue(errors.New("tojson: string indent is not supported"))
 		}
 	}
-	enc := pyJSON{indent: indent, itemSep: ", ", keySep: ": "}
+	enc := pyJSON{indent: indent, itemSep: ", ", keySep: ": ", limit: b.remaining(), depth: b.lim.MaxExprDepth}
 	if indent >= 0 {
 		enc.itemSep = ","
 	}
@@ -96,18 +108,26 @@ func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 		}
 		enc.itemSep, enc.keySep = v.Index(0).String(), v.Index(1).String()
 	}
-	var b strings.Builder
-	if err := enc.write(&b, in.Interface(), 0); err != nil {
+	var out strings.Builder
+	if err := enc.write(&out, in.Interface(), 0); err != nil {
+		if errors.Is(err, errJSONLimit) {
+			return exec.AsValue(b.fail(limitError(b.line, "tojson: %v", err)))
+		}
 		return exec.AsValue(fmt.Errorf("tojson: %w", err))
 	}
-	return exec.AsSafeValue(b.String())
+	return exec.AsSafeValue(out.String())
 }
+
+// errJSONLimit is a tojson output over the render's budget.
+var errJSONLimit = errors.New("output too large or nested too deeply")
 
 // pyJSON writes values the way Python's json.dumps does with
 // ensure_ascii=False.
 type pyJSON struct {
 	indent          int // -1: single line
 	itemSep, keySep string
+	limit           int64 // most bytes to write
+	depth           int   // deepest nesting to write
 }
 
 // unwrapValue strips gonja's *exec.Value wrappers.
@@ -124,15 +144,22 @@ func unwrapValue(v any) any {
 	}
 }
 
-func (p pyJSON) newline(b *strings.Builder, level int) {
+func (p pyJSON) newline(b *strings.Builder, level int) error {
 	if p.indent < 0 {
-		return
+		return nil
+	}
+	if int64(p.indent)*int64(level) > p.limit-int64(b.Len()) {
+		return errJSONLimit
 	}
 	b.WriteByte('\n')
 	b.WriteString(strings.Repeat(" ", p.indent*level))
+	return nil
 }
 
 func (p pyJSON) write(b *strings.Builder, v any, level int) error {
+	if level > p.depth || int64(b.Len()) > p.limit {
+		return errJSONLimit
+	}
 	v = unwrapValue(v)
 	if v == nil {
 		b.WriteString("null")
@@ -178,12 +205,16 @@ func (p pyJSON) write(b *strings.Builder, v any, level int) error {
 			if i > 0 {
 				b.WriteString(p.itemSep)
 			}
-			p.newline(b, level+1)
+			if err := p.newline(b, level+1); err != nil {
+				return err
+			}
 			if err := p.write(b, rv.Index(i).Interface(), level+1); err != nil {
 				return err
 			}
 		}
-		p.newline(b, level)
+		if err := p.newline(b, level); err != nil {
+			return err
+		}
 		b.WriteByte(']')
 	case reflect.Map:
 		if rv.Len() == 0 {
@@ -203,14 +234,18 @@ func (p pyJSON) write(b *strings.Builder, v any, level int) error {
 			if i > 0 {
 				b.WriteString(p.itemSep)
 			}
-			p.newline(b, level+1)
+			if err := p.newline(b, level+1); err != nil {
+				return err
+			}
 			writePyString(b, k)
 			b.WriteString(p.keySep)
 			if err := p.write(b, vals[k].Interface(), level+1); err != nil {
 				return err
 			}
 		}
-		p.newline(b, level)
+		if err := p.newline(b, level); err != nil {
+			return err
+		}
 		b.WriteByte('}')
 	default:
 		return fmt.Errorf("cannot serialize %T", v)
@@ -229,14 +264,18 @@ func (p pyJSON) writeDict(b *strings.Builder, pairs []*exec.Pair, level int) err
 		if i > 0 {
 			b.WriteString(p.itemSep)
 		}
-		p.newline(b, level+1)
+		if err := p.newline(b, level+1); err != nil {
+			return err
+		}
 		writePyString(b, pair.Key.String())
 		b.WriteString(p.keySep)
 		if err := p.write(b, pair.Value, level+1); err != nil {
 			return err
 		}
 	}
-	p.newline(b, level)
+	if err := p.newline(b, level); err != nil {
+		return err
+	}
 	b.WriteByte('}')
 	return nil
 }

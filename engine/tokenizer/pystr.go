@@ -25,8 +25,8 @@ var strMethodNames = []string{
 }
 
 // newMethods is gonja's method table with Python-exact string trimming and
-// splitting.
-func newMethods() exec.Methods {
+// splitting, and its string methods as a map (see renderMethods).
+func newMethods() (exec.Methods, map[string]exec.Method[string]) {
 	m := builtins.Methods
 	str := map[string]exec.Method[string]{}
 	for _, name := range strMethodNames {
@@ -40,7 +40,7 @@ func newMethods() exec.Methods {
 	str["split"] = splitMethod(false)
 	str["rsplit"] = splitMethod(true)
 	m.Str = exec.NewMethodSet(str)
-	return m
+	return m, str
 }
 
 // pyIsSpace is Python's str.isspace for one character.
@@ -194,10 +194,32 @@ func filterTrim(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.V
 	return exec.AsValue(pyStrip(in.String(), chars, true, true))
 }
 
-// pyRange is Python's range(stop) / range(start, stop[, step]) as a list.
-// gonja's own range feeds a channel from a goroutine that leaks when a loop
-// breaks early.
-func pyRange(params *exec.VarArgs) ([]int, error) {
+// rangeLen is len(range(start, stop, step)), exact for any int64 bounds.
+func rangeLen(start, stop, step int) uint64 {
+	var diff, by uint64
+	switch {
+	case step > 0 && stop > start:
+		diff, by = uint64(stop)-uint64(start), uint64(step)
+	case step < 0 && stop < start:
+		diff, by = uint64(start)-uint64(stop), uint64(-(step+1))+1
+	default:
+		return 0
+	}
+	n := diff / by
+	if diff%by != 0 {
+		n++
+	}
+	return n
+}
+
+// pyRange is Python's range(stop) / range(start, stop[, step]) as a list,
+// no longer than the render's steps allow. gonja's own range feeds a
+// channel from a goroutine that leaks when a loop breaks early.
+func pyRange(e *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
+	b, err := budgetOf(e.Environment.Context)
+	if err != nil {
+		return nil, err
+	}
 	var n [3]int
 	if len(params.Args) == 0 || len(params.Args) > 3 || len(params.KwArgs) > 0 {
 		return nil, errors.New("range expects 1 to 3 integer arguments")
@@ -218,13 +240,16 @@ func pyRange(params *exec.VarArgs) ([]int, error) {
 	if step == 0 {
 		return nil, errors.New("range step must not be zero")
 	}
-	const maxLen = 1 << 20
-	var out []int
-	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
-		if len(out) == maxLen {
-			return nil, errors.New("range is too long")
-		}
-		out = append(out, i)
+	length := rangeLen(start, stop, step)
+	if length > uint64(b.lim.MaxSteps) {
+		return nil, b.fail(limitError(b.line, "range of %d items is over the %d steps a render may take", length, b.lim.MaxSteps))
+	}
+	if err := b.charge(b.line, int64(length)*8, "range"); err != nil {
+		return nil, err
+	}
+	out := make([]int, length)
+	for k := range out {
+		out[k] = start + k*step
 	}
 	return out, nil
 }

@@ -43,6 +43,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer e.Close()
+	if tok := e.Tokenizer(); tok != nil {
+		// A runaway or broken chat template is reported now, not at the first chat request.
+		if err := tok.CheckChatTemplate(); err != nil {
+			return fmt.Errorf("%s: %w", cfg.Model, err)
+		}
+	}
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(filepath.Clean(cfg.Model)), ".gguf")
 	}
