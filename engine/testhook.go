@@ -96,12 +96,11 @@ func (g *StepGate) notify() {
 
 // passGate is called by the loop before it would step: with a gate and no step allowed, it
 // applies commands until a step is allowed or the work is gone. It returns false when the
-// engine is stopping, so that no step runs.
-func (e *Engine) passGate() bool {
-	g := e.gate
-	if g == nil {
-		return true
-	}
+// engine is stopping, so that no step runs. Without a gate it is an inlined nil check.
+func (e *Engine) passGate() bool { return e.gate == nil || e.gate.pass() }
+
+func (g *StepGate) pass() bool {
+	e := g.e
 	g.notify()
 	for !g.open && g.steps == 0 && e.sched.HasWork() {
 		select {
@@ -114,7 +113,7 @@ func (e *Engine) passGate() bool {
 	}
 	switch {
 	case !e.sched.HasWork():
-		g.steps = 0 // a step allowed for work that was aborted meanwhile is not kept for later work
+		g.steps = 0 // a step allowed for work aborted meanwhile is not kept for later work
 	case g.steps > 0:
 		g.steps--
 	}
