@@ -21,8 +21,14 @@ fetch-testdata:
 	bash testdata/tokenizer/fetch.sh
 	bash testdata/gguf/fetch.sh
 
+# The engine's and the servers' packages run on one CPU and on two (-cpu 1,2): their tests order
+# requests against the engine's steps through engine.StepGate, never through timing, and one CPU
+# is where a test that raced the engine loop would fail.
+LOOP_PKGS := ./engine/... ./plugin/...
+
 go-test:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/(engine|plugin)(/|$$)')
+	$(GO) test -count=1 -cpu 1,2 $(LOOP_PKGS)
 
 fuzz:
 	@for t in $$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' . | sed 's/func //'); do \

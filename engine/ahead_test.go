@@ -50,15 +50,10 @@ func fedSteps(e *Engine) int64 {
 	return n
 }
 
-// runAll submits every request at once and returns each one's choices.
+// runAll submits every request before the engine's next step and returns each one's choices.
 func runAll(t *testing.T, e *Engine, reqs []Request) [][]Output {
 	t.Helper()
-	streams := make([]*Stream, len(reqs))
-	for i, r := range reqs {
-		st, err := e.Generate(r)
-		require.NoError(t, err)
-		streams[i] = st
-	}
+	streams := submitAll(t, e, reqs)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out := make([][]Output, len(reqs))
@@ -127,6 +122,7 @@ func TestScheduleAheadAbortAndPrefixCache(t *testing.T) {
 
 	e := newTestEngine(t, "llama-bf16", nil)
 	withQueuedFake(t, e)
+	gate := e.HoldSteps()
 	var streams []*Stream
 	for i, p := range prompts {
 		st, err := e.Generate(Request{ID: string(rune('a' + i)), PromptIDs: p, Params: greedy(40)})
@@ -135,12 +131,15 @@ func TestScheduleAheadAbortAndPrefixCache(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for n := 0; n < 3; {
-		outs, err := streams[1].Next(ctx)
-		require.NoError(t, err)
-		n += len(outs)
+	// Step until "b" has three tokens out, then abort it between two steps, its next step queued.
+	for unread(streams[1]) < 3 {
+		require.True(t, gate.Step())
 	}
+	var queued bool
+	require.True(t, e.call(func() { queued = e.flight != nil }))
+	require.True(t, queued, "the abort lands while a step is queued ahead")
 	e.Abort("b")
+	gate.Open()
 	for _, i := range []int{0, 2} {
 		outs, err := streams[i].Collect(ctx)
 		require.NoError(t, err)

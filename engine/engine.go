@@ -41,6 +41,7 @@ type Engine struct {
 	work     []Work
 	flight   *flight   // a queued step whose draw is not read yet (ahead.go)
 	flights  [2]flight // the storage flight points into
+	gate     *StepGate // tests only (testhook.go)
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -176,10 +177,11 @@ func (e *Engine) loop() {
 				drained = true
 			}
 		}
-		if e.sched.HasWork() {
+		if e.passGate() && e.sched.HasWork() {
 			if err := e.safeStep(); err != nil {
 				e.failAll(err)
 			}
+			e.gate.stepped()
 		}
 	}
 }

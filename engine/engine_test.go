@@ -162,20 +162,16 @@ func TestBatchInvariance(t *testing.T) {
 	for name, edit := range variants {
 		t.Run(name, func(t *testing.T) {
 			e := newTestEngine(t, "qwen3-bf16", edit)
-			got := make([]Output, len(prompts))
-			errs := make([]error, len(prompts))
-			var wg sync.WaitGroup
+			reqs := make([]Request, len(prompts))
 			for i, p := range prompts {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					got[i], errs[i] = run1(e, Request{ID: fmt.Sprint(i), PromptIDs: p, Params: greedy(10 + i%7)})
-				}()
+				reqs[i] = Request{ID: fmt.Sprint(i), PromptIDs: p, Params: greedy(10 + i%7)}
 			}
-			wg.Wait()
+			// All 32 are queued before the first step, so they share batches whatever the
+			// goroutine scheduling.
+			got := runAll(t, e, reqs)
 			for i := range prompts {
-				require.NoError(t, errs[i])
-				require.Equal(t, want[i], got[i].TokenIDs, "request %d", i)
+				require.Len(t, got[i], 1)
+				require.Equal(t, want[i], got[i][0].TokenIDs, "request %d", i)
 			}
 			if name == "preemption" {
 				require.Positive(t, e.Stats().NumPreemptions, "the tiny cache should have forced preemption")

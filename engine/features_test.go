@@ -95,11 +95,13 @@ func TestBadRequestsAreRefusedAndEngineGoesOn(t *testing.T) {
 		require.ErrorIs(t, err, tc.want, tc.name)
 	}
 	long := greedy(1000)
+	gate := e.HoldSteps() // "dup" stays live until it is cancelled
 	st, err := e.Generate(Request{ID: "dup", PromptIDs: []int32{1, 2}, Params: long})
 	require.NoError(t, err)
 	_, err = e.Generate(Request{ID: "dup", PromptIDs: []int32{1, 2}, Params: greedy(2)})
 	require.ErrorIs(t, err, ErrInvalidRequest, "a live id cannot be reused")
 	st.Cancel()
+	gate.Open()
 	outs, err := st.Collect(context.Background())
 	require.NoError(t, err)
 	require.True(t, outs[0].Finished)
@@ -110,6 +112,7 @@ func TestBadRequestsAreRefusedAndEngineGoesOn(t *testing.T) {
 func TestCloseEndsPendingStreams(t *testing.T) {
 	e := newTestEngine(t, "llama-bf16", nil)
 	p := greedy(0)
+	e.HoldSteps() // the request is still pending when Close comes
 	st, err := e.Generate(Request{ID: "x", PromptIDs: []int32{1}, Params: p})
 	require.NoError(t, err)
 	e.Close()

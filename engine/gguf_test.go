@@ -110,14 +110,14 @@ func TestSmolLM2GGUFEngine(t *testing.T) {
 
 	t.Run("logprobs", func(t *testing.T) {
 		cases := append(append([]ggufRefCase{}, ref.Texts...), ref.Chats...)
-		// Submit every case first, so the engine batches them.
-		streams := make([]*Stream, len(cases))
+		// Submit every case before the first step, so the engine batches them.
+		reqs := make([]Request, len(cases))
 		for i, c := range cases {
 			p := greedy(len(c.Greedy))
 			p.Logprobs = MaxLogprobs
-			streams[i], err = e.Generate(Request{ID: fmt.Sprintf("gguf-%d", i), PromptIDs: c.IDs, Params: p})
-			require.NoError(t, err)
+			reqs[i] = Request{ID: fmt.Sprintf("gguf-%d", i), PromptIDs: c.IDs, Params: p}
 		}
+		streams := submitAll(t, e, reqs)
 		worst := 0.0
 		for i, c := range cases {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -179,12 +179,11 @@ func TestEngineGraphsOnGPU(t *testing.T) {
 		e := newTestEngine(t, "qwen3-bf16", func(c *Config) {
 			c.Device, c.EnforceEager, c.NumKVBlocks, c.MaxModelLen = "gpu", eager, 256, 256
 		})
-		streams := make([]*Stream, len(prompts))
+		reqs := make([]Request, len(prompts))
 		for i, p := range prompts {
-			st, err := e.Generate(Request{ID: fmt.Sprint(i), PromptIDs: p, Params: greedy(24)})
-			require.NoError(t, err)
-			streams[i] = st
+			reqs[i] = Request{ID: fmt.Sprint(i), PromptIDs: p, Params: greedy(24)}
 		}
+		streams := submitAll(t, e, reqs) // the same batches with and without graphs
 		out := make([][]int32, len(prompts))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

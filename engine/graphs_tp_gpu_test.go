@@ -189,14 +189,14 @@ func TestEngineGraphsTensorParallel(t *testing.T) {
 	require.GreaterOrEqual(t, float64(same), 0.8*float64(total))
 }
 
-// greedyOutputs submits every prompt at once for n greedy tokens and collects the tokens.
+// greedyOutputs submits every prompt before the first step for n greedy tokens and collects
+// the tokens.
 func greedyOutputs(t *testing.T, e *Engine, prompts [][]int32, n int) [][]int32 {
-	streams := make([]*Stream, len(prompts))
+	reqs := make([]Request, len(prompts))
 	for i, p := range prompts {
-		st, err := e.Generate(Request{ID: fmt.Sprint(i), PromptIDs: p, Params: greedy(n)})
-		require.NoError(t, err)
-		streams[i] = st
+		reqs[i] = Request{ID: fmt.Sprint(i), PromptIDs: p, Params: greedy(n)}
 	}
+	streams := submitAll(t, e, reqs)
 	out := make([][]int32, len(prompts))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -1,9 +1,10 @@
 package engine
 
 import (
+	"context"
 	"fmt"
-	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -77,19 +78,18 @@ func TestDeviceSamplingSeedsReproduce(t *testing.T) {
 	c := collect(t, e, Request{ID: "c", PromptIDs: prompts[0], Params: seededParams(6, 12)})
 	require.Equal(t, a.TokenIDs, b.TokenIDs, "same seed, same tokens")
 	require.NotEqual(t, a.TokenIDs, c.TokenIDs, "another seed, other tokens")
-	// The same request among others (another batch composition every step).
-	got := make([]Output, len(prompts))
-	errs := make([]error, len(prompts))
-	var wg sync.WaitGroup
+	// The same request among others (another batch composition every step), all of them queued
+	// before the first step.
+	reqs := make([]Request, len(prompts))
 	for i, p := range prompts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got[i], errs[i] = run1(e, Request{ID: fmt.Sprint("m", i), PromptIDs: p, Params: seededParams(5+int64(i%2), 12)})
-		}()
+		reqs[i] = Request{ID: fmt.Sprint("m", i), PromptIDs: p, Params: seededParams(5+int64(i%2), 12)}
 	}
-	wg.Wait()
-	require.NoError(t, errs[0])
+	streams := submitAll(t, e, reqs)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got, err := streams[0].Collect(ctx)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
 	require.Equal(t, a.TokenIDs, got[0].TokenIDs, "seeded request in a batch")
 }
 

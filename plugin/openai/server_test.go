@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -24,14 +23,35 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // startServer serves a testdata checkpoint on a loopback port.
 func startServer(t *testing.T, model string) (*httptest.Server, *engine.Engine) {
 	t.Helper()
+	return startServerWith(t, model, nil)
+}
+
+// startServerWith is startServer with the server's handler wrapped by wrap (nil: not wrapped).
+func startServerWith(t *testing.T, model string, wrap func(http.Handler) http.Handler) (*httptest.Server, *engine.Engine) {
+	t.Helper()
 	cfg := engine.DefaultConfig()
 	cfg.Model = filepath.Join("../../testdata/models", model)
 	cfg.KVCacheMemory, cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs = 8<<20, 512, 32
 	e, err := engine.New(cfg, quiet)
 	require.NoError(t, err)
-	srv := httptest.NewServer(New(e, model, quiet).Handler())
+	h := New(e, model, quiet).Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() { srv.Close(); e.Close() })
 	return srv, e
+}
+
+// handlerReturns wraps a handler so that each request's path is sent on the channel once its
+// handler has returned (its metrics recorded).
+func handlerReturns(done chan<- string) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(w, r)
+			done <- r.URL.Path
+		})
+	}
 }
 
 func post(t *testing.T, url string, body any) (*http.Response, map[string]any) {
@@ -226,18 +246,34 @@ func TestBadRequestsGet4xxAndServerGoesOn(t *testing.T) {
 }
 
 func TestDisconnectAbortsAndEndpoints(t *testing.T) {
-	srv, e := startServer(t, "llama-bf16")
+	returned := make(chan string, 8)
+	srv, e := startServerWith(t, "llama-bf16", handlerReturns(returned))
+	// The engine's loop is held between steps: the request runs only the step that gives the
+	// client its first chunk, and can then end only by the server's abort.
+	gate := e.HoldSteps()
 	body, _ := json.Marshal(map[string]any{"prompt": []int{1, 2, 3}, "max_tokens": 200, "ignore_eos": true, "stream": true})
-	resp, err := http.Post(srv.URL+"/v1/completions", "application/json", bytes.NewReader(body))
-	require.NoError(t, err)
+	type posted struct {
+		resp *http.Response
+		err  error
+	}
+	post := make(chan posted, 1)
+	go func() {
+		// The headers come with the first chunk, after the step below.
+		resp, err := http.Post(srv.URL+"/v1/completions", "application/json", bytes.NewReader(body))
+		post <- posted{resp, err}
+	}()
+	require.True(t, gate.Wait(func(s engine.Stats) bool { return s.Running+s.Waiting > 0 }), "the request is admitted")
+	require.True(t, gate.Step())
+	p := <-post
+	require.NoError(t, p.err)
+	resp := p.resp
 	line, err := bufio.NewReader(resp.Body).ReadString('\n')
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(line, "data: "))
 	resp.Body.Close() // the client goes away mid-stream
-	deadline := time.Now().Add(10 * time.Second)
-	for e.Stats().Running+e.Stats().Waiting > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	require.True(t, gate.Wait(func(s engine.Stats) bool { return s.Running+s.Waiting == 0 }))
+	require.Equal(t, "/v1/completions", <-returned, "the handler returns once the request is aborted")
+	gate.Open()
 	st := e.Stats()
 	require.Zero(t, st.Running+st.Waiting, "the request was aborted")
 	require.Less(t, st.GeneratedTokens, int64(200))
