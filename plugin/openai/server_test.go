@@ -285,7 +285,7 @@ func TestDisconnectAbortsAndEndpoints(t *testing.T) {
 		r.Body.Close()
 		require.Equal(t, 200, r.StatusCode, path)
 		if path == "/metrics" {
-			for _, name := range []string{"atom_requests_total{endpoint=\"completions\",status=\"200\"}", "atom_time_to_first_token_seconds_bucket",
+			for _, name := range []string{"atom_requests_total{endpoint=\"completions\",status=\"499\"}", "atom_time_to_first_token_seconds_bucket",
 				"atom_kv_cache_usage_perc", "atom_prefix_cache_hits_total", "atom_num_requests_running"} {
 				require.Contains(t, string(b), name)
 			}
