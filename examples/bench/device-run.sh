@@ -7,7 +7,7 @@
 #   CGO_ENABLED=0 go build -ldflags=-s\ -w -o bin/randmodel ./examples/randmodel
 #   CGO_ENABLED=0 go test -c -tags gpu -ldflags=-s\ -w -o bin/gpu_ops.test ./ops/gpu/
 #   CGO_ENABLED=0 go test -c -tags gpu -ldflags=-s\ -w -o bin/engine_gpu.test ./engine/
-#   cp hipkernels/build/libatomk.so bin/        # make -C hipkernels/src (docs/gpu-notes.md)
+#   cp hipkernels/build/libatomk.so bin/        # make kernels (docs/kernels.md)
 #
 #   bash examples/bench/device-run.sh OUTDIR [COMMIT] [STEPS]
 #
