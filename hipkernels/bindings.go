@@ -59,9 +59,7 @@ type fns struct {
 	addBias     func(dt int32, out, bias uintptr, rows, cols int32, s uintptr) int32
 	ropeWriteKV func(dt int32, q, k, v, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
 		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
-	gemmSwiGLU func(h, s uintptr, dt int32, out, gateUp, w, act uintptr, m, n, k int32) int32
-	gemmNorm   func(h, s uintptr, dt int32, out, resOut, residual, add, normW uintptr, eps float32, w, bias uintptr,
-		m, n, k int32, fused *int32) int32
+	gemmSwiGLU   func(h, s uintptr, dt int32, out, gateUp, w, act uintptr, m, n, k int32) int32
 	gemmResidual func(h, s uintptr, dt int32, res, scaled, normW, x, w uintptr, m, n, k, swiglu int32, sums uintptr,
 		maxSums int32, count, fused *int32) int32
 	gemmSummed func(h, s uintptr, dt int32, out, scaled, sums uintptr, count int32, eps float32, w, bias uintptr,
@@ -74,10 +72,6 @@ type fns struct {
 	pagedAttention func(dt int32, out, q, kCache, vCache, tokenSeq, positions, blockTables uintptr,
 		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx int32,
 		workspace uintptr, workspaceSize uint64, s uintptr) int32
-	pagedAttentionRope func(dt int32, out, qkv, kCache, vCache, tokenSeq, positions, slots, blockTables uintptr,
-		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx int32, invFreq uintptr,
-		attnFactor float32, qNorm, kNorm uintptr, normEps float32, rotaryDim int32, numSlots int64, workspace uintptr,
-		workspaceSize uint64, s uintptr) int32
 	argmaxRows func(dt int32, out, x uintptr, rows, cols int32, s uintptr) int32
 	sampleRows func(dt int32, tokens, logprobs, host, logits, params uintptr, rows, vocab int32, work, s uintptr) int32
 	sampleWork func(bytes *uint64) int32
@@ -144,12 +138,10 @@ func (f *fns) table() []binding {
 		{&f.ropeWriteKV, "atomk_rope_write_kv"},
 		{&f.ropeWriteKVFused, "atomk_rope_write_kv_fused"},
 		{&f.gemmSwiGLU, "atomk_gemm_swiglu"},
-		{&f.gemmNorm, "atomk_gemm_rms_norm"},
 		{&f.gemmResidual, "atomk_gemm_residual"},
 		{&f.gemmSummed, "atomk_gemm_norm_summed"},
 		{&f.attnWorkspace, "atomk_paged_attention_workspace"},
 		{&f.pagedAttention, "atomk_paged_attention"},
-		{&f.pagedAttentionRope, "atomk_paged_attention_rope"},
 		{&f.argmaxRows, "atomk_argmax_rows"},
 		{&f.sampleRows, "atomk_sample_rows"},
 		{&f.sampleWork, "atomk_sample_work_bytes"},

@@ -59,21 +59,6 @@ func (l *Lib) GemmSwiGLU(h Blas, s Stream, dt DType, out, gateUp, w, act Ptr, m,
 	})
 }
 
-// GemmRMSNorm queues out[1,n] = (norm(r)·normW) · w[n,k]ᵀ (+ bias) in one skinny kernel, r =
-// residual + add stored to resOut (add 0: r = residual, resOut unused), and reports true. Where
-// the kernel does not serve the shape it queues nothing and reports false (see
-// atomk_gemm_rms_norm in src/atomk.h): the caller runs RMSNorm and GemmBias instead.
-func (l *Lib) GemmRMSNorm(h Blas, s Stream, dt DType, out, resOut, residual, add, normW Ptr, eps float32, w, bias Ptr,
-	m, n, k int) (bool, error) {
-	o := getOuts()
-	defer outPool.Put(o)
-	err := l.call("atomk_gemm_rms_norm", func() int32 {
-		return l.f.gemmNorm(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(resOut), uintptr(residual), uintptr(add),
-			uintptr(normW), eps, uintptr(w), uintptr(bias), int32(m), int32(n), int32(k), &o.a)
-	})
-	return o.a == 1, err
-}
-
 // GemmResidual queues res[1,n] += x · w[n,k]ᵀ in one skinny kernel (swiglu: x is the fused
 // gate|up output [1, 2k], the input silu(gate)·up), each sum r rounded as RMSNorm's residual add
 // stores it, scaled = r·normW (the next RMSNorm's weight), and the row's sum of r² left in sums
@@ -110,7 +95,7 @@ func (l *Lib) GemmNormSummed(h Blas, s Stream, dt DType, out, scaled, sums Ptr, 
 }
 
 // SetGemvMaxM sets the largest m that h's GEMMs send to the skinny kernel (0: never; negative:
-// the default, 1 or $ATOM_GO_GEMV_MAX_M).
+// the default, 1).
 func (l *Lib) SetGemvMaxM(h Blas, maxM int) error {
 	return l.call("atomk_blas_set_gemv_max_m", func() int32 { return l.f.setGemvMaxM(uintptr(h), int32(maxM)) })
 }
@@ -279,8 +264,7 @@ type AttentionArgs struct {
 }
 
 // PagedAttentionWorkspace returns the scratch bytes PagedAttention needs for this shape (0 when
-// the batch fills the GPU without splitting the context). Zero the scratch once when it is
-// allocated: the in-place merge counts finished blocks there and leaves the counts at zero.
+// the batch fills the GPU without splitting the context).
 func (l *Lib) PagedAttentionWorkspace(tokens, numHeads, numKVHeads, headDim, maxCtx int) (int, error) {
 	o := getOuts()
 	defer outPool.Put(o)
@@ -297,22 +281,6 @@ func (l *Lib) PagedAttention(dt DType, a *AttentionArgs, s Stream) error {
 			uintptr(a.TokenSeq), uintptr(a.Positions), uintptr(a.BlockTables), int32(a.BlockTableStride), int32(a.Tokens),
 			int32(a.NumHeads), int32(a.NumKVHeads), int32(a.HeadDim), int32(a.BlockSize), a.Scale, int32(a.MaxCtx),
 			uintptr(a.Workspace), uint64(a.WorkspaceBytes), uintptr(s))
-	})
-}
-
-// PagedAttentionRope queues RopeWriteKVFused and PagedAttention as one kernel for a decode
-// batch (every token the only one of its sequence): r.Q is the fused q|k|v output, r.KCache and
-// r.VCache must be a.KCache and a.VCache, r.Positions and r.Slots the batch's; a.Q is unused.
-// An error with StatusUnsupported (nothing queued) where the library has no such kernel for
-// the shape or ATOM_GO_ATTN_ROPE=1 is not set (see atomk_paged_attention_rope in src/atomk.h).
-func (l *Lib) PagedAttentionRope(dt DType, a *AttentionArgs, r *RopeArgs, s Stream) error {
-	return l.call("atomk_paged_attention_rope", func() int32 {
-		return l.f.pagedAttentionRope(int32(dt), uintptr(a.Out), uintptr(r.Q), uintptr(a.KCache), uintptr(a.VCache),
-			uintptr(a.TokenSeq), uintptr(a.Positions), uintptr(r.Slots), uintptr(a.BlockTables),
-			int32(a.BlockTableStride), int32(a.Tokens), int32(a.NumHeads), int32(a.NumKVHeads), int32(a.HeadDim),
-			int32(a.BlockSize), a.Scale, int32(a.MaxCtx), uintptr(r.InvFreq), r.AttnFactor, uintptr(r.QNorm),
-			uintptr(r.KNorm), r.NormEps, int32(r.RotaryDim), r.NumSlots, uintptr(a.Workspace),
-			uint64(a.WorkspaceBytes), uintptr(s))
 	})
 }
 

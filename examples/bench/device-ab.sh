@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # device-ab.sh: same-call A/B of runner steps on the GPU machine, from the repository root, with
 # bin/ built as device-run.sh describes. Each variant is a name and the environment it runs
-# under (space-separated VAR=value: libatomk knobs, ATOM_GO_KERNELS=bin/other.so, or
-# BENCH=bin/other-bench for a bench binary built at another commit); the
+# under (space-separated VAR=value: ATOM_GO_KERNELS=bin/other.so for a library built at another
+# commit or from a variant, or BENCH=bin/other-bench for a bench binary built at another commit); the
 # variants run in turn, REPS times over, so that drift between runs hits them all alike
 # (run-to-run spread of the batch-1 step is about ±0.1 ms: compare within one call only).
 #
-#   bash examples/bench/device-ab.sh OUTDIR 'base:' 'norm:ATOM_GO_GEMV_NORM=1' ...
+#   bash examples/bench/device-ab.sh OUTDIR 'base:' 'other:ATOM_GO_KERNELS=bin/other/libatomk.so' ...
 #
 # CONC (default 1) picks the decode batches, REPS (default 2) the repeats. Prints one line per
 # run (graph and eager ms per batch) and the per-variant means; OUTDIR gets ab.txt. With

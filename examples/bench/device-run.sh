@@ -7,7 +7,7 @@
 #   CGO_ENABLED=0 go build -ldflags=-s\ -w -o bin/randmodel ./examples/randmodel
 #   CGO_ENABLED=0 go test -c -tags gpu -ldflags=-s\ -w -o bin/gpu_ops.test ./ops/gpu/
 #   CGO_ENABLED=0 go test -c -tags gpu -ldflags=-s\ -w -o bin/engine_gpu.test ./engine/
-#   cp hipkernels/build/libatomk.so bin/        # make -C hipkernels/src (docs/gpu-notes.md)
+#   cp hipkernels/build/libatomk.so bin/        # make kernels (docs/kernels.md)
 #
 #   bash examples/bench/device-run.sh OUTDIR [COMMIT] [STEPS]
 #
@@ -52,22 +52,6 @@ if has tests; then
 	rc=$?
 	say "[$(el)] engine graph tests rc=$rc"
 	grep -E "^(--- |ok|FAIL)|graph-vs-eager|engine graphs|panic:|Error:|_test.go:[0-9]+: " "$OUT/engine_gpu.log" | cut -c1-240 | head -24 | tee -a "$SUM"
-	# Opt-in kernels (off by default until measured) get their op tests and the model and graph
-	# tests too: optin LOG-NAME VAR=VALUE OP-TEST-PATTERN.
-	optin() {
-		(cd ops/gpu && env "$2" timeout 100 ../../bin/gpu_ops.test -test.v -test.run "$3|Model|Graph" \
-			-test.timeout 95s >"$OUT/gpu_ops_$1.log" 2>&1 &&
-			cd ../../engine && env "$2" timeout 60 ../bin/engine_gpu.test -test.run 'Graph' -test.timeout 55s \
-			>"$OUT/engine_gpu_$1.log" 2>&1)
-		rc=$?
-		say "[$(el)] $2: $3, model and graph tests rc=$rc"
-		grep -hE "^--- FAIL|panic:|Error:|_test.go:[0-9]+: " "$OUT/gpu_ops_$1.log" "$OUT/engine_gpu_$1.log" 2>/dev/null |
-			cut -c1-240 | head -8 | tee -a "$SUM"
-	}
-	optin merge ATOM_GO_ATTN_INLINE_MERGE=1 Attention
-	optin norm ATOM_GO_GEMV_NORM=1 NormLinear
-	optin rope ATOM_GO_ATTN_ROPE=1 RopeAttention
-	optin residual ATOM_GO_RESIDUAL_NORM=0 LinearResidual
 fi
 
 if has chain; then

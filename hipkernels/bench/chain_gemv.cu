@@ -1,5 +1,5 @@
 // chain_gemv.cu: does a kernel that stays resident across two dependent GEMVs beat two
-// launches? The question behind a persistent batch-1 decode kernel (docs/gpu-notes.md, "Where
+// launches? The question behind a persistent batch-1 decode kernel (docs/journal/gpu-notes.md, "Where
 // batch 1 stands", item 3): between two weight streams the launches pay a ramp (first loads
 // after the wait) and a tail (last reductions, completion, the next wait), ~3 µs a GEMM by the
 // profile. A stand-alone CUDA program, not part of libatomk (Hopper only):

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ATOMK_ABI_VERSION 1
+#define ATOMK_ABI_VERSION 2
 
 /* Element types; the numbers match ops.DType in Go. */
 enum { ATOMK_F32 = 0, ATOMK_F16 = 1, ATOMK_BF16 = 2 };
@@ -142,11 +142,8 @@ int atomk_rope_write_kv(int dtype, void* q, void* k, const void* v, void* k_cach
  * block_tables[seq*block_table_stride + p/block_size] at offset p%block_size. Caches are
  * [blocks, block_size, num_kv_heads, head_dim]; query head h reads kv head h/(num_heads/num_kv_heads).
  * max_ctx bounds positions[t]+1 over the batch. When the batch is too small to fill the GPU the
- * context is split into partitions merged by a second kernel (or, with
- * ATOM_GO_ATTN_INLINE_MERGE=1, by the last block of each to finish); that needs workspace_size
- * >= the bytes atomk_paged_attention_workspace returns for the same shape (0 when no split),
- * zeroed once when allocated (the in-place merge counts finished blocks there and leaves the
- * counts at zero). */
+ * context is split into partitions merged by a second kernel; that needs workspace_size >= the
+ * bytes atomk_paged_attention_workspace returns for the same shape (0 when no split). */
 int atomk_paged_attention_workspace(int tokens, int num_heads, int num_kv_heads, int head_dim, int max_ctx,
                                     size_t* bytes);
 int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cache,
@@ -154,21 +151,6 @@ int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cac
                           const int32_t* block_tables, int block_table_stride, int tokens,
                           int num_heads, int num_kv_heads, int head_dim, int block_size,
                           float scale, int max_ctx, void* workspace, size_t workspace_size, void* stream);
-/* atomk_rope_write_kv_fused followed by atomk_paged_attention, in one kernel, for decode batches
- * (every token the only one of its sequence in the batch): q and the token's own k are
- * normalised (q_norm and k_norm, both or neither) and rotated from qkv [tokens,
- * (num_heads+2*num_kv_heads)*head_dim] inside the attention kernel, the new k and v are stored at
- * slots (a negative slot or one >= num_slots skips the store) and attended to from shared
- * memory; no q tensor is written. Same workspace as atomk_paged_attention. 16-bit, rotary_dim ==
- * head_dim of 64, 128 or 256, 16-byte aligned rows, CUDA builds: otherwise
- * ATOMK_ERR_UNSUPPORTED and nothing is launched (use the two calls). */
-int atomk_paged_attention_rope(int dtype, void* out, const void* qkv, void* k_cache, void* v_cache,
-                               const int32_t* token_seq, const int32_t* positions, const int32_t* slots,
-                               const int32_t* block_tables, int block_table_stride, int tokens, int num_heads,
-                               int num_kv_heads, int head_dim, int block_size, float scale, int max_ctx,
-                               const float* inv_freq, float attn_factor, const void* q_norm, const void* k_norm,
-                               float norm_eps, int rotary_dim, int64_t num_slots, void* workspace,
-                               size_t workspace_size, void* stream);
 /* out[r] = index of the largest element of row r of x [rows, cols] (the first on ties; NaN
  * never wins) – greedy sampling on the device. */
 int atomk_argmax_rows(int dtype, int32_t* out, const void* x, int rows, int cols, void* stream);
@@ -206,9 +188,8 @@ int atomk_sample_work_bytes(size_t* bytes);
 
 /* ---- skinny GEMM and fused projections ---- */
 /* atomk_gemm plus an optional bias (NULL: none): out[m,n] = x[m,k] · w[n,k]ᵀ + bias[n]. Up to a
- * threshold of m (1, or ATOM_GO_GEMV_MAX_M read once per process; ATOM_GO_GEMV_MAX_N bounds n
- * too, unbounded by default), 16-bit GEMMs
- * with k % 8 == 0 and 16-byte aligned x and w run on a skinny kernel that streams w at close to
+ * threshold of m (1, or what atomk_blas_set_gemv_max_m set), 16-bit GEMMs with k % 8 == 0 and
+ * 16-byte aligned x and w run on a skinny kernel that streams w at close to
  * the copy bandwidth (the bias in its epilogue); others through the BLAS and atomk_add_bias.
  * The skinny kernel may read w before the previous kernel on the stream has finished
  * (programmatic dependent launch): w must not be that kernel's output. */
@@ -262,18 +243,6 @@ int atomk_rope_write_kv_fused(int dtype, void* q_out, const void* qkv, void* k_c
  * act is not touched; otherwise act [m, k] receives silu(gate)*up and the GEMM reads it. */
 int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const void* gate_up, const void* w,
                       void* act, int m, int n, int k);
-/* The pre-norm of a decoder sublayer fused with its first projection, at decode size: with add
- * non-NULL, r = residual + add (rounded to dtype, as atomk_rms_norm stores it) is written to
- * res_out (which must overlap neither input); with add NULL, r = residual and res_out is
- * unused. out[1,n] = (r * rsqrt(mean(r²) + eps) * norm_w) · w[n,k]ᵀ (+ bias); residual and add
- * are not written. *fused = 1 when the kernel was queued; 0, with nothing queued, where the
- * skinny kernel does not serve it (m != 1 or above the handle's skinny limit, a 32-bit dtype,
- * k % 8, k > 16384, an operand not 16-byte aligned, or $ATOM_GO_GEMV_NORM not 1): the caller
- * then runs atomk_rms_norm and atomk_gemm_bias. */
-int atomk_gemm_rms_norm(void* handle, void* stream, int dtype, void* out, void* res_out, const void* residual,
-                        const void* add, const void* norm_w, float eps, const void* w, const void* bias, int m, int n,
-                        int k, int* fused);
-
 /* The residual add of a row-parallel projection done in its epilogue, at decode size: res[1,n] +=
  * x · w[n,k]ᵀ (swiglu != 0: x is the fused gate|up output [1, 2k] and the input silu(gate)·up),
  * each sum r rounded to dtype as atomk_rms_norm's residual add stores it (the projection's output
@@ -281,7 +250,7 @@ int atomk_gemm_rms_norm(void* handle, void* stream, int dtype, void* out, void* 
  * must not overlap res), and the row's sum of r² left in sums as *count partial sums (at most
  * max_sums; sums 16-byte aligned) for atomk_gemm_norm_summed. *fused = 1 when queued; 0, with
  * nothing queued, where the skinny kernel does not serve it (m != 1, the atomk_gemm_bias rule,
- * more blocks than max_sums, or $ATOM_GO_RESIDUAL_NORM=0): the caller then runs the
+ * more blocks than max_sums): the caller then runs the
  * projection and passes its output to atomk_rms_norm's residual add. */
 int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, void* scaled, const void* norm_w, const void* x,
                         const void* w, int m, int n, int k, int swiglu, float* sums, int max_sums, int* count,

@@ -38,38 +38,16 @@ int atomk_fail(int status, const char* fmt, ...) __attribute__((format(printf, 2
 
 #define ATOMK_STREAM(s) static_cast<gpuStream_t>(s)
 
-// Whether ATOM_GO_SKIP_KERNELS (a comma-separated list, read once) names kind: "rope",
-// "attention", "merge", "norm", "gemv" (the skinny GEMM), "sample" (atomk_sample_rows) or
-// "feed" (atomk_load_step_inputs: a decode step's inputs). The named entry points then queue
-// nothing and return ATOMK_OK: results are wrong, and the decode graph's step time without
-// them says what those kernels cost inside it (the bound on what fusing them away can gain).
-// For measurements only.
-bool atomk_skip(const char* kind);
-
 // Whether kernels are launched with programmatic dependent launch: on CUDA devices of compute
-// capability 9.0 and later, unless ATOM_GO_PDL=0 (read once per process; for measurements).
+// capability 9.0 and later (read once per process).
 bool atomk_pdl_enabled();
 
-// Whether ATOM_GO_PDL_SERIAL (a comma-separated list of the kinds atomk_skip knows, read once;
-// "merge" when unset, "" for none) names kind: those kernels are then launched without
-// programmatic dependent launch, so their blocks are not scheduled before the previous kernel
-// has finished and their own early trigger launches nothing ahead of time.
-bool atomk_pdl_serial(const char* kind);
-
-// The pdl_mode argument for a kernel of kind (atomk_pdl_enter_mode): kPdlNoTrigger where
-// ATOM_GO_PDL_NOTRIGGER names kind, else kPdlLate where ATOM_GO_PDL_LATE does, else kPdlEarly
-// (the same comma-separated kinds, read once). Only the kernels that take the argument
-// honour it: "rope", "gemv" (and "o_gemv", the projection launched right after an attention),
-// "attention" (the tensor-core decode kernel) and "merge". For measurements.
-int atomk_pdl_mode(const char* kind);
-
 // Launches kernel like kernel<<<grid, block, smem, s>>>(args...), with programmatic stream
-// serialization where atomk_pdl_enabled (the kernel must start with ATOMK_PDL_ENTER) and kind
-// (nullptr: none) is not in ATOM_GO_PDL_SERIAL. Failures are left for ATOMK_LAUNCHED, as with
-// <<<>>>.
+// serialization where atomk_pdl_enabled (the kernel must start with ATOMK_PDL_ENTER) unless
+// pdl is false. Failures are left for ATOMK_LAUNCHED, as with <<<>>>.
 template <typename... Params, typename... Args>
-static inline void atomk_launch_kind(const char* kind, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                     gpuStream_t s, Args... args) {
+static inline void atomk_launch_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                    gpuStream_t s, Args... args) {
 #if defined(ATOMK_CUDA)
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -80,23 +58,31 @@ static inline void atomk_launch_kind(const char* kind, void (*kernel)(Params...)
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = attr;
-    cfg.numAttrs = atomk_pdl_enabled() && !(kind && atomk_pdl_serial(kind)) ? 1 : 0;
+    cfg.numAttrs = pdl && atomk_pdl_enabled() ? 1 : 0;
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
 #else
-    (void)kind;
+    (void)pdl;
     hipLaunchKernelGGL(kernel, grid, block, smem, s, static_cast<Params>(args)...);
 #endif
 }
 
+// A launch with programmatic dependent launch where the device has it.
 template <typename... Params, typename... Args>
 static inline void atomk_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
                                 Args... args) {
-    atomk_launch_kind(nullptr, kernel, grid, block, smem, s, args...);
+    atomk_launch_pdl(true, kernel, grid, block, smem, s, args...);
 }
 
-// The integer in environment variable name when it is one in [lo, hi], else def. For the
-// library's measurement knobs (ATOM_GO_GEMV_*, ATOM_GO_PDL, ...), each read once by its
-// caller's static.
+// A launch without it: the kernel's blocks are not scheduled before the previous kernel has
+// finished, and its own early trigger launches nothing ahead of time.
+template <typename... Params, typename... Args>
+static inline void atomk_launch_serial(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, gpuStream_t s,
+                                       Args... args) {
+    atomk_launch_pdl(false, kernel, grid, block, smem, s, args...);
+}
+
+// The integer in environment variable name when it is one in [lo, hi], else def (read once by
+// its caller's static: ATOM_GO_PROFILE_GRAPH_LAUNCH).
 static inline int atomk_env_int(const char* name, int def, int lo, int hi) {
     const char* e = getenv(name);
     if (!e || !*e) return def;
@@ -117,11 +103,6 @@ static inline int atomk_sm_count() {
     }
     return sms;
 }
-
-// True after atomk_paged_attention queued its kernels on this thread, until the next skinny GEMM
-// launch reads and clears it (ATOM_GO_GEMV_PIPELINE=2 tells the projection of the attention
-// output apart; for measurements only).
-extern thread_local bool atomk_attention_launched;
 
 // Threads for a per-row kernel: the row width rounded up to whole warps, at most 1024.
 static inline int atomk_row_threads(int cols) {

@@ -146,43 +146,19 @@ template <> __device__ __forceinline__ atomk_bf16 atomk_from_float<atomk_bf16>(f
 // (the successor waits for this grid, which finished only after its own predecessor did).
 // Triggering before the wait lets a chain of short kernels all be resident ahead of time, so
 // the next weight stream's prefetch (below) runs under the latency-bound kernels before it:
-// same-call A/B on an H200, batch-1 step 4.91 ms against 5.06 with wait-then-trigger
-// (docs/bench-results.md, 2026-12-03). A successor launches only once every block of this grid
-// has started, so waiting blocks never keep a predecessor's blocks off the GPU.
-// -DATOMK_PDL_WAIT_FIRST restores wait-then-trigger (for measurements). Without PDL (HIP, older
-// GPUs, a launch without the attribute) both instructions are no-ops.
+// the batch-1 step was 3% faster than with wait-then-trigger. A successor launches only once
+// every block of this grid has started, so waiting blocks never keep a predecessor's blocks off
+// the GPU. Without PDL (HIP, older GPUs, a launch without the attribute) both instructions are
+// no-ops.
 // A kernel may load data no kernel writes (weights) before ATOMK_PDL_ENTER: that is the
 // overlap worth having for a weight stream.
 __device__ __forceinline__ void atomk_pdl_enter() {
 #if defined(ATOMK_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-#if defined(ATOMK_PDL_WAIT_FIRST)
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#else
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 #endif
 }
 #define ATOMK_PDL_ENTER() atomk_pdl_enter()
-
-// How a kernel that takes a pdl_mode argument (atomk_pdl_mode; for measurements) enters:
-// kPdlEarly as atomk_pdl_enter; kPdlLate waits first and triggers after, so the successor's
-// blocks are not scheduled while this kernel's predecessor still runs; kPdlNoTrigger only
-// waits, so the successor is launched when this grid completes (as without PDL, except that
-// the launch itself was prepared while this grid ran).
-enum AtomkPdlMode { kPdlEarly = 0, kPdlLate = 1, kPdlNoTrigger = 2 };
-__device__ __forceinline__ void atomk_pdl_enter_mode(int mode) {
-#if defined(ATOMK_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-    if (mode != kPdlEarly) {
-        asm volatile("griddepcontrol.wait;" ::: "memory");
-        if (mode == kPdlLate) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-        return;
-    }
-#endif
-    (void)mode;
-    atomk_pdl_enter();
-}
 
 // Asks for the 128-byte line at p to be fetched into L2 (no register, no wait). Used before
 // ATOMK_PDL_ENTER on data no preceding kernel of the step writes, or writes only through L2

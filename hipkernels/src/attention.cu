@@ -18,14 +18,11 @@
 
 namespace {
 
-// Context positions per split, at least. 64 rather than 256: a batch-1 decode at context 1153
-// then spreads over ~18 splits of each of 8 KV heads instead of 6 (H200, 8B shape: 11.8 -> 8.9
-// µs a layer, ncu, 2026-12-03).
-constexpr int kMinPartition = ATOMK_ATTN_MIN_SPLIT;  // 64 unless overridden (attention_decode.h)
-#ifndef ATOMK_ATTN_BLOCKS_PER_SM  // -D override for measurements
-#define ATOMK_ATTN_BLOCKS_PER_SM 4
-#endif
-constexpr int kBlocksPerSM = ATOMK_ATTN_BLOCKS_PER_SM;  // split until the grid has about this many blocks per SM
+// Context positions per split, at least. 64 rather than 256: a batch-1 decode at context ~1k
+// then spreads over ~18 splits of each of 8 KV heads instead of 6, and the attention of a layer
+// takes a quarter less time.
+constexpr int kMinPartition = kMinSplitPositions;
+constexpr int kBlocksPerSM = 4;        // split until the grid has about this many blocks per SM
 constexpr int kMergeThreads = 512;     // threads of the merge kernel's blocks
 
 // ---------------------------------------------------------------- portable kernel
@@ -159,15 +156,15 @@ constexpr int kMergeRound = 24;
 // merge sits between the attention and the output projection, and every round trip there is on
 // the decode step's critical path. head_dim <= kMergeThreads.
 // When one round covers every partition, all are read: those past the context hold m = -inf
-// and zeros (merge_warps_store), and no load waits for positions[t] (one L2 round trip fewer:
-// batch-1 runner replay 4.172 ms against 4.183, H200, 8B shape, 2026-12-04). Otherwise only
+// and zeros (merge_warps_store), and no load waits for positions[t] (one L2 round trip fewer on
+// the batch-1 step's critical path). Otherwise only
 // those holding positions are (split_count of the token's context, with the partition and
 // quantum the attention kernel used), so that a long graph bound costs no extra rounds.
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
 attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const float* part_l, int head_dim,
-                       int splits, const int32_t* positions, int partition, int quantum, int pdl_mode) {
-    atomk_pdl_enter_mode(pdl_mode);
+                       int splits, const int32_t* positions, int partition, int quantum) {
+    ATOMK_PDL_ENTER();
     __shared__ float sums[kMergeThreads];
     __shared__ float group_m[kMergeThreads], group_l[kMergeThreads];
     const size_t row = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
@@ -249,30 +246,11 @@ int attention_splits(int tokens, int head_blocks, int max_ctx) {
     return (int)(want < most ? want : most);
 }
 
-// Counter words of the in-place merge (finish_splits): one per (token, head group), and a
-// launch splits only when it has at most kBlocksPerSM / 2 blocks per SM of those
-// (attention_splits), so this many always suffice. They sit at the start of the workspace,
-// after them the partition results: the same place for every shape, so no launch's results
-// ever land on the counters of another shape sharing the workspace (which must stay zero
-// between launches). Whole 128-byte lines.
-size_t counter_words() {
-    const size_t n = (size_t)kBlocksPerSM * atomk_sm_count() / 2;
-    return (n + 31) / 32 * 32;
-}
-
-// Whether a split launch of the tensor-core kernel merges in place (finish_splits) rather than
-// with the merge kernel: ATOM_GO_ATTN_INLINE_MERGE=1 (read once; for measurements) and a
-// group's partitions fit the merging block's shared memory.
-bool inline_merge(int hpb, int splits) {
-    static const bool on = atomk_env_int("ATOM_GO_ATTN_INLINE_MERGE", 0, 0, 1) == 1;
-    return on && splits > 1 && hpb * splits <= kFinishMax;
-}
-
-// With S > 1 partitions: the counters of the in-place merge, then each (token, query head,
-// partition)'s unnormalised result (head_dim floats), then all the maxima, then all the sums.
+// With S > 1 partitions: each (token, query head, partition)'s unnormalised result (head_dim
+// floats), then all the maxima, then all the sums.
 size_t workspace_bytes(int tokens, int num_heads, int head_dim, int splits) {
     if (splits <= 1) return 0;
-    return counter_words() * sizeof(unsigned) + (size_t)tokens * num_heads * splits * (head_dim + 2) * sizeof(float);
+    return (size_t)tokens * num_heads * splits * (head_dim + 2) * sizeof(float);
 }
 
 // The operands of one launch, shared by both kernels' launchers.
@@ -280,12 +258,10 @@ struct AttnLaunch {
     dim3 grid;
     gpuStream_t stream;
     float *pa, *pm, *pl;
-    unsigned* counters;  // NULL: the merge kernel merges the partitions
     const int32_t *token_seq, *positions, *tables;
     int stride, num_heads, num_kv_heads, hpb, head_dim, block_size, partition;
     int quantum;  // split_range's quantum of the kernel that ran (launch_decode sets it)
     float scale;
-    const void* rope;  // RopeIn<T> of a Rope launch (the tensor-core kernel only), else NULL
 };
 
 template <typename T, int DPL>
@@ -293,7 +269,7 @@ int launch_portable(const AttnLaunch& L, T* out, const T* q, const T* kc, const 
     // Shared memory per unit of G: warps' acc (head_dim floats) plus their m and l.
     const size_t smem = (size_t)kWarps * (L.head_dim + 2) * sizeof(float);
 #define ATOMK_ATTN(G)                                                                                          \
-    atomk_launch_kind("attention", paged_attention_kernel<T, DPL, G>, L.grid, kWarps * ATOMK_WARP_SIZE, smem * G, L.stream, \
+    atomk_launch(paged_attention_kernel<T, DPL, G>, L.grid, kWarps * ATOMK_WARP_SIZE, smem * G, L.stream, \
         out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,            \
         L.num_kv_heads, L.hpb, L.head_dim, L.block_size, L.scale, L.partition)
     if (L.hpb == 1) ATOMK_ATTN(1);
@@ -317,11 +293,9 @@ int launch_portable_dpl(const AttnLaunch& L, T* out, const T* q, const T* kc, co
 // Whether a head_dim 128 launch takes a two-tile instance (DecodeTiles): a split context and a
 // grid of at most three blocks per SM, the Wide instances' residency, so that every block
 // still runs in the first wave.
-// ATOM_GO_ATTN_WIDE=0 (read once) keeps one tile everywhere, for measurements.
 bool wide_decode(const AttnLaunch& L) {
-    static const bool on = atomk_env_int("ATOM_GO_ATTN_WIDE", 1, 0, 1) == 1;
     const long blocks = (long)L.grid.x * L.grid.y * L.grid.z;
-    return on && L.grid.z > 1 &&
+    return L.grid.z > 1 &&
            blocks <= (long)DecodeTiles<128, true>::min_blocks * atomk_sm_count();
 }
 #endif
@@ -333,16 +307,11 @@ int launch_decode(AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
 #if defined(ATOMK_CUDA)
     if constexpr (sizeof(T) == 2) {
         if (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % 16 != 0) return ATOMK_ERR_UNSUPPORTED;
-        const RopeIn<T> rope = L.rope ? *static_cast<const RopeIn<T>*>(L.rope) : RopeIn<T>{};
-#define ATOMK_DECODE(KERNEL)                                                                               \
-    atomk_launch_kind("attention", KERNEL, L.grid, kWarps * 32, 0, L.stream, out, L.pa, L.pm, L.pl, L.counters, q, kc, \
-        vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, L.num_kv_heads, L.hpb, L.block_size, L.scale,  \
-        L.partition, atomk_pdl_mode("attention"), rope)
 #define ATOMK_DECODE_TILES(D, WIDE)                                                                           \
     L.quantum = 8 * DecodeTiles<D, WIDE>::value * kWarps;                                                     \
-    ATOMK_DECODE((L.rope       ? decode_attention_kernel<T, D, false, true, WIDE>                            \
-                  : L.counters ? decode_attention_kernel<T, D, true, false, WIDE>                            \
-                               : decode_attention_kernel<T, D, false, false, WIDE>))
+    atomk_launch(decode_attention_kernel<T, D, WIDE>, L.grid, kWarps * 32, 0, L.stream, out, L.pa, L.pm, L.pl, q, kc, \
+                 vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, L.num_kv_heads, L.hpb, L.block_size, \
+                 L.scale, L.partition)
         switch (L.head_dim) {  // the quantum is the one of the kernel's split_range (the merge's too)
             case 64: ATOMK_DECODE_TILES(64, false); break;
             case 128:
@@ -356,7 +325,6 @@ int launch_decode(AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
             default: return ATOMK_ERR_UNSUPPORTED;
         }
 #undef ATOMK_DECODE_TILES
-#undef ATOMK_DECODE
         ATOMK_LAUNCHED("decode_attention");
         return ATOMK_OK;
     }
@@ -365,23 +333,21 @@ int launch_decode(AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
     return ATOMK_ERR_UNSUPPORTED;
 }
 
-// The portable kernel does not merge in place: with it the merge kernel always runs.
+// The merge of split decode attention is launched without programmatic dependent launch: with
+// it, the merge's early trigger let the o projection's blocks become resident and stream
+// weights while the attention kernel still ran, and the batch-1 step was slower (a late
+// trigger in the merge won back only half of the difference).
 template <typename T>
 int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, const void* vc, int tokens, int splits) {
     T* o = static_cast<T*>(out);
     const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(kc), *vt = static_cast<const T*>(vc);
     int st = ATOMK_OK;
     L.quantum = 1;  // paged_attention_kernel's split_range; launch_decode sets its own
-    if (!atomk_skip("attention")) {
-        st = launch_decode<T>(L, o, qt, kt, vt);
-        if (st == ATOMK_ERR_UNSUPPORTED && !L.rope) {  // a Rope launch has no portable form
-            L.counters = nullptr;
-            st = launch_portable_dpl<T>(L, o, qt, kt, vt);
-        }
-    }
-    if (st != ATOMK_OK || splits <= 1 || L.counters || atomk_skip("merge")) return st;
-    atomk_launch_kind("merge", attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa, L.pm,
-                 L.pl, L.head_dim, splits, L.positions, L.partition, L.quantum, atomk_pdl_mode("merge"));
+    st = launch_decode<T>(L, o, qt, kt, vt);
+    if (st == ATOMK_ERR_UNSUPPORTED) st = launch_portable_dpl<T>(L, o, qt, kt, vt);
+    if (st != ATOMK_OK || splits <= 1) return st;
+    atomk_launch_serial(attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa,
+                        L.pm, L.pl, L.head_dim, splits, L.positions, L.partition, L.quantum);
     ATOMK_LAUNCHED("attention_merge");
     return ATOMK_OK;
 }
@@ -405,15 +371,12 @@ int prepare_launch(const char* name, AttnLaunch* L, int* splits, const int32_t* 
     const size_t need = workspace_bytes(tokens, num_heads, head_dim, s);
     if (workspace_size < need)
         return atomk_fail(ATOMK_ERR_INVALID, "%s: workspace of %zu bytes, %zu needed", name, workspace_size, need);
-    if (s > 1 && (size_t)tokens * (num_heads / hpb) > counter_words())  // attention_splits rules it out
-        return atomk_fail(ATOMK_ERR_INVALID, "%s: %d tokens x %d head groups split", name, tokens, num_heads / hpb);
     if (num_heads / hpb > 65535 || s > 65535)
         return atomk_fail(ATOMK_ERR_INVALID, "%s: grid of %d head groups, %d splits", name, num_heads / hpb, s);
     *splits = s;
     L->grid = dim3(tokens, num_heads / hpb, s);
     L->stream = ATOMK_STREAM(stream);
-    L->counters = inline_merge(hpb, s) ? static_cast<unsigned*>(workspace) : nullptr;
-    L->pa = s > 1 ? reinterpret_cast<float*>(static_cast<unsigned*>(workspace) + counter_words()) : nullptr;
+    L->pa = s > 1 ? static_cast<float*>(workspace) : nullptr;
     const size_t rows = (size_t)tokens * num_heads * s;
     L->pm = s > 1 ? L->pa + rows * head_dim : nullptr;
     L->pl = s > 1 ? L->pm + rows : nullptr;
@@ -428,13 +391,10 @@ int prepare_launch(const char* name, AttnLaunch* L, int* splits, const int32_t* 
     L->block_size = block_size;
     L->partition = (max_ctx + s - 1) / s;
     L->scale = scale;
-    L->rope = nullptr;
     return ATOMK_OK;
 }
 
 }  // namespace
-
-thread_local bool atomk_attention_launched = false;
 
 extern "C" {
 
@@ -461,50 +421,6 @@ int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cac
     if (st != ATOMK_OK || tokens == 0) return st;
     ATOMK_DISPATCH(dtype, "atomk_paged_attention",
                    st = launch_attention<T>(L, out, q, k_cache, v_cache, tokens, splits));
-    atomk_attention_launched = st == ATOMK_OK;
-    return st;
-}
-
-int atomk_paged_attention_rope(int dtype, void* out, const void* qkv, void* k_cache, void* v_cache,
-                               const int32_t* token_seq, const int32_t* positions, const int32_t* slots,
-                               const int32_t* block_tables, int block_table_stride, int tokens, int num_heads,
-                               int num_kv_heads, int head_dim, int block_size, float scale, int max_ctx,
-                               const float* inv_freq, float attn_factor, const void* q_norm, const void* k_norm,
-                               float norm_eps, int rotary_dim, int64_t num_slots, void* workspace,
-                               size_t workspace_size, void* stream) {
-    static const bool on = atomk_env_int("ATOM_GO_ATTN_ROPE", 0, 0, 1) == 1;
-    if (!on)
-        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_paged_attention_rope: off (ATOM_GO_ATTN_ROPE=1 turns it on)");
-    const int64_t row = (int64_t)(num_heads + 2 * num_kv_heads) * head_dim;
-    if (!qkv || !k_cache || !v_cache || !slots || !inv_freq || (q_norm == nullptr) != (k_norm == nullptr))
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention_rope: null operand (q_norm and k_norm go together)");
-#if defined(ATOMK_CUDA)
-    const bool shape_ok = (dtype == ATOMK_F16 || dtype == ATOMK_BF16) && rotary_dim == head_dim &&
-                          (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
-                          ((uintptr_t)qkv | (uintptr_t)k_cache | (uintptr_t)v_cache) % 16 == 0;
-#else
-    const bool shape_ok = false;
-#endif
-    if (!shape_ok)
-        return atomk_fail(ATOMK_ERR_UNSUPPORTED,
-                          "atomk_paged_attention_rope: dtype %d, head_dim %d, rotary_dim %d (16-bit, whole-head "
-                          "rotary of 64, 128 or 256, 16-byte aligned rows, CUDA only)",
-                          dtype, head_dim, rotary_dim);
-    AttnLaunch L;
-    int splits = 0;
-    int st = prepare_launch("atomk_paged_attention_rope", &L, &splits, token_seq, positions, block_tables,
-                            block_table_stride, tokens, num_heads, num_kv_heads, head_dim, block_size, scale, max_ctx,
-                            workspace, workspace_size, stream);
-    if (st != ATOMK_OK || tokens == 0) return st;
-    L.counters = nullptr;  // the Rope instances merge with the merge kernel
-    ATOMK_DISPATCH(dtype, "atomk_paged_attention_rope", {
-        const RopeIn<T> r{static_cast<const T*>(qkv), row, static_cast<T*>(k_cache), static_cast<T*>(v_cache), slots,
-                          num_slots, inv_freq, attn_factor, static_cast<const T*>(q_norm),
-                          static_cast<const T*>(k_norm), norm_eps};
-        L.rope = &r;
-        st = launch_attention<T>(L, out, nullptr, k_cache, v_cache, tokens, splits);
-    });
-    atomk_attention_launched = st == ATOMK_OK;
     return st;
 }
 

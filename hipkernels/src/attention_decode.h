@@ -13,18 +13,10 @@ namespace {
 
 constexpr int kWarps = 4;              // warps per block; each walks its own context positions
 constexpr int kMaxGroup = 8;           // query heads per block, at most
-// A token's partitions hold at least this many positions (-DATOMK_ATTN_MIN_SPLIT=N overrides
-// it and kMinPartition, for measurements).
-#ifndef ATOMK_ATTN_MIN_SPLIT
-#define ATOMK_ATTN_MIN_SPLIT 64
-#endif
-constexpr int kMinSplitPositions = ATOMK_ATTN_MIN_SPLIT;
-// K/V rows a decode block fetches into L2 before its wait (-DATOMK_ATTN_PREFETCH=N overrides it,
-// for measurements; at most the block's threads).
-#ifndef ATOMK_ATTN_PREFETCH
-#define ATOMK_ATTN_PREFETCH 64
-#endif
-constexpr int kPrefetchPositions = ATOMK_ATTN_PREFETCH;
+// A token's partitions hold at least this many positions (kMinPartition in attention.cu).
+constexpr int kMinSplitPositions = 64;
+// K/V rows a decode block fetches into L2 before its wait (at most the block's threads).
+constexpr int kPrefetchPositions = 64;
 
 // Positions of context partition `split` of a token with ctx positions, as [*begin, *end). With
 // S splits each covers P = ceil(ctx/S) positions (at least min(partition, kMinSplitPositions)),
@@ -88,108 +80,6 @@ __device__ void merge_warps_store(const float* merge_acc, const float* merge_m, 
         }
     }
 }
-
-// Partition results one block can merge itself (hpb × splits; see finish_splits).
-constexpr int kFinishMax = 1024;
-
-// The end of the tensor-core decode kernel when the launch merges in place (counters not NULL;
-// S > 1 partitions, hpb·S <= kFinishMax), after merge_warps_store: the last of the S blocks of
-// (token t, head group blockIdx.y) to get here merges the partitions' results into out, so no
-// merge kernel runs (ATOM_GO_ATTN_INLINE_MERGE=1, for measurements). counters holds one word
-// per (token, head group) at a fixed place in the workspace, zero before the launch; the last
-// block sets its word back to zero for the next launch. The block's partial stores are ordered
-// before its count by the barrier and thread 0's fence, the last block's reads after the
-// others' counts by thread 0's second fence and the barrier (as a cooperative grid sync does).
-// The merge itself keeps many loads in flight: each partition's maximum and sum in one round
-// of loads (staged in shared memory); then, over the partitions that hold positions (a prefix:
-// those past the context have m = -inf), each thread loads its up to JM outputs' values of a
-// partition together, so a round of loads covers every output of the group.
-// scratch: 2 * kFinishMax floats of shared memory the block no longer needs. D: head_dim.
-template <typename T, int D>
-__device__ void finish_splits(T* out, const float* part_acc, const float* part_m, const float* part_l,
-                              unsigned* counters, int hpb, int t, int h0, int num_heads, int splits, float* scratch) {
-    constexpr int JM = (kMaxGroup * D + kWarps * ATOMK_WARP_SIZE - 1) / (kWarps * ATOMK_WARP_SIZE);
-    float* wt = scratch;                // (head g, partition s) at g * splits + s: m, then the weight
-    float* den = scratch + kFinishMax;  // the same places: l
-    __shared__ bool last;
-    __shared__ int active;  // partitions holding positions
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned* c = counters + (size_t)t * gridDim.y + blockIdx.y;
-        __threadfence();
-        last = atomicAdd(c, 1u) == (unsigned)splits - 1;
-        if (last) {
-            atomicExch(c, 0u);
-            __threadfence();
-        }
-    }
-    __syncthreads();
-    if (!last) return;
-    const size_t row0 = (size_t)t * num_heads + h0;  // (token, first query head of the group)
-    for (int i = threadIdx.x; i < hpb * splits; i += blockDim.x) {
-        wt[i] = atomk_load_l2(part_m + row0 * splits + i);  // rows of one group are consecutive
-        den[i] = atomk_load_l2(part_l + row0 * splits + i);
-    }
-    __syncthreads();
-    // A warp per head: its lanes stride over the partitions (the maximum, the denominator, then
-    // each partition's weight exp(m - max) / denominator in place of its m). Every head of the
-    // group has the same positions, so head 0's warp also counts the partitions holding some.
-    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warps = blockDim.x / ATOMK_WARP_SIZE;
-    for (int g = threadIdx.x / ATOMK_WARP_SIZE; g < hpb; g += warps) {
-        float* m = wt + g * splits;
-        float mx = -INFINITY, sum = 0.f, hi = -1.f;
-        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) {
-            mx = fmaxf(mx, m[s]);
-            if (m[s] != -INFINITY) hi = (float)s;
-        }
-        mx = atomk_warp_max(mx);
-        hi = atomk_warp_max(hi);
-        if (g == 0 && lane == 0) active = (int)hi + 1;
-        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE)
-            sum += m[s] == -INFINITY ? 0.f : den[g * splits + s] * expf(m[s] - mx);
-        sum = atomk_warp_sum(sum);
-        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) m[s] = m[s] == -INFINITY ? 0.f : expf(m[s] - mx) / sum;
-    }
-    __syncthreads();
-    const int n = hpb * D, used = active;
-    const float* acc = part_acc + row0 * splits * D;  // head g, partition s, dim d at (g*splits + s)*D + d
-    float a[JM];
-#pragma unroll
-    for (int jj = 0; jj < JM; ++jj) a[jj] = 0.f;
-#pragma unroll 2
-    for (int s = 0; s < used; ++s) {
-#pragma unroll
-        for (int jj = 0; jj < JM; ++jj) {
-            const int j = threadIdx.x + jj * blockDim.x, g = j / D;
-            if (j < n) a[jj] += atomk_load_l2(acc + ((size_t)g * splits + s) * D + j % D) * wt[g * splits + s];
-        }
-    }
-#pragma unroll
-    for (int jj = 0; jj < JM; ++jj) {
-        const int j = threadIdx.x + jj * blockDim.x;
-        if (j < n) out[row0 * D + j] = atomk_from_float<T>(a[jj]);
-    }
-}
-
-// The RoPE operands of a launch that rotates q and the new k itself (the Rope instances of
-// decode_attention_kernel, atomk_paged_attention_rope): row t of the fused q|k|v projection's
-// output, at qkv + t * stride, holds q (num_heads heads), k and v (num_kv_heads heads each);
-// the neox rotation covers whole heads; q_norm and k_norm (or NULL) are Qwen3's per-head RMSNorm
-// weights; the new k and v also go to k_store and v_store (the caches) at slots[t], unless the
-// slot is negative or >= num_slots.
-template <typename T> struct RopeIn {
-    const T* qkv;
-    int64_t stride;
-    T* k_store;
-    T* v_store;
-    const int32_t* slots;
-    int64_t num_slots;
-    const float* inv_freq;
-    float attn_factor;
-    const T* q_norm;
-    const T* k_norm;
-    float norm_eps;
-};
 
 #if defined(ATOMK_CUDA)
 // ---------------------------------------------------------------- tensor-core decode kernel
@@ -287,13 +177,9 @@ __device__ __forceinline__ uint4 lds16(const uint4* p) {
 // keeps one tile. A grid that fits three blocks per SM takes the Wide instance (two tiles) when
 // its context is split: a small decode batch, where a block's 64-position partition is then
 // one loop step per warp instead of two, each a dependent round trip to L2 on the step's
-// critical path (batch-1 TPOT 4.136 ms against 4.158, H200, 8B shape, 2026-12-04).
-// -DATOMK_DECODE_TILES_128=2 gives every head_dim 128 launch two tiles (for measurements).
-#ifndef ATOMK_DECODE_TILES_128
-#define ATOMK_DECODE_TILES_128 1
-#endif
+// critical path (a measurable share of the batch-1 step).
 template <int D, bool Wide = false> struct DecodeTiles {
-    static constexpr int value = D <= 64 ? 4 : D == 128 ? (Wide ? 2 : ATOMK_DECODE_TILES_128) : 1;
+    static constexpr int value = D <= 64 ? 4 : D == 128 ? (Wide ? 2 : 1) : 1;
     static constexpr int min_blocks = D >= 256 ? 2 : D == 128 && value > 1 ? 3 : 4;  // per SM
 };
 
@@ -306,129 +192,19 @@ __device__ __forceinline__ void prefetch_kv_row(const T* k_head, const T* v_head
     for (int b = 0; b < D * (int)sizeof(T); b += 128) atomk_prefetch_l2(kp + b), atomk_prefetch_l2(vp + b);
 }
 
-// Sum of squares of two 16-byte pieces (8 values each).
-template <typename T>
-__device__ __forceinline__ float square_sum(const uint4& a, const uint4& b) {
-    const T* x = reinterpret_cast<const T*>(&a);
-    const T* y = reinterpret_cast<const T*>(&b);
-    float ss = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-        const float u = atomk_to_float(x[e]), v = atomk_to_float(y[e]);
-        ss += u * u + v * v;
-    }
-    return ss;
-}
-
-// Rotates lo (dims d0 .. d0+7 of a head) and hi (the same dims + D/2) in place, as
-// rope_write_kv_kernel does: with nw each value is first normalised (inv = the head's
-// rsqrt(mean square + eps)) and rounded to T, then (x1, x2) -> (x1·c - x2·s, x2·c + x1·s) rounded
-// to T, angle pos·inv_freq[d], c and s times attn_factor.
-template <typename T, int D>
-__device__ __forceinline__ void rope_pieces(uint4& lo, uint4& hi, int d0, float pos, const RopeIn<T>& r, const T* nw,
-                                            float inv) {
-    T* a = reinterpret_cast<T*>(&lo);
-    T* b = reinterpret_cast<T*>(&hi);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-        const int d = d0 + e;
-        float x1 = atomk_to_float(a[e]), x2 = atomk_to_float(b[e]);
-        if (nw) {
-            x1 = atomk_to_float(atomk_from_float<T>(x1 * inv * atomk_to_float(nw[d])));
-            x2 = atomk_to_float(atomk_from_float<T>(x2 * inv * atomk_to_float(nw[d + D / 2])));
-        }
-        float sn, cs;
-        sincosf(pos * r.inv_freq[d], &sn, &cs);
-        cs *= r.attn_factor;
-        sn *= r.attn_factor;
-        a[e] = atomk_from_float<T>(x1 * cs - x2 * sn);
-        b[e] = atomk_from_float<T>(x2 * cs + x1 * sn);
-    }
-}
-
-// The prologue of a Rope launch, after the PDL wait: q of the group's hpb heads is read from
-// the q|k|v row, normalised and rotated into q_frag (each thread rotates a piece and its
-// partner D/2 dims on, which sit KP/2 pieces apart in the key-row layout); when the block's
-// partition holds the token's own position (has_new), the new k (normalised, rotated) and v of
-// the block's kv head go to k_new and v_new, and the first head block of the kv head also
-// stores them in the caches. Ends with a barrier.
-template <typename T, int D>
-__device__ void rope_prologue(const RopeIn<T>& r, uint4* q_frag, uint4* k_new, uint4* v_new, int t, int h0, int hpb,
-                              int num_heads, int num_kv_heads, float pos, bool has_new) {
-    constexpr int KP = D / 32, HP = KP / 2 * 32, KS = D / 16;  // pair slots of q, of k
-    static_assert(HP <= kWarps * 32, "one q pair slot per thread");
-    __shared__ float ss_q[HP], ss_k[KS];
-    const int j = threadIdx.x, i = j / 32, gj = j % 32 / 4, cj = j % 4;
-    const int group = num_heads / num_kv_heads, kvh = h0 / group;
-    const T* row = r.qkv + (size_t)t * r.stride;
-    const T* kh = row + (size_t)(num_heads + kvh) * D;
-    uint4 qlo = make_uint4(0, 0, 0, 0), qhi = qlo, klo = qlo, khi = qlo;
-    const bool q_live = j < HP && gj < hpb, k_live = has_new && j < KS;
-    if (q_live) {
-        const T* qh = row + (size_t)(h0 + gj) * D + 8 * (cj + 4 * i);
-        qlo = load16(qh);
-        qhi = load16(qh + D / 2);
-    }
-    if (k_live) {
-        klo = load16(kh + 8 * j);
-        khi = load16(kh + 8 * j + D / 2);
-    }
-    if (has_new && j < D / 8) v_new[j] = load16(kh + (size_t)num_kv_heads * D + 8 * j);
-    float qinv = 1.f, kinv = 1.f;
-    if (r.q_norm) {  // uniform: the head's sum of squares from its pair slots, in a fixed order
-        if (j < HP) ss_q[j] = square_sum<T>(qlo, qhi);
-        if (j < KS) ss_k[j] = k_live ? square_sum<T>(klo, khi) : 0.f;
-        __syncthreads();
-        if (q_live) {
-            float ss = 0.f;
-            for (int u = 0; u < KP / 2; ++u)
-                for (int v = 0; v < 4; ++v) ss += ss_q[u * 32 + 4 * gj + v];
-            qinv = rsqrtf(ss / (float)D + r.norm_eps);
-        }
-        if (k_live) {
-            float ss = 0.f;
-            for (int u = 0; u < KS; ++u) ss += ss_k[u];
-            kinv = rsqrtf(ss / (float)D + r.norm_eps);
-        }
-    }
-    if (q_live) rope_pieces<T, D>(qlo, qhi, 8 * (cj + 4 * i), pos, r, r.q_norm, qinv);
-    if (j < HP) {
-        q_frag[i * 32 + j % 32] = qlo;
-        q_frag[(i + KP / 2) * 32 + j % 32] = qhi;
-    }
-    if (k_live) {
-        rope_pieces<T, D>(klo, khi, 8 * j, pos, r, r.k_norm, kinv);
-        k_new[j] = klo;
-        k_new[j + KS] = khi;
-    }
-    __syncthreads();
-    if (!has_new || h0 % group != 0) return;
-    const int64_t slot = r.slots[t];
-    if (slot < 0 || slot >= r.num_slots || j >= D / 8) return;
-    const size_t at = (size_t)slot * num_kv_heads * D + (size_t)kvh * D + 8 * j;
-    *reinterpret_cast<uint4*>(r.k_store + at) = k_new[j];
-    *reinterpret_cast<uint4*>(r.v_store + at) = v_new[j];
-}
-
-// Finish: the launch merges in place (finish_splits; a separate instance, so that the default
-// one's registers are what they were: the merge code made ptxas spill in the main loop).
-// Rope: q and the new token's k are rotated here from the q|k|v row (rope_prologue; decode
-// batches of one token per sequence), and the main loop takes the token's own position from
-// shared memory: the caches are read through the non-coherent path, which may not see a row
-// this grid wrote.
 // Wide: two 8-position tiles per warp step at head_dim 128 (DecodeTiles; the launch picks it).
-template <typename T, int D, bool Finish, bool Rope = false, bool Wide = false>
+template <typename T, int D, bool Wide = false>
 __global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D, Wide>::min_blocks)
-decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, unsigned* counters, const T* q,
+decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, const T* q,
                         const T* k_cache, const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
-                        int block_size, float scale, int partition, int pdl_mode, RopeIn<T> rope) {
+                        int block_size, float scale, int partition) {
     // With split contexts (small decode batches) the block's first K and V rows go to L2 while
     // the previous kernel (RoPE, writing this step's rows through L2) finishes: the metadata is
     // uploaded before the step's kernels, and L2 is coherent, so nothing read after the wait can
     // be stale. Only then, and only the first kPrefetchPositions: at batch 64-256 (one split,
-    // whole contexts per block) prefetching everything doubled the KV traffic (runner step at
-    // batch 256: 27.7 ms against 22.8, 2026-12-03). Everything is computed again after the
+    // whole contexts per block) prefetching everything doubled the KV traffic and slowed the
+    // step by a fifth. Everything is computed again after the
     // wait: values kept across it made ptxas spill in the main loop.
     if (gridDim.z > 1 && threadIdx.x < kPrefetchPositions) {
         int b, e;
@@ -441,7 +217,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
                                   tb[p / block_size] * block_size + p % block_size);
         }
     }
-    atomk_pdl_enter_mode(pdl_mode);
+    ATOMK_PDL_ENTER();
     constexpr int KT = DecodeTiles<D, Wide>::value, STEP = 8 * KT;
     constexpr int KP = D / 32;  // 16-byte pieces of a key row per lane
     constexpr int VP = D / 64;  // 16-byte pieces of a value row per lane and position
@@ -458,37 +234,20 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
     const T* k_head = k_cache + (size_t)(h0 / (num_heads / num_kv_heads)) * D;
     const T* v_head = v_cache + (size_t)(h0 / (num_heads / num_kv_heads)) * D;
     const size_t kv_row = (size_t)num_kv_heads * D;
-    // With Rope, the token's own position (its k and v in k_new and v_new) when this partition
-    // holds it, else -1.
-    [[maybe_unused]] __shared__ uint4 k_new[Rope ? D / 8 : 1], v_new[Rope ? D / 8 : 1];
-    int own = -1;
-    if constexpr (Rope) {
-        const int p = positions[t];
-        own = begin <= p && p < end ? p : -1;
-    }
-    // Cache slot of position p, -1 past the partition, -2 for the Rope launch's own position
-    // (slots fit int32: the slot mapping is int32).
-    auto slot_of = [&](int p) {
-        if (Rope && p == own) return -2;
-        return p < end ? table[p / block_size] * block_size + p % block_size : -1;
-    };
+    // Cache slot of position p, -1 past the partition (slots fit int32: the slot mapping is
+    // int32).
+    auto slot_of = [&](int p) { return p < end ? table[p / block_size] * block_size + p % block_size : -1; };
 
     // Q of the group, each lane's pieces in the layout of a key row (rows g >= hpb are zero).
     // Kept in shared memory rather than registers, which go to K/V in flight (Q in registers,
-    // loaded by each lane so no barrier holds the first K/V loads, measured as noise: -0.004 ms
-    // TPOT, H200, 2026-12-04).
-    if constexpr (Rope) {
-        rope_prologue<T, D>(rope, q_frag, k_new, v_new, t, h0, hpb, num_heads, num_kv_heads, (float)positions[t],
-                            own >= 0);
-    } else {
-        // A block past the token's context (begin == end) computes nothing: it loads no Q.
-        for (int j = threadIdx.x; j < KP * 32; j += blockDim.x) {
-            const int i = j / 32, gj = j % 32 / 4, cj = j % 4;
-            const T* qh = q + ((size_t)t * num_heads + h0 + gj) * D;
-            q_frag[j] = gj < hpb && begin < end ? load16(qh + 8 * (cj + 4 * i)) : make_uint4(0, 0, 0, 0);
-        }
-        __syncthreads();
+    // loaded by each lane so that no barrier holds the first K/V loads, was no faster). A block
+    // past the token's context (begin == end) computes nothing: it loads no Q.
+    for (int j = threadIdx.x; j < KP * 32; j += blockDim.x) {
+        const int i = j / 32, gj = j % 32 / 4, cj = j % 4;
+        const T* qh = q + ((size_t)t * num_heads + h0 + gj) * D;
+        q_frag[j] = gj < hpb && begin < end ? load16(qh + 8 * (cj + 4 * i)) : make_uint4(0, 0, 0, 0);
     }
+    __syncthreads();
     const float scale2 = scale * 1.4426950408889634f;  // scores in base 2
 
     float o[NT][2];  // O row g, n tile j: dims 64(j/8) + 16c + j%8 (+8 for o[j][1])
@@ -512,11 +271,11 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
             const T* pb = v_head + (size_t)max(sb, 0) * kv_row + 8 * g;
 #pragma unroll
             for (int i = 0; i < KP; ++i)
-                kr[kt][i] = ks >= 0 ? load16(kp + 32 * i) : Rope && ks == -2 ? lds16(&k_new[c + 4 * i]) : make_uint4(0, 0, 0, 0);
+                kr[kt][i] = ks >= 0 ? load16(kp + 32 * i) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int j = 0; j < VP; ++j) {
-                va[kt][j] = sa >= 0 ? load16(pa + 64 * j) : Rope && sa == -2 ? lds16(&v_new[g + 8 * j]) : make_uint4(0, 0, 0, 0);
-                vb[kt][j] = sb >= 0 ? load16(pb + 64 * j) : Rope && sb == -2 ? lds16(&v_new[g + 8 * j]) : make_uint4(0, 0, 0, 0);
+                va[kt][j] = sa >= 0 ? load16(pa + 64 * j) : make_uint4(0, 0, 0, 0);
+                vb[kt][j] = sb >= 0 ? load16(pb + 64 * j) : make_uint4(0, 0, 0, 0);
             }
         }
 #pragma unroll
@@ -590,9 +349,6 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, u
     __syncthreads();
     merge_warps_store(merge_acc, merge_m, merge_l, kMaxGroup, hpb, D, t, h0, num_heads, split, splits, out, part_acc,
                       part_m, part_l);
-    static_assert(kWarps * kMaxGroup * D >= 2 * kFinishMax, "finish_splits stages in merge_acc");
-    if constexpr (Finish)
-        finish_splits<T, D>(out, part_acc, part_m, part_l, counters, hpb, t, h0, num_heads, splits, merge_acc);
 }
 #endif  // ATOMK_CUDA
 

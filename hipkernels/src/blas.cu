@@ -84,10 +84,6 @@
 int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const void* w, const void* bias, int m,
                       int n, int k, int swiglu);
 
-// The skinny kernel with the RMSNorm prologue (m = 1; see atomk_gemm_rms_norm).
-int atomk_gemv_norm_launch(void* stream, int dtype, void* out, void* res_out, const void* residual, const void* add,
-                           const void* norm_w, float eps, const void* w, const void* bias, int n, int k);
-
 // The skinny kernel adding one row into the residual stream, and the one normalising it with the
 // sums that launch left (see atomk_gemm_residual and atomk_gemm_norm_summed).
 int atomk_gemv_residual_launch(void* stream, int dtype, void* res, void* scaled, const void* norm_w, const void* x,
@@ -99,48 +95,20 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
 
-// Largest m that atomk_gemm sends to the skinny kernel rather than the BLAS (0: never). The
-// environment variable ATOM_GO_GEMV_MAX_M, read once per process, overrides it, and
-// atomk_blas_set_gemv_max_m per handle (for measurements). Measured on an H200 (docs/gpu-notes.md,
-// 2026-12-02): at m = 1 the skinny kernel beat cuBLASLt for outputs up to 4096 wide (3.9 vs
-// 3.0 TB/s for 4096x4096) and lost for wider ones (qkv 6144, gate|up 28672), and from m = 2 on
-// cuBLASLt wins nearly everywhere; hence m = 1. Since its grid fills whole waves (2026-12-03)
-// it is at least as fast at every width: runner step at batch 1, same call, 4.61 ms with every
-// projection and the LM head on it against 4.67 with n <= 4096 (another call: 4.78 both), so
-// kGemvMaxN no longer limits anything but stays as the measurement knob ATOM_GO_GEMV_MAX_N.
+// Largest m that atomk_gemm sends to the skinny kernel rather than the BLAS (0: never);
+// atomk_blas_set_gemv_max_m changes it per handle (tests force either path). On an H200 the
+// skinny kernel at m = 1 streams weights faster than cuBLASLt at every width of the 8B model
+// (its grid fills whole waves), and from m = 2 on cuBLASLt wins nearly everywhere; hence m = 1.
 constexpr int kGemvMaxM = 1;
-constexpr int kGemvMaxN = (1 << 20) - 1;
 // The skinny kernel takes SwiGLU input up to this m (kSwigluMaxM in gemv.cu); beyond, the
 // SiLU-and-multiply kernel runs first.
 constexpr int kGemvSwigluMaxM = 4;
-// The widest input the RMSNorm prologue stages in shared memory (kNormMaxK in gemv.cu).
-constexpr int kGemvNormMaxK = 16384;
 
-int default_gemv_max_m() {
-    static const int v = atomk_env_int("ATOM_GO_GEMV_MAX_M", kGemvMaxM, 0, (1 << 20) - 1);
-    return v;
-}
-
-// The widest output the skinny kernel serves; ATOM_GO_GEMV_MAX_N overrides (for measurements).
-int default_gemv_max_n() {
-    static const int v = atomk_env_int("ATOM_GO_GEMV_MAX_N", kGemvMaxN, 0, (1 << 20) - 1);
-    return v;
-}
-
-// Whether atomk_gemm_rms_norm fuses at all: ATOM_GO_GEMV_NORM=1 (read once). Off until it is
-// measured in the decode graph (written 2026-12-03 without a GPU at hand; docs/gpu-notes.md).
-bool gemv_norm_enabled() {
-    static const bool v = atomk_env_int("ATOM_GO_GEMV_NORM", 0, 0, 1) == 1;
-    return v;
-}
-
-// Whether atomk_gemm_residual fuses at all: unless ATOM_GO_RESIDUAL_NORM=0 (read once). On
-// since the summed GEMM reads its sums right after the wait (runner step 4.380 ms against
-// 4.444 at batch 1 in one call, H200, 2026-12-03; docs/gpu-notes.md).
-bool residual_norm_enabled() {
-    static const bool v = atomk_env_int("ATOM_GO_RESIDUAL_NORM", 1, 0, 1) == 1;
-    return v;
-}
+// atomk_gemm_residual fuses the residual add into the row-parallel projection and leaves the
+// row's sum of squares for the next pre-norm, which then runs inside the next projection
+// (atomk_gemm_norm_summed): at batch 1 that is faster than the RMSNorm kernels, because the
+// summed GEMM reads its sums right after its PDL wait. A pre-norm fused into the GEMM that
+// follows it without the sums (the norm recomputed in every block's prologue) was slower.
 
 struct Plan {
     LtMatmulDesc desc = nullptr;
@@ -153,13 +121,12 @@ struct Blas {
     void* workspace = nullptr;
     std::unordered_map<uint64_t, Plan> plans;
     int gemv_max_m = 0;
-    bool gemv_forced = false;  // set by atomk_blas_set_gemv_max_m: the width limit is off too
 };
 
 // Whether the skinny kernel serves this GEMM: a small m of a 16-bit dtype, whole 16-byte chunks
 // per row (k % 8 == 0) and 16-byte aligned x and w (so every row start is aligned).
 bool use_gemv(const Blas* h, int dtype, int m, int n, int k, const void* x, const void* w) {
-    return m <= h->gemv_max_m && (n <= default_gemv_max_n() || h->gemv_forced) && (dtype == ATOMK_BF16 || dtype == ATOMK_F16) && k % 8 == 0 &&
+    return m <= h->gemv_max_m && (dtype == ATOMK_BF16 || dtype == ATOMK_F16) && k % 8 == 0 &&
            ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
 }
 
@@ -223,7 +190,7 @@ extern "C" {
 int atomk_blas_create(void** handle) {
     if (!handle) return atomk_fail(ATOMK_ERR_INVALID, "atomk_blas_create: null output");
     Blas* h = new Blas();
-    h->gemv_max_m = default_gemv_max_m();
+    h->gemv_max_m = kGemvMaxM;
     LtStatus s = LtCreate(&h->lt);
     if (s != LT_OK) {
         delete h;
@@ -252,8 +219,7 @@ int atomk_blas_destroy(void* handle) {
 int atomk_blas_set_gemv_max_m(void* handle, int max_m) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h) return atomk_fail(ATOMK_ERR_INVALID, "atomk_blas_set_gemv_max_m: null handle");
-    h->gemv_max_m = max_m < 0 ? default_gemv_max_m() : max_m;
-    h->gemv_forced = max_m >= 0;
+    h->gemv_max_m = max_m < 0 ? kGemvMaxM : max_m;
     return ATOMK_OK;
 }
 
@@ -304,34 +270,6 @@ int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const vo
     return atomk_gemm_bias(handle, stream, dtype, out, act, w, nullptr, m, n, k);
 }
 
-
-// Where the fused kernel does not serve, nothing is queued, *fused says so (not an error: it is
-// the common case at m > 1) and the caller runs atomk_rms_norm and atomk_gemm_bias.
-int atomk_gemm_rms_norm(void* handle, void* stream, int dtype, void* out, void* res_out, const void* residual,
-                        const void* add, const void* norm_w, float eps, const void* w, const void* bias, int m, int n,
-                        int k, int* fused) {
-    Blas* h = static_cast<Blas*>(handle);
-    if (!h || !fused) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_rms_norm: null handle or output");
-    *fused = 0;
-    if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_rms_norm: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
-    if (!out || !residual || !norm_w || !w || (add && !res_out))
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_rms_norm: null operand");
-    const size_t row = (size_t)k * (dtype == ATOMK_F32 ? 4 : 2);
-    auto overlaps = [row](const void* a, const void* b) {
-        return b && (uintptr_t)a < (uintptr_t)b + row && (uintptr_t)b < (uintptr_t)a + row;
-    };
-    if (add && (overlaps(res_out, residual) || overlaps(res_out, add)))
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_rms_norm: res_out overlaps an input");
-    auto aligned = [](const void* p) { return ((uintptr_t)p % 16) == 0; };
-    if (!gemv_norm_enabled() || m != 1 || m > h->gemv_max_m || (dtype != ATOMK_BF16 && dtype != ATOMK_F16) || k % 8 != 0 || !aligned(residual) ||
-        !aligned(norm_w) || !aligned(w) || (add && (!aligned(add) || !aligned(res_out))) || k > kGemvNormMaxK)
-        return ATOMK_OK;
-    const int st = atomk_gemv_norm_launch(stream, dtype, out, res_out, residual, add, norm_w, eps, w, bias, n, k);
-    *fused = st == ATOMK_OK;
-    return st;
-}
-
 // Where the fused kernel does not serve, nothing is queued and *fused says so: the caller runs
 // the projection and the residual add as before.
 int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, void* scaled, const void* norm_w, const void* x,
@@ -347,7 +285,7 @@ int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, void* 
     const size_t row = (size_t)n * (dtype == ATOMK_F32 ? 4 : 2);
     if ((uintptr_t)scaled < (uintptr_t)res + row && (uintptr_t)res < (uintptr_t)scaled + row)
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: scaled overlaps res");
-    if (!residual_norm_enabled() || m != 1 || !use_gemv(h, dtype, m, n, k, x, w) || ((uintptr_t)res % 16) != 0 ||
+    if (m != 1 || !use_gemv(h, dtype, m, n, k, x, w) || ((uintptr_t)res % 16) != 0 ||
         ((uintptr_t)sums % 16) != 0)
         return ATOMK_OK;
     const int st = atomk_gemv_residual_launch(stream, dtype, res, scaled, norm_w, x, w, n, k, swiglu, sums, max_sums, count);

@@ -110,11 +110,6 @@ int atomk_copy_small(void* dst, const void* src, size_t bytes, void* stream) {
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_copy_small: %zu bytes (at most %d)", bytes, ATOMK_COPY_SMALL_MAX);
     if (bytes == 0) return ATOMK_OK;
     gpuStream_t s = ATOMK_STREAM(stream);
-    static const bool kernel = atomk_env_int("ATOM_GO_COPY_KERNEL", 1, 0, 1) == 1;
-    if (!kernel) {
-        ATOMK_RT(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDefault, s));
-        return ATOMK_OK;
-    }
     const uintptr_t align = (uintptr_t)dst | (uintptr_t)src | bytes;
     if (align % 16 == 0) return launch_copy<uint4>(dst, src, bytes, s);
     if (align % 4 == 0) return launch_copy<uint32_t>(dst, src, bytes, s);
@@ -130,7 +125,7 @@ int atomk_load_step_inputs(int32_t* dst, const int32_t* src, int regions, int n,
         return atomk_fail(ATOMK_ERR_INVALID,
                           "atomk_load_step_inputs: %d regions of %d (stride %d), tail %d, %d extra at %d, %d fed", regions,
                           n, m, tail, extra, extra_at, feed_n);
-    if (words == 0 || atomk_skip("feed")) return ATOMK_OK;
+    if (words == 0) return ATOMK_OK;
     const int blocks = (int)((words + 255) / 256 < 64 ? (words + 255) / 256 : 64);
     atomk_launch(load_step_kernel, blocks, 256, 0, ATOMK_STREAM(stream), dst, src, regions, n, m, tail, (int)words,
                  extra_at, feed, feed_n);

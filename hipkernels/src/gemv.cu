@@ -18,9 +18,8 @@
 // Each lane holds M·R float partial sums; warp shuffles reduce them and lane j writes output j.
 // With SwiGLU input (kSwigluX, the MLP's down projection) x is not read as such: row i of x is
 // silu(gate)·up computed chunk by chunk from row i of the fused gate|up output [m, 2k], which
-// saves the SiLU-and-multiply kernel and its round trip through memory at decode sizes; with
-// the RMSNorm input (kNormX, one row) each block first normalises the residual row into
-// shared memory (gemv_input.h).
+// saves the SiLU-and-multiply kernel and its round trip through memory at decode sizes; the
+// fused residual add and pre-norm (kResidualOut, kSumNormX, one row) are in gemv_input.h.
 // The caller (atomk_gemm in blas.cu) guarantees k % 8 == 0 and 16-byte aligned x and w; m above
 // kMaxM is processed kMaxM rows at a time.
 #include <atomic>
@@ -32,35 +31,19 @@ namespace {
 // Rows of w per warp and chunks unrolled per lane, by m: more rows per warp reuse each x chunk
 // more (cache traffic), fewer keep the registers of the M·R accumulators in check. With SwiGLU
 // input (G) each x chunk costs two loads and eight SiLUs, so m = 1 takes 4 rows as well (m = 2
-// would spill at its occupancy): H200, TestPerfLinearSwiGLU (the 8B down projection, m = 1):
-// 0.0346 ms with 2 rows, 0.0320 with 4.
-// U counts the chunks of one loop step; the pipelined loop (P > 0, see pipeline_mode) holds two
-// steps in registers, so its U is half the depth. -DATOMK_GEMV_G_ROWS=2 restores the previous
-// SwiGLU tile (for measurements).
-#ifndef ATOMK_GEMV_G_ROWS
-#define ATOMK_GEMV_G_ROWS 4
-#endif
+// would spill at its occupancy): the 8B down projection at m = 1 runs 8% faster with 4 rows
+// than with 2.
+// U counts the chunks of one loop step; the pipelined loop (P = 1, see Pipelined) holds two
+// steps in registers, so its U is half the depth.
 template <int M, int X = kPlainX, int P = 0> struct Tile {
     static constexpr bool G = X == kSwigluX;
-    static constexpr int R = G && M == 1 ? ATOMK_GEMV_G_ROWS : M >= 3 ? 4 : 2;
-    static constexpr int kDepth = G && M == 1 ? 8 / ATOMK_GEMV_G_ROWS : M <= 4 ? 4 : 2;  // chunks in flight per row
+    static constexpr int R = G && M == 1 ? 4 : M >= 3 ? 4 : 2;
+    static constexpr int kDepth = G && M == 1 ? 2 : M <= 4 ? 4 : 2;  // chunks in flight per row
     static constexpr int U = P == 0 ? kDepth : kDepth > 1 ? kDepth / 2 : 1;
     // Blocks per SM the register allocation must allow: without it ptxas caps the larger M at
     // 128 registers and spills; with it the small M keep their occupancy.
     static constexpr int kMinBlocks = M <= 2 ? 4 : M <= 8 ? 2 : 1;
 };
-
-// Fetches U·R weight chunks of a lane (chunks c0, c0 + stride, ... of each row) into L2.
-template <int U, int R>
-__device__ __forceinline__ void prefetch_step(const uint4* const (&wrow)[R], int c0, int stride, int k8) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int c = c0 + u * stride;
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-            if (c < k8) atomk_prefetch_l2(wrow[r] + c);
-    }
-}
 
 // Loads the U·R weight chunks of one loop step (chunks c0, c0 + stride, ... of each row; zero
 // past k8).
@@ -94,32 +77,28 @@ __device__ __forceinline__ void dot_step(float (&acc)[M][R], const uint4 (&wv)[U
 
 // One block: kWarps / kw row groups of R rows, kw warps per group splitting k. x [M, k], w [n, k],
 // out [M, n] (row stride n), bias [n] or NULL. k8 = k / 8 chunks per row. P selects the loop:
-// 0 one step at a time, 1 pipelined with the first step loaded before the PDL wait, 2
-// pipelined with every load after it (see pipeline_mode). X is the Input; with kNormX (M = 1)
-// x is unused and the launch gives k8 * 16 bytes of dynamic shared memory; with kSumNormX x is
-// r · w_norm (norm holds eps and the sums). O is the Output: with kResidualOut (M = 1) out is the
+// 0 one step at a time, 1 pipelined with the first step loaded before the PDL wait (see
+// Pipelined). X is the Input; with kSumNormX x is r · w_norm (norm holds eps and the sums). O is
+// the Output: with kResidualOut (M = 1) out is the
 // residual stream, read and written, and norm holds the next norm's weight, the row for r · w
 // (res_out) and the sums.
 template <typename T, int M, int X, int P = 0, int O = kPlainOut>
 __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                         const T* __restrict__ w, const T* __restrict__ bias,
-                                                        int n, int k8, int kw, int prefetch, NormIn<T> norm,
-                                                        int pdl_mode) {
-    static_assert((X != kNormX && X != kSumNormX && O == kPlainOut) || M == 1, "the fused norms take one row");
+                                                        int n, int k8, int kw, NormIn<T> norm) {
+    static_assert((X != kSumNormX && O == kPlainOut) || M == 1, "the fused norms take one row");
     constexpr int R = Tile<M, X, P>::R, U = Tile<M, X, P>::U;
-    extern __shared__ uint4 staged[];  // kNormX: the normalised row
     __shared__ float partial[kWarps][M * R];
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int slice = warp % kw;                                       // this warp's share of k
     const int row0 = (blockIdx.x * (kWarps / kw) + warp / kw) * R;     // first row of w of the group
-    const uint4* x4 = X == kNormX ? staged : reinterpret_cast<const uint4*>(x);
+    const uint4* x4 = reinterpret_cast<const uint4*>(x);
     // kResidualOut: the residual value this lane adds to and the norm weight of its row (lane
     // r < R of the group's first warp writes row row0 + r), loaded after the wait, used at the end.
     float res_old = 0.f, norm_w = 0.f;
     // kSumNormX: rsqrt(mean(r²) + eps) of the row, from the producer's partial sums, read right
     // after the wait, while the first step's weights are in flight: read in the epilogue, the
-    // round trip lengthened every block's tail (runner step 4.380 ms against 4.444 in one call
-    // with it here, 4.555 against 4.477 with it at the end; H200, 2026-12-03).
+    // round trip lengthened every block's tail and the fusion lost to the RMSNorm kernels.
     float inv = 1.f;
     auto after_wait = [&] {
         if constexpr (O == kResidualOut)
@@ -142,23 +121,15 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
         for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
 
     const int stride = kw * ATOMK_WARP_SIZE;  // chunks between one lane's consecutive chunks
-    // The first `prefetch` steps' weights may be fetched into L2 before the wait for the
-    // previous kernel (weights are never a kernel's output); off by default (prefetch_steps).
-    // Only at the m the skinny kernel serves by default: the larger tiles are short of
-    // registers already (the prefetch addresses made ptxas spill).
-    if constexpr (M <= 2)
-        for (int p = 0; p < prefetch; ++p) prefetch_step<U, R>(wrow, slice * ATOMK_WARP_SIZE + lane + p * U * stride, stride, k8);
     if constexpr (P != 0) {
         // Every step's loads are issued before the arithmetic of the step before, so a warp
-        // never waits on memory with nothing in flight; with P = 1 the first step's weights are
-        // loaded before the wait for the previous kernel (weights are no kernel's output).
+        // never waits on memory with nothing in flight, and the first step's weights are loaded
+        // before the wait for the previous kernel (weights are no kernel's output).
         int c0 = slice * ATOMK_WARP_SIZE + lane;
         uint4 wv[U][R];
-        if constexpr (P == 2) atomk_pdl_enter_mode(pdl_mode);
         load_step<U, R>(wv, wrow, c0, stride, k8);
-        if constexpr (P == 1) atomk_pdl_enter_mode(pdl_mode);
+        ATOMK_PDL_ENTER();
         after_wait();
-        if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
         for (; c0 < k8; c0 += U * stride) {
             uint4 next[U][R];
             load_step<U, R>(next, wrow, c0 + U * stride, stride, k8);
@@ -169,9 +140,8 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
                 for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
         }
     } else {
-        atomk_pdl_enter_mode(pdl_mode);
+        ATOMK_PDL_ENTER();
         after_wait();
-        if constexpr (X == kNormX) norm_prologue<T>(staged, norm, k8);
         for (int c0 = slice * ATOMK_WARP_SIZE + lane; c0 < k8; c0 += U * stride) {
             uint4 wv[U][R];  // all U·R weight loads first, so they are in flight together
             load_step<U, R>(wv, wrow, c0, stride, k8);
@@ -236,32 +206,31 @@ __global__ void __launch_bounds__(kThreads, (Tile<M, X, P>::kMinBlocks)) gemv_ke
     }
 }
 
-// Blocks of one gemv_kernel instance resident on the whole device at once (its occupancy
-// with smem bytes of dynamic shared memory, times the multiprocessors), per device; 0 if the
-// runtime cannot say. The cache keeps the last smem size asked for (one k per model).
+// Blocks of one gemv_kernel instance resident on the whole device at once (its occupancy times
+// the multiprocessors), per device; 0 if the runtime cannot say.
 template <typename T, int M, int X, int P, int O>
-int resident_blocks(size_t smem) {
+int resident_blocks() {
     constexpr int kDevices = 16;
-    static std::atomic<long long> cache[kDevices];  // smem << 20 | blocks
+    static std::atomic<int> cache[kDevices];  // 0: not asked yet
     int dev = 0;
     if (gpuGetDevice(&dev) != gpuSuccess) return 0;
     const int i = dev >= 0 && dev < kDevices ? dev : 0;
-    const long long c = cache[i].load(std::memory_order_relaxed);
-    if (c > 0 && (size_t)(c >> 20) == smem) return (int)(c & ((1 << 20) - 1));
+    const int c = cache[i].load(std::memory_order_relaxed);
+    if (c > 0) return c;
     int per_sm = 0;
-    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, X, P, O>, kThreads, smem) != gpuSuccess)
+    if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, M, X, P, O>, kThreads, 0) != gpuSuccess)
         return 0;
     const int r = per_sm * atomk_sm_count();
-    cache[i].store((long long)smem << 20 | r, std::memory_order_relaxed);
+    cache[i].store(r, std::memory_order_relaxed);
     return r;
 }
 
 // Warps per row group (1, 2, 4 ... kWarps; k is never sliced finer than one chunk per lane).
 // The grid is a whole number of waves of resident blocks or close to it: a last wave half
-// full costs nearly as much time as a full one. H200, m = 1 (TestPerfGemv, 2026-12-03): the
-// 6144-wide q|k|v at 1.45 waves moved 2.86 TB/s, at 2.9 waves (kw 4) 3.73; gate|up 4.01 ->
-// 4.11. A larger kw (more, shorter warps) is taken only when it fills the waves at least 5%
-// better, since each split of k costs a reduction.
+// full costs nearly as much time as a full one (on an H200 at m = 1, the 8B model's 6144-wide
+// q|k|v streamed 30% faster at 2.9 waves than at 1.45). A larger kw (more, shorter warps) is
+// taken only when it fills the waves at least 5% better, since each split of k costs a
+// reduction.
 int warps_per_group(int groups, int k8, int resident) {
     auto fill = [&](int kw) {  // fraction of the waves' block slots the grid uses
         const long blocks = ((long)groups + kWarps / kw - 1) / (kWarps / kw);
@@ -277,55 +246,30 @@ int warps_per_group(int groups, int k8, int resident) {
     for (int kw = 2; kw <= kWarps && (long)kw * ATOMK_WARP_SIZE <= k8; kw *= 2)
         if (fill(kw) > 1.05 * fill(best)) best = kw;
     // Forcing more warps per group on many-wave grids (shorter blocks, a shorter tail) gained
-    // nothing through the engine (H200, 2026-12-04, docs/bench-results.md).
+    // nothing through the engine.
     return best;
 }
 
-// Loop steps of weights each lane fetches into L2 before waiting for the previous kernel: 0, or
-// ATOM_GO_GEMV_PREFETCH (0-64, read once; for measurements). With the trigger before the wait
-// (atomk_pdl_enter) the next kernels are resident early and a prefetch competes with the
-// running GEMV's stream: same-call runner step at batch 1, 4.74 ms with none, 4.95 with one
-// step, 4.89 with four (H200, 4635e81).
-int prefetch_steps() {
-    static const int v = atomk_env_int("ATOM_GO_GEMV_PREFETCH", 0, 0, 64);
-    return v;
-}
+// The pipelined loop (P = 1) at the decode sizes, m <= 2: back to back it streams the weights a
+// few percent faster than one step at a time, and in the decode step (the merge of split
+// attention launched without PDL, so the o projection's early loads do not meet the
+// attention's KV reads) it is 5% faster; the larger tiles have no registers to spare for two
+// steps. Loading every step after the wait instead, or keeping the projection after an
+// attention on one step at a time, lost to it.
+template <int M> constexpr int Pipelined = M <= 2 ? 1 : 0;
 
-// The loop of the next launch at m <= 2 (ATOM_GO_GEMV_PIPELINE, read once; for measurements):
-// 0 one step at a time; 1 pipelined, first loads before the PDL wait (the default); 2 as 1,
-// except the first launch after an attention launch on this thread (the projection of the
-// attention output); 3 pipelined, every load after the wait. Back-to-back (TestPerfGemv,
-// m = 1) mode 1 is the faster one (down 0.0309 -> 0.0288 ms, o 0.0078 -> 0.0074, LM head
-// 0.2389 -> 0.2352). In the decode step it lost (4.74 ms against 4.68) while the merge kernel
-// was launched with PDL, which put the o projection's early loads beside the attention's KV
-// reads; with the merge launched after the attention (atomk_pdl_serial) it wins: H200, same
-// call, runner step at batch 1, 3 runs each, 4.441 ms against 4.699 with mode 0 (mode 2
-// 4.561, mode 3 4.566; docs/bench-results.md, 2026-12-03 13:47).
-int pipeline_mode(bool after_attention) {
-    static const int mode = atomk_env_int("ATOM_GO_GEMV_PIPELINE", 1, 0, 3);
-    switch (mode) {
-        case 1: return 1;
-        case 2: return after_attention ? 0 : 1;
-        case 3: return 2;
-    }
-    return 0;
-}
-
-// kind names the launch for the PDL measurement knobs (atomk_pdl_serial, atomk_pdl_mode):
-// "o_gemv" for the projection launched right after an attention, "gemv" for the others. With
-// max_blocks > 0 a grid of more blocks is not launched (ATOMK_ERR_UNSUPPORTED; a kResidualOut
-// launch writes a partial sum per block); *blocks (when not NULL) receives the grid's size.
+// With max_blocks > 0 a grid of more blocks is not launched (ATOMK_ERR_UNSUPPORTED; a
+// kResidualOut launch writes a partial sum per block); *blocks (when not NULL) receives the
+// grid's size.
 template <typename T, int M, int X, int P, int O>
 int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, const NormIn<T>& norm, gpuStream_t s,
-                const char* kind, int max_blocks, int* blocks_out) {
+                int max_blocks, int* blocks_out) {
     const int k8 = k / 8, groups = (n + Tile<M, X, P>::R - 1) / Tile<M, X, P>::R;
-    const size_t smem = X == kNormX ? (size_t)k8 * sizeof(uint4) : 0;
-    const int kw = warps_per_group(groups, k8, resident_blocks<T, M, X, P, O>(smem)), per_block = kWarps / kw;
+    const int kw = warps_per_group(groups, k8, resident_blocks<T, M, X, P, O>()), per_block = kWarps / kw;
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
     if (max_blocks > 0 && blocks > (unsigned)max_blocks) return ATOMK_ERR_UNSUPPORTED;
     if (blocks_out) *blocks_out = (int)blocks;
-    atomk_launch_kind(kind, gemv_kernel<T, M, X, P, O>, blocks, kThreads, smem, s, out, x, w, bias, n, k8, kw,
-                      prefetch_steps(), norm, atomk_pdl_mode(kind));
+    atomk_launch(gemv_kernel<T, M, X, P, O>, blocks, kThreads, 0, s, out, x, w, bias, n, k8, kw, norm);
     ATOMK_LAUNCHED("gemv");
     return ATOMK_OK;
 }
@@ -333,18 +277,7 @@ int launch_loop(T* out, const T* x, const T* w, const T* bias, int n, int k, con
 template <typename T, int M, int X, int O = kPlainOut>
 int launch(T* out, const T* x, const T* w, const T* bias, int n, int k, gpuStream_t s, const NormIn<T>& norm = {},
            int max_blocks = 0, int* blocks = nullptr) {
-    const bool after_attention = atomk_attention_launched;
-    atomk_attention_launched = false;
-    // The decode sizes only (larger tiles have no registers to spare), and not with the norm
-    // prologue (its pipelined forms spill).
-    const char* kind = after_attention ? "o_gemv" : "gemv";
-    if constexpr (M <= 2 && X != kNormX) {
-        switch (pipeline_mode(after_attention)) {
-            case 1: return launch_loop<T, M, X, 1, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks);
-            case 2: return launch_loop<T, M, X, 2, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks);
-        }
-    }
-    return launch_loop<T, M, X, 0, O>(out, x, w, bias, n, k, norm, s, kind, max_blocks, blocks);
+    return launch_loop<T, M, X, Pipelined<M>, O>(out, x, w, bias, n, k, norm, s, max_blocks, blocks);
 }
 
 // Rows of x at once, by a switch over the template instances 1..kMaxM (1..kSwigluMaxM with
@@ -385,16 +318,6 @@ int launch_slice(void* out, const void* x, const void* w, const void* bias, int 
     return swiglu ? launch_rows<T, true>(o, xs, ws, bs, rows, n, k, s) : launch_rows<T, false>(o, xs, ws, bs, rows, n, k, s);
 }
 
-// One row (m = 1) with the RMSNorm prologue.
-template <typename T>
-int launch_norm(void* out, void* res_out, const void* residual, const void* add, const void* norm_w, float eps,
-                const void* w, const void* bias, int n, int k, gpuStream_t s) {
-    const NormIn<T> in{static_cast<const T*>(residual), static_cast<const T*>(add), static_cast<const T*>(norm_w),
-                       static_cast<T*>(res_out), eps};
-    return launch<T, 1, kNormX>(static_cast<T*>(out), nullptr, static_cast<const T*>(w), static_cast<const T*>(bias), n,
-                                k, s, in);
-}
-
 // One row added into the residual stream (kResidualOut), plain or SwiGLU input; r · norm_w goes
 // to scaled and the blocks' partial sums of r² to sums (at most max_sums, their number to *count).
 template <typename T>
@@ -431,7 +354,6 @@ int launch_summed(void* out, const void* scaled, const float* sums, int count, f
 int atomk_gemv_launch(void* stream, int dtype, void* out, const void* x, const void* w, const void* bias, int m,
                       int n, int k, int swiglu) {
     gpuStream_t s = ATOMK_STREAM(stream);
-    if (atomk_skip("gemv")) return ATOMK_OK;
     for (int m0 = 0; m0 < m; m0 += kMaxM) {
         const int rows = m - m0 < kMaxM ? m - m0 : kMaxM;
         int st = ATOMK_ERR_UNSUPPORTED;
@@ -472,17 +394,4 @@ int atomk_gemv_summed_launch(void* stream, int dtype, void* out, const void* sca
     if (dtype == ATOMK_BF16) return launch_summed<atomk_bf16>(out, scaled, sums, count, eps, w, bias, n, k, s);
     if (dtype == ATOMK_F16) return launch_summed<atomk_f16>(out, scaled, sums, count, eps, w, bias, n, k, s);
     return atomk_fail(ATOMK_ERR_UNSUPPORTED, "gemv summed: dtype %d", dtype);
-}
-
-// atomk_gemv_norm_launch queues out = (r · rsqrt(mean(r²) + eps) · norm_w) · wᵀ (+ bias) for one
-// row, r = residual + add (stored to res_out) or residual when add is NULL. Internal (declared
-// in blas.cu, whose atomk_gemm_rms_norm has checked dtype, k % 8 == 0, k <= kNormMaxK, the
-// 16-byte alignment of every vector operand and that res_out overlaps neither input).
-int atomk_gemv_norm_launch(void* stream, int dtype, void* out, void* res_out, const void* residual, const void* add,
-                           const void* norm_w, float eps, const void* w, const void* bias, int n, int k) {
-    gpuStream_t s = ATOMK_STREAM(stream);
-    if (k > kNormMaxK) return atomk_fail(ATOMK_ERR_INVALID, "gemv norm: k=%d > %d", k, kNormMaxK);
-    if (dtype == ATOMK_BF16) return launch_norm<atomk_bf16>(out, res_out, residual, add, norm_w, eps, w, bias, n, k, s);
-    if (dtype == ATOMK_F16) return launch_norm<atomk_f16>(out, res_out, residual, add, norm_w, eps, w, bias, n, k, s);
-    return atomk_fail(ATOMK_ERR_UNSUPPORTED, "gemv norm: dtype %d", dtype);
 }

@@ -1,7 +1,7 @@
 // gemv_input.h: the skinny GEMM's constants and how its input rows reach the registers: the
-// 16-byte loads, the unpacking of 16-bit pairs, the four inputs (x as given, the SwiGLU of the
-// fused gate|up output, the RMSNorm of the residual stream staged in shared memory, the residual
-// stream already times the norm weight, its sum of squares known) and the two outputs.
+// 16-byte loads, the unpacking of 16-bit pairs, the three inputs (x as given, the SwiGLU of the
+// fused gate|up output, the residual stream already times the norm weight, its sum of squares
+// known) and the two outputs.
 // Included by gemv.cu only (kept apart to keep each file readable).
 #ifndef ATOMK_GEMV_INPUT_H
 #define ATOMK_GEMV_INPUT_H
@@ -17,15 +17,13 @@ constexpr int kWarps = kThreads / ATOMK_WARP_SIZE;    // 8 on CUDA, 4 on HIP
 constexpr int kMaxM = 16;                             // rows of x one launch handles
 constexpr int kSwigluMaxM = 4;                        // the same with SwiGLU input (see blas.cu)
 constexpr int kTargetWarps = 4096;                    // grid size that covers the latency of an H200 / MI300
-constexpr int kNormMaxK = 16384;                      // widest input the RMSNorm prologue stages (32 KiB)
 constexpr int kMaxSums = 2048;                        // partial sums of squares a kResidualOut launch may leave
 
 // Where a row of the GEMM's input x comes from (the kernel's X parameter).
 enum Input {
     kPlainX = 0,   // x as given
     kSwigluX = 1,  // silu(gate)·up of the fused gate|up output (the MLP's down projection)
-    kNormX = 2,    // RMSNorm of the residual stream, staged in shared memory by the prologue
-    kSumNormX = 3, // r · w_norm (r the residual stream) as a kResidualOut launch left it, with r's sum of squares
+    kSumNormX = 2, // r · w_norm (r the residual stream) as a kResidualOut launch left it, with r's sum of squares
 };
 
 // Where the skinny kernel's results go (the kernel's O parameter).
@@ -83,15 +81,11 @@ template <typename T> __device__ __forceinline__ float dot8(const float xf[8], c
 // The 8 x values of chunk c of row i as floats. With kSwigluX, x is the gate|up output (row
 // stride 2·k8 chunks, up k8 chunks after gate) and the value is silu(gate)·up, rounded to T as
 // the SiLU-and-multiply kernel stores it, so the result matches SiluMulFused + GEMM. With
-// kNormX, x is the normalised row in shared memory. With kSumNormX, x is r · w_norm as given (the
+// kSumNormX, x is r · w_norm as given (the
 // launch scales its sums by the row's rsqrt(mean(r²) + eps) at the end): one load per chunk, as
 // plain x (a second one, of the norm weight, cost the m = 1 GEMV 10% of its rate).
 template <typename T, int X>
 __device__ __forceinline__ void load_x8(const uint4* x4, int i, int k8, int c, float xf[8]) {
-    if constexpr (X == kNormX) {
-        unpack8<T>(x4[(size_t)i * k8 + c], xf);
-        return;
-    }
     if constexpr (X == kPlainX || X == kSumNormX) {
         unpack8<T>(load_cached(x4 + (size_t)i * k8 + c), xf);
         return;
@@ -105,13 +99,10 @@ __device__ __forceinline__ void load_x8(const uint4* x4, int i, int k8, int c, f
         xf[j] = atomk_to_float(atomk_from_float<T>(__fdividef(xf[j], 1.f + __expf(-xf[j])) * up[j]));
 }
 
-// The RMSNorm input of a kNormX launch: r = residual (+ add, rounded to T, when add is not
-// NULL; then r is also stored to res_out), normalised as atomk_rms_norm does. A kResidualOut
-// launch writes r · w (rounded to T) to res_out and its blocks' partial sums of r² to
-// sums[blockIdx.x]; a kSumNormX launch reads eps and the count partial sums (x is r · w).
+// The norm operands of the fused launches: a kResidualOut launch writes r · w (rounded to T) to
+// res_out and its blocks' partial sums of r² to sums[blockIdx.x]; a kSumNormX launch reads eps
+// and the count partial sums (x is r · w).
 template <typename T> struct NormIn {
-    const T* residual;
-    const T* add;
     const T* w;
     T* res_out;
     float eps;
@@ -130,42 +121,6 @@ __device__ __forceinline__ float sum_partials(const float* sums, int count) {
         s += v.x + (i + 1 < count ? v.y : 0.f) + (i + 2 < count ? v.z : 0.f) + (i + 3 < count ? v.w : 0.f);
     }
     return atomk_warp_sum(s);
-}
-
-// r · rsqrt(mean(r²) + eps) · w of one row of k8 chunks, into xs (shared memory), by the whole
-// block; res_out chunk c is written by block c % gridDim.x only. Ends with a barrier.
-template <typename T>
-__device__ void norm_prologue(uint4* xs, const NormIn<T>& in, int k8) {
-    __shared__ float scratch[kWarps];
-    const uint4* res = reinterpret_cast<const uint4*>(in.residual);
-    const uint4* add = reinterpret_cast<const uint4*>(in.add);
-    float ss = 0.f;
-    for (int c = threadIdx.x; c < k8; c += kThreads) {
-        uint4 r = load_cached(res + c);
-        T* e = reinterpret_cast<T*>(&r);
-        if (add) {
-            const uint4 a = load_cached(add + c);
-            const T* ae = reinterpret_cast<const T*>(&a);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) e[j] = atomk_from_float<T>(atomk_to_float(e[j]) + atomk_to_float(ae[j]));
-            if (c % gridDim.x == blockIdx.x) reinterpret_cast<uint4*>(in.res_out)[c] = r;
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) ss += atomk_to_float(e[j]) * atomk_to_float(e[j]);
-        xs[c] = r;
-    }
-    const float inv = rsqrtf(atomk_block_sum(ss, scratch) / (float)(k8 * 8) + in.eps);
-    const uint4* w = reinterpret_cast<const uint4*>(in.w);
-    for (int c = threadIdx.x; c < k8; c += kThreads) {
-        uint4 r = xs[c];
-        const uint4 wv = load_cached(w + c);
-        T* e = reinterpret_cast<T*>(&r);
-        const T* we = reinterpret_cast<const T*>(&wv);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) e[j] = atomk_from_float<T>(atomk_to_float(e[j]) * inv * atomk_to_float(we[j]));
-        xs[c] = r;
-    }
-    __syncthreads();
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 #   CGO_ENABLED=0 go test -c -tags gpu -o bin/hipkernels.test ./hipkernels/
 #   CGO_ENABLED=0 go test -c -tags gpu -o bin/gpu_ops.test ./ops/gpu/
 # A library already in hipkernels/build/ (built elsewhere) is tested while this machine's own
-# build runs; if it does not load here, the fresh build is used. ATOM_GO_PERF=1 adds timings.
+# build runs; if it does not load here, the fresh build is used. BENCH=1 adds the ops/gpu
+# benchmarks (timings; BENCHTIME, default 1s, per case).
 set -u
 OUT=${1:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -46,6 +47,11 @@ for t in $(cd ops/gpu && ../../bin/gpu_ops.test -test.list '.*' | grep '^Test');
 	grep -E "^--- FAIL|panic:|Error:|Messages:|_test.go:[0-9]+: " "$OUT/run.log" | cut -c1-300 | head -12
 	sed -n '/^SUMMARY/,$p' "$OUT/run.log" | grep -vE "^(SUMMARY|PASS|FAIL)$"
 done
+if [ -n "${BENCH:-}" ]; then
+	(cd ops/gpu && ../../bin/gpu_ops.test -test.run '^$' -test.bench . -test.benchtime "${BENCHTIME:-1s}" \
+		-test.timeout 900s >"$OUT/bench.log" 2>&1) || rc2=1
+	grep -E "^Benchmark|^--- FAIL|panic:" "$OUT/bench.log" | cut -c1-200
+fi
 wait $MAKE_PID
 grep -E "error|warning|rc=" "$OUT/make.log" | cut -c1-300 | head -20
 cp /tmp/atomk-build/libatomk.so "$OUT/" 2>/dev/null

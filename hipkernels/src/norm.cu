@@ -108,16 +108,16 @@ extern "C" {
 int atomk_rms_norm(int dtype, void* out, const void* x, void* residual, const void* w, int rows, int cols, float eps,
                    void* stream) {
     if (rows < 0 || cols <= 0) return atomk_fail(ATOMK_ERR_INVALID, "atomk_rms_norm: rows=%d cols=%d", rows, cols);
-    if (rows == 0 || atomk_skip("norm")) return ATOMK_OK;
+    if (rows == 0) return ATOMK_OK;
     const bool aligned = atomk_aligned16(out) && atomk_aligned16(x) && atomk_aligned16(residual) && atomk_aligned16(w);
     ATOMK_DISPATCH(dtype, "atomk_rms_norm", {
         constexpr int N = Vec<T>::N;
         if (aligned && cols % N == 0) {
-            atomk_launch_kind("norm", rms_norm_kernel<T, Vec<T>>, rows, atomk_row_threads(cols / N), 0, ATOMK_STREAM(stream),
+            atomk_launch(rms_norm_kernel<T, Vec<T>>, rows, atomk_row_threads(cols / N), 0, ATOMK_STREAM(stream),
                 static_cast<T*>(out), static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(w),
                 cols / N, cols, eps);
         } else {
-            atomk_launch_kind("norm", rms_norm_kernel<T, T>, rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream),
+            atomk_launch(rms_norm_kernel<T, T>, rows, atomk_row_threads(cols), 0, ATOMK_STREAM(stream),
                 static_cast<T*>(out), static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(w),
                 cols, cols, eps);
         }

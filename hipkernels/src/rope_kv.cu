@@ -38,14 +38,14 @@ template <typename T> struct RopeRows {
 template <typename T>
 __global__ void rope_write_kv_kernel(RopeRows<T> io, T* k_cache, T* v_cache, const int32_t* positions,
                                      const int32_t* slots, const float* inv_freq, float attn_factor, int q_heads,
-                                     int kv_heads, int head_dim, int rotary_dim, int64_t num_slots, int pdl_mode) {
+                                     int kv_heads, int head_dim, int rotary_dim, int64_t num_slots) {
     const int t = blockIdx.x, head = blockIdx.y, half = rotary_dim / 2;
     // Positions and slots are uploaded before the step's kernels and inv_freq once: none is a
     // kernel's output, so they are read while the previous kernel finishes.
     const float pos = (float)positions[t];
     const int64_t slot = slots[t];
     if (threadIdx.x * 32 < half) atomk_prefetch_l2(inv_freq + threadIdx.x * 32);
-    atomk_pdl_enter_mode(pdl_mode);
+    ATOMK_PDL_ENTER();
     const bool is_q = head < q_heads;
     const int off = (is_q ? head : head - q_heads) * head_dim;
     const bool store = !is_q && slot >= 0 && slot < num_slots;
@@ -109,9 +109,9 @@ int launch_rope(const char* name, RopeRows<T> io, void* k_cache, void* v_cache, 
     if (q_heads + kv_heads > 65535)
         return atomk_fail(ATOMK_ERR_INVALID, "%s: %d q + %d kv heads (at most 65535)", name, q_heads, kv_heads);
     const int threads = atomk_row_threads(rotary_dim / 2 < 256 ? rotary_dim / 2 : 256);
-    atomk_launch_kind("rope", rope_write_kv_kernel<T>, dim3(tokens, q_heads + kv_heads), threads, 0, ATOMK_STREAM(stream),
-        io, static_cast<T*>(k_cache), static_cast<T*>(v_cache), positions, slots, inv_freq, attn_factor, q_heads,
-        kv_heads, head_dim, rotary_dim, num_slots, atomk_pdl_mode("rope"));
+    atomk_launch(rope_write_kv_kernel<T>, dim3(tokens, q_heads + kv_heads), threads, 0, ATOMK_STREAM(stream), io,
+                 static_cast<T*>(k_cache), static_cast<T*>(v_cache), positions, slots, inv_freq, attn_factor, q_heads,
+                 kv_heads, head_dim, rotary_dim, num_slots);
     ATOMK_LAUNCHED(name);
     return ATOMK_OK;
 }
@@ -152,7 +152,7 @@ int atomk_rope_write_kv_fused(int dtype, void* q_out, const void* qkv, void* k_c
                               int q_heads, int kv_heads, int head_dim, int rotary_dim, int64_t num_slots,
                               void* stream) {
     int st = check_rope("atomk_rope_write_kv_fused", tokens, q_heads, kv_heads, head_dim, rotary_dim);
-    if (st != ATOMK_OK || tokens == 0 || atomk_skip("rope")) return st;
+    if (st != ATOMK_OK || tokens == 0) return st;
     const int64_t qw = (int64_t)q_heads * head_dim, kvw = (int64_t)kv_heads * head_dim, w = qw + 2 * kvw;
     ATOMK_DISPATCH(dtype, "atomk_rope_write_kv_fused",
                    const T* row = static_cast<const T*>(qkv);

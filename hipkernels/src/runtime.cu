@@ -28,53 +28,9 @@ int atomk_fail(int status, const char* fmt, ...) {
     return status;
 }
 
-namespace {
-
-// Whether the comma-separated list names kind.
-bool list_names(const char* list, const char* kind) {
-    if (!list || !*list) return false;
-    const size_t n = strlen(kind);
-    for (const char* p = list; *p;) {
-        const char* end = strchr(p, ',');
-        const size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len == n && strncmp(p, kind, n) == 0) return true;
-        if (!end) break;
-        p = end + 1;
-    }
-    return false;
-}
-
-}  // namespace
-
-bool atomk_skip(const char* kind) {
-    static const char* list = getenv("ATOM_GO_SKIP_KERNELS");
-    return list_names(list, kind);
-}
-
-// The merge of split decode attention is launched without PDL by default: with it, the merge's
-// early trigger let the o projection's blocks become resident and stream weights while the
-// attention kernel still ran, and the batch-1 step was slower (H200, llama3-8b, same-call A/B
-// over two calls, 6 runs each: 4.55 ms serial against 4.67-4.74 with PDL; a late trigger in
-// the merge gained half of that; docs/bench-results.md, 2026-12-03 13:47).
-bool atomk_pdl_serial(const char* kind) {
-    static const char* list = [] {
-        const char* e = getenv("ATOM_GO_PDL_SERIAL");
-        return e ? e : "merge";
-    }();
-    return list_names(list, kind);
-}
-
-int atomk_pdl_mode(const char* kind) {
-    static const char* late = getenv("ATOM_GO_PDL_LATE");
-    static const char* none = getenv("ATOM_GO_PDL_NOTRIGGER");
-    if (list_names(none, kind)) return kPdlNoTrigger;
-    return list_names(late, kind) ? kPdlLate : kPdlEarly;
-}
-
 bool atomk_pdl_enabled() {
 #if defined(ATOMK_CUDA)
     static const bool on = [] {
-        if (atomk_env_int("ATOM_GO_PDL", 1, 0, 1) == 0) return false;
         int dev = 0, major = 0;
         if (cudaGetDevice(&dev) != cudaSuccess) return false;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;

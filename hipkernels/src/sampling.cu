@@ -534,7 +534,7 @@ int atomk_sample_rows(int dtype, int32_t* tokens, float* logprobs, void* host, c
                       const atomk_sampling_params* params, int rows, int vocab, void* work, void* stream) {
     if (rows < 0 || vocab <= 0 || (rows > 0 && (tokens == NULL || logprobs == NULL || logits == NULL || params == NULL)))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_sample_rows: rows=%d vocab=%d", rows, vocab);
-    if (rows == 0 || atomk_skip("sample")) return ATOMK_OK;
+    if (rows == 0) return ATOMK_OK;
     const int splits = work != NULL ? sample_splits(rows, vocab) : 1;
     if (splits > 1) {
         int per = (vocab + splits - 1) / splits;

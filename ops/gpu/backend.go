@@ -61,9 +61,6 @@ type Backend struct {
 	ropes    map[*ops.RoPE]hipkernels.Ptr
 	allocs   map[hipkernels.Ptr]int
 	closed   bool
-	// ropeAttnOff: the library answered that it has no fused RoPE + attention kernel for this
-	// backend's shapes (or ATOM_GO_ATTN_ROPE is off), so RopeAttention stops asking.
-	ropeAttnOff bool
 	// sums holds the partial sums of squares the last fused residual add left (sumCount of
 	// them), for the next NormLinear with PreNorm.Summed.
 	sums     devBuf
@@ -76,7 +73,6 @@ type Backend struct {
 
 var (
 	_ ops.Backend       = (*Backend)(nil)
-	_ ops.RopeAttender  = (*Backend)(nil)
 	_ ops.ResidualAdder = (*Backend)(nil)
 )
 
@@ -165,8 +161,8 @@ func (b *Backend) MemoryUsed() int64 {
 }
 
 // SetGemvMaxM sets the largest batch (rows of x) whose Linear runs on the skinny GEMM kernel
-// instead of the BLAS: 0 never, a negative value restores the default (8, or
-// $ATOM_GO_GEMV_MAX_M). For measurements and tuning.
+// instead of the BLAS: 0 never, a negative value restores the default (1). Tests and
+// benchmarks use it to force either path.
 func (b *Backend) SetGemvMaxM(m int) error { return b.lib.SetGemvMaxM(b.blas, m) }
 
 // Synchronize waits for all queued work and reports an execution error.

@@ -20,7 +20,7 @@ import (
 //  2. launches the graph, whose kernels read those buffers.
 //
 // To capture, the caller binds the StepInputs (BindStepInputs): while bound, Embedding,
-// GatherRows, RopeWriteKV, RopeWriteKVFused, Attention and RopeAttention ignore the contents
+// GatherRows, RopeWriteKV, RopeWriteKVFused and Attention ignore the contents
 // of their host arguments (only their lengths are checked) and read the bound buffers instead
 // of uploading. The caller runs the forward pass once eagerly while bound (a warm-up that makes every lazily created
 // resource exist: BLAS plans, the RoPE table, the attention workspace) and then again inside
@@ -256,7 +256,6 @@ func (b *Backend) boundWorkspace(n int) hipkernels.Ptr {
 		}
 		p, err := b.alloc(n)
 		b.must("Attention", err)
-		b.must("Attention", b.lib.Memset(p, 0, n, b.stream)) // counters of the in-place merge start at zero
 		*w = devBuf{ptr: p, size: n}
 	}
 	return w.ptr

@@ -5,9 +5,7 @@ package gpu
 import (
 	"fmt"
 	"math"
-	"os"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -125,13 +123,10 @@ func TestGraphCaptureRefusesUploads(t *testing.T) {
 	record("%-44s %-8v ok", "graph capture guards", ops.BF16)
 }
 
-// TestPerfGraphBoundary times a graph of 230 small kernels (a decode graph's count) replayed
+// BenchmarkGraphBoundary times a graph of 230 small kernels (a decode graph's count) replayed
 // back to back, and with work queued between the replays: what one kernel between two graphs
-// costs, with and without a read of pinned host memory (set ATOM_GO_PERF=1).
-func TestPerfGraphBoundary(t *testing.T) {
-	if os.Getenv("ATOM_GO_PERF") == "" {
-		t.Skip("set ATOM_GO_PERF=1 to time the graph boundary")
-	}
+// costs, with and without a read of pinned host memory (Go's ns/op: one replay).
+func BenchmarkGraphBoundary(t *testing.B) {
 	b := newGPU(t, ops.BF16)
 	x := b.Buffer(1, 4096)
 	g, err := b.Capture(func() {
@@ -177,17 +172,11 @@ func TestPerfGraphBoundary(t *testing.T) {
 		{"+ copy 532 B from pinned", func() error { return b.lib.CopySmall(dev, host, 532, b.stream) }},
 		{"+ copy 4 B to pinned", func() error { return b.lib.CopySmall(host, dev, 4, b.stream) }},
 	} {
-		const reps = 200
-		require.NoError(t, b.Synchronize())
-		start := time.Now()
-		for range reps {
-			require.NoError(t, c.between())
-			if c.name != "graph with copies inside" {
-				require.NoError(t, g.Launch())
+		benchWall(t, b, c.name, func() error {
+			if err := c.between(); err != nil || c.name == "graph with copies inside" {
+				return err
 			}
-		}
-		require.NoError(t, b.Synchronize())
-		record("%-44s %-8v %8.2f µs per replay", "perf graph boundary: "+c.name, ops.BF16,
-			float64(time.Since(start).Microseconds())/reps)
+			return g.Launch()
+		})
 	}
 }

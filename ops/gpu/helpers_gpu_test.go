@@ -102,7 +102,7 @@ func tolerance(dt ops.DType) float64 {
 var testDTypes = []ops.DType{ops.BF16, ops.F16, ops.F32}
 
 // newGPU opens device 0 with compute dtype dt, on the test's goroutine locked to its thread.
-func newGPU(t *testing.T, dt ops.DType) *Backend {
+func newGPU(t testing.TB, dt ops.DType) *Backend {
 	t.Helper()
 	runtime.LockOSThread()
 	b, err := New(0, Options{DType: dt})
@@ -210,30 +210,61 @@ func compare(t *testing.T, name string, dt ops.DType, got, want []float32) {
 	require.LessOrEqualf(t, e, tol, "%s (%v): relative error %.3e over %.0e", name, dt, e, tol)
 }
 
-// medianMs times fn with device events: warm-up runs, then the median of reps.
-func medianMs(t *testing.T, b *Backend, reps int, fn func()) float64 {
-	l := b.lib
-	start, err := l.EventCreate()
-	require.NoError(t, err)
-	end, err := l.EventCreate()
-	require.NoError(t, err)
-	defer func() {
-		require.NoError(t, l.EventDestroy(start))
-		require.NoError(t, l.EventDestroy(end))
-	}()
-	for i := 0; i < 3; i++ {
-		fn()
-	}
-	ms := make([]float64, reps)
-	for i := range ms {
-		require.NoError(t, l.EventRecord(start, b.stream))
-		fn()
-		require.NoError(t, l.EventRecord(end, b.stream))
-		require.NoError(t, l.EventSync(end))
+// benchDevice runs fn as sub-benchmark name of b on backend g: b.N calls after warm-up calls,
+// timed with device events around them. It reports the device time per call as ms/call (Go's
+// ns/op is the host's time, which includes queueing) and hands it to report (nil: none) for the
+// case's own metrics (bandwidth, FLOP/s). The sub-benchmark's goroutine takes the backend over
+// on its own locked thread.
+func benchDevice(b *testing.B, g *Backend, name string, fn func(), report func(b *testing.B, ms float64)) {
+	b.Run(name, func(b *testing.B) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		require.NoError(b, g.BindThread())
+		l := g.lib
+		start, err := l.EventCreate()
+		require.NoError(b, err)
+		end, err := l.EventCreate()
+		require.NoError(b, err)
+		defer func() {
+			require.NoError(b, l.EventDestroy(start))
+			require.NoError(b, l.EventDestroy(end))
+		}()
+		for range 3 {
+			fn()
+		}
+		require.NoError(b, g.Synchronize())
+		b.ResetTimer()
+		require.NoError(b, l.EventRecord(start, g.stream))
+		for range b.N {
+			fn()
+		}
+		require.NoError(b, l.EventRecord(end, g.stream))
+		require.NoError(b, l.EventSync(end))
+		b.StopTimer()
 		v, err := l.EventElapsed(start, end)
-		require.NoError(t, err)
-		ms[i] = float64(v)
-	}
-	sort.Float64s(ms)
-	return ms[reps/2]
+		require.NoError(b, err)
+		ms := float64(v) / float64(b.N)
+		b.ReportMetric(ms, "ms/call")
+		if report != nil {
+			report(b, ms)
+		}
+	})
+}
+
+// benchWall runs fn as sub-benchmark name of b on backend g, timed on the host clock: b.N
+// calls, then a stream synchronisation (Go's ns/op is the time per call until the device is
+// done).
+func benchWall(b *testing.B, g *Backend, name string, fn func() error) {
+	b.Run(name, func(b *testing.B) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		require.NoError(b, g.BindThread())
+		require.NoError(b, fn())
+		require.NoError(b, g.Synchronize())
+		b.ResetTimer()
+		for range b.N {
+			require.NoError(b, fn())
+		}
+		require.NoError(b, g.Synchronize())
+	})
 }

@@ -79,9 +79,10 @@ func (b *Backend) RMSNorm(out, x, residual, w ops.Tensor, eps float32) {
 	b.must("RMSNorm", b.lib.RMSNorm(b.kdt, o.ptr, xt.ptr, rp, wt.ptr, rows, cols, eps, b.stream))
 }
 
-// NormLinear runs the skinny GEMM with the RMSNorm in its prologue where the library serves it
-// (one row: r goes to p.Spare when p.X is set, p.Res is only read), else RMSNorm into p.Spare
-// and Linear (r in p.Res).
+// NormLinear is one skinny GEMM normalising its input with the sum of squares a fused residual
+// add left (PreNorm.Summed, see LinearResidual) where the library serves it, else RMSNorm into
+// p.Spare and Linear (r in p.Res). A norm recomputed in the GEMM's prologue without those sums
+// lost to the RMSNorm kernel, so there is no such kernel.
 func (b *Backend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) ops.Tensor {
 	o, rt, st, nw, wt := out.(*Tensor), p.Res.(*Tensor), p.Spare.(*Tensor), p.Weight.(*Tensor), w.(*Tensor)
 	m, k, n := rt.rows(), rt.cols(), wt.rows()
@@ -89,27 +90,17 @@ func (b *Backend) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) 
 		st.cols() != k || st.rows() < m {
 		shapeErr("NormLinear", "out %v = norm(res %v, weight %v, spare %v) · w %vᵀ", o.shape, rt.shape, nw.shape, st.shape, wt.shape)
 	}
-	var xp, resOut, bp hipkernels.Ptr // 0: none
 	if p.X != nil {
 		xt := p.X.(*Tensor)
 		if xt.cols() != k || xt.rows() < m {
 			shapeErr("NormLinear", "x %v for res %v", xt.shape, rt.shape)
 		}
-		xp, resOut = xt.ptr, st.ptr
 	}
 	if p.Summed && p.X == nil && b.sumCount > 0 {
 		return b.normSummed(out, p, w, bias)
 	}
-	bp = biasPtr("NormLinear", bias, n)
+	biasPtr("NormLinear", bias, n) // checks its shape
 	if m == 0 {
-		return p.Res
-	}
-	fused, err := b.lib.GemmRMSNorm(b.blas, b.stream, b.kdt, o.ptr, resOut, rt.ptr, xp, nw.ptr, p.Eps, wt.ptr, bp, m, n, k)
-	b.must("NormLinear", err)
-	switch {
-	case fused && p.X != nil:
-		return p.Spare
-	case fused:
 		return p.Res
 	}
 	return ops.NormThenLinear(b, out, p, w, bias)

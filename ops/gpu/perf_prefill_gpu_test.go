@@ -5,7 +5,6 @@ package gpu
 import (
 	"fmt"
 	"math"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,18 +13,14 @@ import (
 	"github.com/atom-go/atom/ops"
 )
 
-// TestPerfPrefillAttention times causal attention of prefill batches of the Llama-3-8B shape
+// BenchmarkPrefillAttention times causal attention of prefill batches of the Llama-3-8B shape
 // (32 query heads, 8 KV heads, head dim 128, bf16, cache blocks of 16) on the tensor-core
-// prefill kernel and on the paged kernel (set ATOM_GO_PERF=1): prefills of 1024 and 4096
-// tokens from an empty cache, and a 2048-token chunk beside 255 decodes at context 1024. It
-// reports ms and TFLOP/s of the causal attention (4·head_dim FLOPs per query head and visible
-// position); it asserts nothing.
-func TestPerfPrefillAttention(t *testing.T) {
-	if os.Getenv("ATOM_GO_PERF") == "" {
-		t.Skip("set ATOM_GO_PERF=1 to time the ops")
-	}
+// prefill kernel and on the paged kernel: prefills of 1024 and 4096 tokens from an empty
+// cache, and a 2048-token chunk beside 255 decodes at context 1024. It reports the TFLOP/s of
+// the causal attention (4·head_dim FLOPs per query head and visible position).
+func BenchmarkPrefillAttention(b *testing.B) {
 	const heads, kvHeads, hd, bs = 32, 8, 128, 16
-	b := newGPU(t, ops.BF16)
+	g := newGPU(b, ops.BF16)
 	cases := []struct {
 		name string
 		seqs []seqSpec // cached context, new tokens
@@ -36,15 +31,15 @@ func TestPerfPrefillAttention(t *testing.T) {
 	}
 	for _, cs := range cases {
 		meta, blocks := perfMeta(cs.seqs, bs)
-		cache, err := b.NewKVCache(1, blocks, bs, kvHeads, hd)
-		require.NoError(t, err)
+		cache, err := g.NewKVCache(1, blocks, bs, kvHeads, hd)
+		require.NoError(b, err)
 		kv := cache.(*KVCache)
 		for _, p := range []hipkernels.Ptr{kv.k[0], kv.v[0]} { // the time does not depend on the values
-			require.NoError(t, b.lib.Fill(b.kdt, p, blocks*bs*kvHeads*hd, 0.25, b.stream))
+			require.NoError(b, g.lib.Fill(g.kdt, p, blocks*bs*kvHeads*hd, 0.25, g.stream))
 		}
 		nt := meta.NumTokens()
-		q, o := b.Buffer(nt, heads*hd).(*Tensor), b.Buffer(nt, heads*hd)
-		b.WriteRows(q, randVals(ops.BF16, nt*heads*hd, 1))
+		q, o := g.Buffer(nt, heads*hd).(*Tensor), g.Buffer(nt, heads*hd)
+		g.WriteRows(q, randVals(ops.BF16, nt*heads*hd, 1))
 		a := ops.AttnShape{NumHeads: heads, NumKVHeads: kvHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(hd))}
 		visible := 0.0 // (query token, position) pairs
 		for _, s := range cs.seqs {
@@ -54,18 +49,18 @@ func TestPerfPrefillAttention(t *testing.T) {
 		}
 		flops := 4 * hd * heads * visible
 		for _, off := range []bool{false, true} {
-			prefillOff = off
-			before := prefillLaunches.Load()
-			ms := medianMs(t, b, 5, func() { b.Attention(o, q, cache, 0, meta, a) })
-			prefillOff = false
 			kernel := "tensor cores"
 			if off {
 				kernel = "paged kernel"
-			} else {
-				require.Positive(t, prefillLaunches.Load()-before, "the prefill kernel did not run")
 			}
-			record("%-44s %-8v %8.3f ms  %.1f TFLOP/s (causal), %d tokens", fmt.Sprintf("perf PrefillAttn %s, %s", cs.name, kernel),
-				ops.BF16, ms, flops/ms/1e9, nt)
+			before := prefillLaunches.Load()
+			prefillOff = off
+			benchDevice(b, g, fmt.Sprintf("%s, %s", cs.name, kernel), func() { g.Attention(o, q, cache, 0, meta, a) },
+				func(b *testing.B, ms float64) { b.ReportMetric(flops/ms/1e9, "TFLOP/s") })
+			prefillOff = false
+			if !off {
+				require.Positive(b, prefillLaunches.Load()-before, "the prefill kernel did not run")
+			}
 		}
 	}
 }

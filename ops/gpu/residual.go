@@ -10,8 +10,8 @@ import (
 const maxResidualSums = 2048
 
 // LinearResidual adds x·wᵀ into res in the projection's kernel where the library serves it
-// (one row, unless $ATOM_GO_RESIDUAL_NORM=0), writing scaled = res·normW and leaving the row's sum of
-// squares for the next NormLinear; it reports whether it did.
+// (one row), writing scaled = res·normW and leaving the row's sum of squares for the next
+// NormLinear; it reports whether it did.
 func (b *Backend) LinearResidual(res, scaled, x, w, normW ops.Tensor) bool {
 	xt, wt := x.(*Tensor), w.(*Tensor)
 	m, k, n := xt.rows(), xt.cols(), wt.rows()

@@ -5,7 +5,6 @@ package gpu
 import (
 	"fmt"
 	"math"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,11 +15,10 @@ import (
 // TestLinearResidual runs a sublayer's output projection added into the residual stream, then
 // the next pre-norm and projection, on both backends: the gpu one through LinearResidual (or
 // LinearSwiGLUResidual) and NormLinear with PreNorm.Summed where it fuses (one row of a 16-bit
-// dtype unless $ATOM_GO_RESIDUAL_NORM=0), the plain ops elsewhere; the cpu one through the plain
+// dtype), the plain ops elsewhere; the cpu one through the plain
 // ops. The residual stream and the projection must agree, and the fused path must be taken
 // exactly where it should.
 func TestLinearResidual(t *testing.T) {
-	on := os.Getenv("ATOM_GO_RESIDUAL_NORM") != "0"
 	for _, dt := range testDTypes {
 		for _, maxM := range []int{16, 0} {
 			b, c := newGPU(t, dt), newCPU(t)
@@ -57,7 +55,7 @@ func TestLinearResidual(t *testing.T) {
 								b.Linear(xo.g, x.g, w.g, nil)
 							}
 						}
-						require.Equal(t, on && m == 1 && dt != ops.F32 && maxM > 0, fused, name)
+						require.Equal(t, m == 1 && dt != ops.F32 && maxM > 0, fused, name)
 						if fused { // spare holds r · the next norm's weight
 							r, g := read(b, res.g), nw.c.Float32()
 							for i := range r {
@@ -80,14 +78,11 @@ func TestLinearResidual(t *testing.T) {
 	}
 }
 
-// TestPerfLinearResidual times the 8B shape's sublayer boundaries at m = 1 (set ATOM_GO_PERF=1;
-// the fusion must be on): the output projection, the residual add and pre-norm, and the
-// next projection, as separate ops (Linear, then RMSNorm + Linear) and fused (LinearResidual,
-// then NormLinear with PreNorm.Summed), and each piece alone.
-func TestPerfLinearResidual(t *testing.T) {
-	if os.Getenv("ATOM_GO_PERF") == "" || os.Getenv("ATOM_GO_RESIDUAL_NORM") == "0" {
-		t.Skip("set ATOM_GO_PERF=1 (and not ATOM_GO_RESIDUAL_NORM=0) to time the ops")
-	}
+// BenchmarkLinearResidual times the 8B shape's sublayer boundaries at m = 1: the output
+// projection, the residual add and pre-norm, and the next projection, as separate ops (Linear,
+// then RMSNorm + Linear) and fused (LinearResidual, then NormLinear with PreNorm.Summed), and
+// each piece alone.
+func BenchmarkLinearResidual(t *testing.B) {
 	b := newGPU(t, ops.BF16)
 	const h = 4096
 	res, spare, x, nw := b.Buffer(1, h), b.Buffer(1, h), b.Buffer(1, h), b.Buffer(1, h)
@@ -138,12 +133,7 @@ func TestPerfLinearResidual(t *testing.T) {
 			}},
 			{"next", func() { b.Linear(out, spare, next, nil) }},
 		} {
-			ms := medianMs(t, b, 9, func() {
-				for j := 0; j < 10; j++ {
-					path.fn()
-				}
-			}) / 10
-			record("%-44s %-8v %8.4f ms", fmt.Sprintf("perf %s: %s m=1", sh.what, path.name), ops.BF16, ms)
+			benchDevice(t, b, fmt.Sprintf("%s: %s m=1", sh.what, path.name), path.fn, nil)
 		}
 	}
 }

@@ -5,10 +5,8 @@ package gpu
 import (
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -238,25 +236,12 @@ func TestSampleRowsFewRows(t *testing.T) {
 	}
 }
 
-// TestPerfSampleRows times SampleRows at 128k vocabulary against copying the logits to the
-// host (the host path's copy alone), for 1, 32 and 256 rows (set ATOM_GO_PERF=1).
-func TestPerfSampleRows(t *testing.T) {
-	if os.Getenv("ATOM_GO_PERF") == "" {
-		t.Skip("set ATOM_GO_PERF=1 to time the ops")
-	}
+// BenchmarkSampleRows times SampleRows at 128k vocabulary, its 8-byte-a-row readback included,
+// against copying the logits to the host (the host path's copy alone), for 1, 32 and 256 rows
+// (Go's ns/op: wall time per call).
+func BenchmarkSampleRows(t *testing.B) {
 	b := newGPU(t, ops.BF16)
 	const vocab = 128256
-	median := func(fn func()) float64 {
-		fn()
-		ms := make([]float64, 9)
-		for i := range ms {
-			start := time.Now()
-			fn()
-			ms[i] = float64(time.Since(start).Microseconds()) / 1000
-		}
-		sort.Float64s(ms)
-		return ms[len(ms)/2]
-	}
 	for _, rows := range []int{1, 32, 256} {
 		x := activation(b, randVals(ops.BF16, rows*vocab, 3), rows, vocab).g
 		out, host := make([]ops.SampledToken, rows), make([]float32, rows*vocab)
@@ -270,11 +255,15 @@ func TestPerfSampleRows(t *testing.T) {
 				params[i] = c.p
 				params[i].Seed, params[i].Offset = uint64(i), 5
 			}
-			ms := median(func() { b.SampleRows(x, params, out) })
-			record("%-44s %-8v %8.3f ms  wall, incl. 8 B/row readback", fmt.Sprintf("perf SampleRows %dx%d %s", rows, vocab, c.name), ops.BF16, ms)
+			benchWall(t, b, fmt.Sprintf("SampleRows %dx%d %s", rows, vocab, c.name), func() error {
+				b.SampleRows(x, params, out)
+				return nil
+			})
 		}
-		ms := median(func() { b.ReadRows(x, host) })
-		record("%-44s %-8v %8.3f ms  wall (host path copy only)", fmt.Sprintf("perf ReadRows logits %dx%d", rows, vocab), ops.BF16, ms)
+		benchWall(t, b, fmt.Sprintf("ReadRows logits %dx%d", rows, vocab), func() error {
+			b.ReadRows(x, host)
+			return nil
+		})
 	}
 }
 
@@ -308,13 +297,10 @@ func TestQueueSample(t *testing.T) {
 	require.Equal(t, want2, got[:2])
 }
 
-// TestPerfSampleBoundary times one 1 x 128256 draw queued between replays of a graph of 230
+// BenchmarkSampleBoundary times one 1 x 128256 draw queued between replays of a graph of 230
 // small kernels (as the engine queues it after each decode graph), in the forms the kernel can
-// take, against the graph alone (set ATOM_GO_PERF=1).
-func TestPerfSampleBoundary(t *testing.T) {
-	if os.Getenv("ATOM_GO_PERF") == "" {
-		t.Skip("set ATOM_GO_PERF=1 to time the draw between graphs")
-	}
+// take, against the graph alone (Go's ns/op: one step).
+func BenchmarkSampleBoundary(t *testing.B) {
 	b := newGPU(t, ops.BF16)
 	const vocab = 128256
 	x := b.Buffer(1, 4096)
@@ -368,19 +354,12 @@ func TestPerfSampleBoundary(t *testing.T) {
 		{"+ one-block draw, device params, no host", sample(devParams, 0, 0), false},
 		{"+ argmax_rows", func() error { return b.lib.ArgmaxRows(dt, toks, logits.ptr, 1, vocab, b.stream) }, false},
 	} {
-		const reps = 200
-		require.NoError(t, b.Synchronize())
-		start := time.Now()
-		for range reps {
-			require.NoError(t, c.between())
-			if !c.noGraph {
-				require.NoError(t, g.Launch())
+		benchWall(t, b, c.name, func() error {
+			if err := c.between(); err != nil || c.noGraph {
+				return err
 			}
-		}
-		queued := time.Since(start)
-		require.NoError(t, b.Synchronize())
-		record("%-44s %-8v %8.2f µs per step (host queues in %.2f)", "perf draw boundary: "+c.name, ops.BF16,
-			float64(time.Since(start).Microseconds())/reps, float64(queued.Microseconds())/reps)
+			return g.Launch()
+		})
 	}
 }
 

@@ -96,7 +96,8 @@ class EngineClient:
                 else:
                     log.debug("LoadModel %s %.0f%% %s", msg.stage, 100 * msg.fraction, msg.message)
                 if msg.done:
-                    return msg.info
+                    info: atom_pb2.ModelInfo = msg.info
+                    return info
             raise PluginError("LoadModel: the plugin ended the stream without a final message")
 
         return self._check_info(self._call("LoadModel", run), "LoadModel")

@@ -1,6 +1,6 @@
 """A go-plugin host in Python: starts atom-plugin and connects to its gRPC server.
 
-It does what go-plugin's Go client does (see /work/shared/notes/go-plugin-protocol.md): set the
+It does what go-plugin's Go client does (the wire contract is docs/go-plugin-protocol.md): set the
 magic cookie and ``PLUGIN_PROTOCOL_VERSIONS``, give the plugin a private socket directory, read
 and check the handshake line, use AutoMTLS, dial gRPC with unlimited message sizes, check
 health, drain the GRPCStdio stream and the child's own stdout/stderr into Python logging, and
@@ -10,25 +10,21 @@ socket and socket directory and exiting; it also watches its parent itself), and
 exits on its own is noticed at once: its socket directory is removed, callbacks run and every
 later call raises PluginDiedError. A dead plugin is not restarted behind the caller's back;
 start a new PluginProcess.
+
+This module is the process half (the binary, the environment, the handshake line, the child's
+output, its death and its shutdown); atom_go.connection is the connection half (the channel and
+go-plugin's services on it); the errors are in atom_go.errors and re-exported here.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
-import ctypes.util
-import json
 import logging
 import os
 import queue
 import shutil
-import signal
-import ssl
-import stat
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -36,12 +32,33 @@ from typing import IO, TYPE_CHECKING, Any
 
 import grpc
 
-from atom_go._goplugin import GoPluginServices, ServingStatus, StdioChannel, read_stdio
+from atom_go._goplugin import ServingStatus, StdioChannel, read_stdio
+from atom_go._procutil import describe_exit as _describe_exit
+from atom_go._procutil import format_hclog as _format_hclog
+from atom_go._procutil import pdeathsig_preexec as _pdeathsig_preexec
+from atom_go._procutil import private_socket_dir as _private_socket_dir
+from atom_go.connection import PluginConnection
+from atom_go.errors import PluginDiedError, PluginError, PluginNotFoundError, PluginRPCError, PluginStartError
 from atom_go.handshake import MAX_HANDSHAKE_BYTES, Handshake, HandshakeError, parse_handshake
-from atom_go.versions import GRPC_SERVICE_NAME, MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE, PROTOCOL_VERSION
+from atom_go.versions import MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE, PROTOCOL_VERSION
 
 if TYPE_CHECKING:
-    from atom_go._tlsrelay import TLSRelay
+    from atom_go.tls import ClientCertificate
+
+__all__ = [
+    "BINARY_NAME",
+    "DEFAULT_SHUTDOWN_GRACE",
+    "DEFAULT_START_TIMEOUT",
+    "ENV_PLUGIN_PATH",
+    "PluginDiedError",
+    "PluginError",
+    "PluginNotFoundError",
+    "PluginProcess",
+    "PluginRPCError",
+    "PluginStartError",
+    "find_plugin_binary",
+    "packaged_binary",
+]
 
 log = logging.getLogger("atom_go.plugin")
 
@@ -54,43 +71,10 @@ DEFAULT_START_TIMEOUT = 60.0
 DEFAULT_SHUTDOWN_GRACE = 2.0
 # Lines of the plugin's stderr kept for error messages.
 _STDERR_TAIL_LINES = 40
-# sun_path holds 108 bytes; go-plugin appends "/plugin" and up to 10 digits.
-_MAX_SOCKET_DIR_LEN = 80
-
 _BUILD_HINT = (
     "Build it into the package with `make python-plugin` in the atom-go repository and reinstall "
     f"python_shim, set {ENV_PLUGIN_PATH}=/path/to/atom-plugin, or put atom-plugin on PATH."
 )
-
-
-class PluginError(RuntimeError):
-    """Base class of the errors of atom-go's plugin host."""
-
-
-class PluginNotFoundError(PluginError, FileNotFoundError):
-    """No usable atom-plugin binary."""
-
-
-class PluginStartError(PluginError):
-    """The plugin did not start: it exited, printed no or a bad handshake, or is unreachable."""
-
-
-class PluginDiedError(PluginError):
-    """The plugin process exited while the host still used it."""
-
-    def __init__(self, message: str, returncode: int | None = None) -> None:
-        super().__init__(message)
-        self.returncode = returncode
-
-
-class PluginRPCError(PluginError):
-    """An RPC the plugin answered with an error status (a bad request, a failed load, ...)."""
-
-    def __init__(self, method: str, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(f"{method}: {code.name}: {details}")
-        self.method = method
-        self.code = code
-        self.details = details
 
 
 def packaged_binary() -> str:
@@ -131,73 +115,6 @@ def find_plugin_binary(path: str | os.PathLike[str] | None = None) -> str:
     raise PluginNotFoundError(
         f"atom-plugin binary not found (looked at ${ENV_PLUGIN_PATH}, {shipped} and PATH). " + _BUILD_HINT
     )
-
-
-def _pdeathsig_preexec() -> Callable[[], None] | None:
-    """A preexec_fn that makes the child receive SIGTERM when its parent thread exits (Linux).
-
-    SIGTERM rather than SIGKILL: atom-plugin stops on it and removes its socket and the socket
-    directory, which a SIGKILLed plugin would leave behind (it exits within a few seconds even
-    while a model load holds it)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc_name = ctypes.util.find_library("c") or "libc.so.6"
-    try:
-        libc = ctypes.CDLL(libc_name, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-    pr_set_pdeathsig = 1
-    sigterm = int(signal.SIGTERM)
-    sigkill = int(signal.SIGKILL)
-
-    def preexec() -> None:
-        # Runs in the forked child before exec: only async-signal-safe work.
-        prctl(pr_set_pdeathsig, sigterm, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect: nothing to clean yet
-            os.kill(os.getpid(), sigkill)
-
-    return preexec
-
-
-def _private_socket_dir(base: str | None) -> str:
-    """A new directory only this user can enter, short enough for a Unix socket path."""
-    candidates = [base] if base else [tempfile.gettempdir(), "/tmp"]
-    for d in candidates:
-        if d and len(d) + len("/atomgo-XXXXXXXX") <= _MAX_SOCKET_DIR_LEN and os.path.isdir(d):
-            path = tempfile.mkdtemp(prefix="atomgo-", dir=d)
-            os.chmod(path, 0o700)
-            mode = stat.S_IMODE(os.stat(path).st_mode)
-            if mode != 0o700:
-                raise PluginStartError(f"socket directory {path} has mode {mode:o}, want 700")
-            return path
-    raise PluginStartError(
-        f"no directory for the plugin's socket: {candidates} are missing or longer than "
-        f"{_MAX_SOCKET_DIR_LEN} characters (Unix socket paths are limited to 108 bytes)"
-    )
-
-
-def _format_hclog(line: str) -> tuple[int, str] | None:
-    """Turns one of hclog's JSON lines into (level, text); None when line is not one."""
-    if not line.startswith("{"):
-        return None
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(rec, dict) or "@message" not in rec:
-        return None
-    level = {
-        "trace": logging.DEBUG,
-        "debug": logging.DEBUG,
-        "info": logging.INFO,
-        "warn": logging.WARNING,
-        "error": logging.ERROR,
-    }.get(str(rec.get("@level", "info")).lower(), logging.INFO)
-    extras = " ".join(f"{k}={v}" for k, v in rec.items() if not k.startswith("@"))
-    text = str(rec["@message"]) + (" " + extras if extras else "")
-    return level, text
 
 
 class PluginProcess:
@@ -250,11 +167,8 @@ class PluginProcess:
         self.binary: str | None = None
         self.handshake: Handshake | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._channel: grpc.Channel | None = None
-        self._services: GoPluginServices | None = None
-        self._stdio_call: Any = None
+        self._conn: PluginConnection | None = None
         self._sockdir: str | None = None
-        self._relay: TLSRelay | None = None
         self._threads: list[threading.Thread] = []
         self._stdout_lines: queue.Queue[bytes | None] = queue.Queue()
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
@@ -364,59 +278,20 @@ class PluginProcess:
             f"{self.binary} closed its stdout before the handshake and {status}" + self._stderr_summary()
         )
 
-    def _connect(self, cert: Any, sockdir: str) -> None:
-        hs = self.handshake
-        assert hs is not None
-        options: list[tuple[str, Any]] = [
-            ("grpc.max_send_message_length", -1),
-            ("grpc.max_receive_message_length", -1),
-        ]
-        target = hs.grpc_target
-        if cert is not None:
-            # grpcio cannot verify go-plugin's P-521 certificate: TLS goes through the relay.
-            from atom_go._tlsrelay import TLSRelay, client_context
-            from atom_go.tls import TLS_SERVER_NAME
-
-            if hs.network != "unix":
-                raise PluginStartError(
-                    f"AutoMTLS over {hs.network} is not supported; the plugin should listen on a unix socket"
-                )
-            server_pem = hs.server_cert_pem()
-            assert server_pem is not None
-            try:
-                ctx = client_context(cert.cert_pem, cert.key_pem, server_pem, sockdir)
-            except ssl.SSLError as exc:
-                raise PluginStartError(f"AutoMTLS: the plugin's certificate cannot be used: {exc}") from None
-            except OSError as exc:  # the plugin died and its socket directory went with it
-                raise PluginStartError(
-                    f"AutoMTLS: cannot set up the TLS relay in {sockdir}: {exc}" + self._stderr_summary()
-                ) from None
-            self._relay = TLSRelay(os.path.join(sockdir, "tls-relay"), hs.address, ctx, TLS_SERVER_NAME)
-            self._relay.start()
-            target = "unix:" + self._relay.listen_path
-        channel = grpc.insecure_channel(target, options=options)
-        self._channel = channel
-        timeout = max(1.0, self._start_timeout)
-        deadline = time.monotonic() + timeout
-        ready = grpc.channel_ready_future(channel)
-        while True:
-            try:
-                ready.result(timeout=0.2)
-                break
-            except grpc.FutureTimeoutError:
-                relay_error = self._relay.errors[-1] if self._relay is not None and self._relay.errors else ""
-                if relay_error or self._exited.is_set() or time.monotonic() > deadline:
-                    ready.cancel()
-                    why = (
-                        relay_error
-                        or (self._death and str(self._death))
-                        or (f"not ready within {timeout:g} s" + self._stderr_summary())
-                    )
-                    raise PluginStartError(f"cannot connect to {self.binary} at {hs.grpc_target}: {why}") from None
-        self._services = GoPluginServices(channel)
+    def _connect(self, cert: ClientCertificate | None, sockdir: str) -> None:
+        assert self.handshake is not None and self.binary is not None
+        self._conn = PluginConnection(
+            self.handshake,
+            binary=self.binary,
+            cert=cert,
+            socket_dir=sockdir,
+            timeout=max(1.0, self._start_timeout),
+            exited=self._exited,
+            death=lambda: self._death,
+            stderr_summary=self._stderr_summary,
+        )
         self.check_health()
-        self._stdio_call = self._services.open_stdio()
-        self._spawn(self._drain_stdio, self._stdio_call, name="stdio")
+        self._spawn(self._drain_stdio, self._conn.open_stdio(), name="stdio")
 
     # ----------------------------------------------------------------------------- readers
 
@@ -462,7 +337,7 @@ class PluginProcess:
                 for raw in data.splitlines():
                     self._log_line(name, raw)
         except grpc.RpcError as exc:
-            if exc.code() not in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE):  # type: ignore[attr-defined]
+            if exc.code() not in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE):
                 self.log.debug("StreamStdio ended: %s", exc)
 
     def _watch(self) -> None:
@@ -509,9 +384,9 @@ class PluginProcess:
     def channel(self) -> grpc.Channel:
         """The gRPC channel to the plugin (AtomEngine and go-plugin's services)."""
         self.raise_if_dead()
-        if self._channel is None:
+        if self._conn is None:
             raise PluginError("the plugin was not started")
-        return self._channel
+        return self._conn.channel
 
     @property
     def returncode(self) -> int | None:
@@ -550,10 +425,10 @@ class PluginProcess:
     def check_health(self, timeout: float = 5.0) -> None:
         """go-plugin's ping: grpc.health.v1 Check(service="plugin") must answer SERVING."""
         self.raise_if_dead()
-        if self._services is None:
+        if self._conn is None:
             raise PluginError("the plugin was not started")
         try:
-            st = self._services.health(GRPC_SERVICE_NAME, timeout=timeout)
+            st = self._conn.health(timeout)
         except grpc.RpcError as exc:
             raise self.rpc_error("Health/Check", exc) from None
         if st != ServingStatus.SERVING:
@@ -561,8 +436,8 @@ class PluginProcess:
 
     def rpc_error(self, method: str, exc: grpc.RpcError) -> PluginError:
         """Turns a failed RPC into PluginDiedError when the plugin is gone, else PluginRPCError."""
-        code: grpc.StatusCode = exc.code()  # type: ignore[attr-defined]
-        details: str = exc.details() or ""  # type: ignore[attr-defined]
+        code: grpc.StatusCode = exc.code()
+        details: str = exc.details() or ""
         gone = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
         if gone and self._proc is not None and not self._closing:
             # The channel may notice a dead peer a moment before waitpid does.
@@ -586,9 +461,9 @@ class PluginProcess:
         if proc is None:
             self._teardown(kill=False)
             return None
-        if proc.poll() is None and self._services is not None:
+        if proc.poll() is None and self._conn is not None:
             with contextlib.suppress(grpc.RpcError):
-                self._services.shutdown(timeout=grace)
+                self._conn.shutdown(grace)
         try:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
@@ -611,12 +486,8 @@ class PluginProcess:
                 proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10.0)
-        if self._stdio_call is not None:
-            self._stdio_call.cancel()
-        if self._channel is not None:
-            self._channel.close()
-        if self._relay is not None:
-            self._relay.close()
+        if self._conn is not None:
+            self._conn.close()
         current = threading.current_thread()
         for t in self._threads:
             if t is not current:
@@ -641,13 +512,3 @@ class PluginProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-
-
-def _describe_exit(rc: int) -> str:
-    if rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        return f"was killed by {name}"
-    return f"exited with status {rc}"

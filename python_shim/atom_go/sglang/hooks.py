@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from atom_go.sglang import ENV_DEVICE
-from atom_go.sglang.compat import SGLangShapeError, check_sglang
+from atom_go.sglang.compat import SGLangShapeError, check_sglang, shape_error
 from atom_go.sglang.mapping import ParallelSeeds
 
 log = logging.getLogger("atom_go.sglang")
@@ -121,6 +121,17 @@ def _refuser(error: SGLangShapeError) -> Callable[..., None]:
     return refuse
 
 
+def _import_worker(version: str) -> type:
+    """atom-go's TpModelWorker. The worker imports SGLang names at module level: a rename that the
+    class shapes of compat do not cover shows up here, as a shape error. (compat itself never
+    imports the worker, which imports compat.)"""
+    try:
+        from atom_go.sglang.worker import AtomGoTpModelWorker
+    except ImportError as exc:
+        raise shape_error([f"atom_go.sglang.worker does not import against it: {exc}"], version) from None
+    return AtomGoTpModelWorker
+
+
 def install(overrides: dict[str, Any] | None = None) -> str:
     """Checks SGLang and registers atom-go's hooks; returns the SGLang version.
 
@@ -132,6 +143,7 @@ def install(overrides: dict[str, Any] | None = None) -> str:
 
     try:
         version = check_sglang(overrides=overrides)
+        worker_class = _import_worker(version)
     except SGLangShapeError as exc:
         log.error("%s", exc)
         refuse = _refuser(exc)
@@ -140,9 +152,7 @@ def install(overrides: dict[str, Any] | None = None) -> str:
         raise
     if _installed:
         return version
-    from atom_go.sglang.worker import AtomGoTpModelWorker
-
-    HookRegistry.register(TP_WORKER_TARGET, AtomGoTpModelWorker, HookType.REPLACE)
+    HookRegistry.register(TP_WORKER_TARGET, worker_class, HookType.REPLACE)
     HookRegistry.register(SERVER_ARGS_RESOLVE_TARGET, _prepare_server_args, HookType.BEFORE)
     HookRegistry.register(ADMISSION_TARGET, _refuse_unsupported, HookType.BEFORE)
     HookRegistry.register(SEND_TARGET, _seed_parallel_copy, HookType.BEFORE)

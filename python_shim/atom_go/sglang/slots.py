@@ -147,9 +147,9 @@ class SlotStepper:
                     f"request {r.rid!r}: {r.prefix_slots.numel()} prefix slots for {r.computed} computed tokens"
                 )
             end = r.computed + scheduled
-            k = self._known.get(r.rid)
-            stale = k is None or k.owner() is not r.owner or k.generation != r.generation
-            if stale and k is not None:
+            known = self._known.get(r.rid)
+            stale = known is None or known.owner() is not r.owner or known.generation != r.generation
+            if stale and known is not None:
                 dropped.append(r.rid)
                 resent += 1
             table = torch.cat((r.prefix_slots, r.new_slots)) if r.computed else r.new_slots.clone()
@@ -172,16 +172,16 @@ class SlotStepper:
                 new_ids.add(r.rid)
                 num_tokens = len(tokens)
             else:
-                assert k is not None
-                if end > k.num_tokens:
+                assert known is not None
+                if end > known.num_tokens:
                     raise SlotModeError(
                         f"request {r.rid!r}: {scheduled} tokens scheduled from {r.computed} run past the "
-                        f"{k.num_tokens} tokens atom-go knows (speculative decoding is not supported)"
+                        f"{known.num_tokens} tokens atom-go knows (speculative decoding is not supported)"
                     )
                 # Append when atom-go's table is still a prefix of SGLang's map; otherwise SGLang
                 # moved slots under the request (radix-cache dedup): replace the whole table.
-                have = int(k.table.numel())
-                if have <= int(table.numel()) and torch.equal(k.table, table[:have]):
+                have = int(known.table.numel())
+                if have <= int(table.numel()) and torch.equal(known.table, table[:have]):
                     resumed, blocks = False, table[have:].tolist()
                 else:
                     resumed, blocks = True, table.tolist()
@@ -190,7 +190,7 @@ class SlotStepper:
                 cached_resumed.append(resumed)
                 cached_blocks.append([blocks] if blocks else None)
                 cached_computed.append(r.computed)
-                num_tokens = k.num_tokens
+                num_tokens = known.num_tokens
             num_scheduled[r.rid] = scheduled
             expects[r.rid] = end == num_tokens
             updates[r.rid] = _Known(owner=_ref(r.owner), generation=r.generation, table=table, num_tokens=num_tokens)

@@ -10,6 +10,7 @@ backend behind the scheduler), with atom-go out of process.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shlex
@@ -122,7 +123,7 @@ class AtomGoModelRunner(_ModelRunner):
 
     @property
     def logical_max_total_num_tokens(self) -> int:
-        return self.req_to_token_pool.schedulable_token_capacity(self.max_total_num_tokens)
+        return int(self.req_to_token_pool.schedulable_token_capacity(self.max_total_num_tokens))
 
     def load_model(self) -> None:
         self.model = _NoTorchModel()
@@ -192,6 +193,11 @@ def unsupported_reason(req: Req) -> str | None:
     if req.return_logprob and 0 <= req.logprob_start_len < len(req.origin_input_ids):
         return "prompt logprobs (logprob_start_len)"
     return top_logprobs_refusal(bool(req.return_logprob), getattr(req.logprob, "top_logprobs_num", 0))
+
+
+def _known_tokens(req: Req) -> list[int]:
+    """Every token of req the host knows: the prompt, then the outputs."""
+    return [*req.origin_input_ids, *req.output_ids]
 
 
 def _being_aborted(req: Req) -> bool:
@@ -340,11 +346,11 @@ class AtomGoTpModelWorker(_TpModelWorker):
                     rid=req.rid,
                     owner=req,
                     generation=int(req.retraction_count),
-                    known_tokens=lambda req=req: [*req.origin_input_ids, *req.output_ids],
+                    known_tokens=functools.partial(_known_tokens, req),
                     prefix_slots=req_to_token[rows_list[i], :c].to(torch.int64),
                     new_slots=new_slots,
                     computed=c,
-                    sampling=lambda req=req: self._sampling(req),
+                    sampling=functools.partial(self._sampling, req),
                 )
             )
         return out

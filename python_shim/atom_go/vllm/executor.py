@@ -49,7 +49,7 @@ def resolve_model_path(model: str, revision: str | None = None) -> str:
     try:
         from huggingface_hub import snapshot_download
 
-        return snapshot_download(model, revision=revision, local_files_only=True)
+        return str(snapshot_download(model, revision=revision, local_files_only=True))
     except Exception as exc:  # huggingface_hub raises several unrelated types here
         raise FileNotFoundError(
             f"atom-go loads checkpoints from a local directory: {model!r} is not one and is not in the "
