@@ -50,7 +50,7 @@ CORPUS = [
 ]
 
 
-def base(**over):
+def base(**over: object) -> dict:
     cfg = dict(
         vocab_size=VOCAB,
         hidden_size=64,
@@ -190,7 +190,7 @@ def train_tokenizer(out: str) -> None:
         )
 
 
-def reference(model, prompt: list[int]) -> dict:
+def reference(model: torch.nn.Module, prompt: list[int]) -> dict:
     ids = list(prompt)
     steps = []
     with torch.no_grad():
@@ -211,7 +211,7 @@ def reference(model, prompt: list[int]) -> dict:
     return {"prompt_ids": prompt, "steps": steps}
 
 
-def hidden_states(model, prompt: list[int]) -> list:
+def hidden_states(model: torch.nn.Module, prompt: list[int]) -> list:
     """Per-layer last-token hidden state sums, to locate a wrong layer quickly."""
     with torch.no_grad():
         out = model(torch.tensor([prompt]), output_hidden_states=True)
