@@ -25,6 +25,11 @@ type moeRouting struct {
 	fill  []int32   // [E]
 	order []int32   // [moeChunk*k]
 	act   []float32 // [moeChunk*k, I]: silu(gate)*up of each (token, slot), by order position
+	// The current MoEExperts call's operands, and its two parallel sections bound once (so that
+	// a call allocates no closures).
+	b                *Backend
+	o, x, w13, w2    *Tensor
+	gateUpFn, downFn func(lo, hi, worker int)
 }
 
 func (r *moeRouting) Spec() ops.MoESpec { return r.spec }
@@ -41,9 +46,11 @@ func (b *Backend) NewMoE(spec ops.MoESpec) (ops.MoERouting, error) {
 		return nil, err
 	}
 	k, chunk := spec.TopK, min(moeChunk, spec.MaxTokens)
-	return &moeRouting{spec: spec, ids: make([]int32, spec.MaxTokens*k), w: make([]float32, spec.MaxTokens*k),
+	r := &moeRouting{spec: spec, ids: make([]int32, spec.MaxTokens*k), w: make([]float32, spec.MaxTokens*k),
 		start: make([]int32, spec.Experts+1), fill: make([]int32, spec.Experts), order: make([]int32, chunk*k),
-		act: make([]float32, chunk*k*spec.Inter)}, nil
+		act: make([]float32, chunk*k*spec.Inter), b: b}
+	r.gateUpFn, r.downFn = r.gateUp, r.down
+	return r, nil
 }
 
 // MoERoute: the float32 softmax of each row, its top k (lower id first on ties) and, when the
@@ -117,9 +124,11 @@ func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w13, w2, s
 		panic(fmt.Sprintf("cpu MoEExperts: out %v, x %v, w13 %v, w2 %v for %d routed rows of %+v",
 			o.shape, xt.shape, gu.shape, dn.shape, r.rows, s))
 	}
+	r.o, r.x, r.w13, r.w2 = o, xt, gu, dn
 	for t0 := 0; t0 < r.rows; t0 += moeChunk {
-		b.moeChunk(r, o, xt, gu, dn, t0, min(t0+moeChunk, r.rows))
+		r.chunk(t0, min(t0+moeChunk, r.rows))
 	}
+	r.o, r.x, r.w13, r.w2 = nil, nil, nil, nil
 	if shared != nil {
 		st, gt := shared.(*Tensor), sharedGate.(*Tensor)
 		for t := 0; t < r.rows; t++ {
@@ -145,11 +154,11 @@ func shapeIs(shape []int, dims ...int) bool {
 	return true
 }
 
-// moeChunk computes tokens [t0, t1): the grouping, gate|up with SiLU-and-mul, then down with
+// chunk computes tokens [t0, t1): the grouping, gate|up with SiLU-and-mul, then down with
 // the routing weight and the sum over the token's experts.
-func (b *Backend) moeChunk(r *moeRouting, o, xt, gu, dn *Tensor, t0, t1 int) {
+func (r *moeRouting) chunk(t0, t1 int) {
 	s := r.spec
-	e, k, h, inter := s.Experts, s.TopK, s.Hidden, s.Inter
+	e, k, h := s.Experts, s.TopK, s.Hidden
 	clear(r.start)
 	for slot := t0 * k; slot < t1*k; slot++ {
 		r.start[r.ids[slot]+1]++
@@ -163,62 +172,70 @@ func (b *Backend) moeChunk(r *moeRouting, o, xt, gu, dn *Tensor, t0, t1 int) {
 		r.order[r.fill[x]] = int32(slot)
 		r.fill[x]++
 	}
-	// gate|up: parallel over tiles of the expert width; each worker widens its rows of every
-	// active expert once.
-	b.pool.run((inter+tileRows-1)/tileRows, func(lo, hi, worker int) {
-		scratch := b.pool.buf(worker, 2*tileRows*h)
-		for tile := lo; tile < hi; tile++ {
-			i0 := tile * tileRows
-			n := min(tileRows, inter-i0)
-			for x := 0; x < e; x++ {
-				from, to := r.start[x], r.start[x+1]
-				if from == to {
-					continue
-				}
-				var gate, up [tileRows][]float32
+	r.b.pool.run((s.Inter+tileRows-1)/tileRows, r.gateUpFn)
+	clear(r.o.f32[t0*h : t1*h])
+	r.b.pool.run((h+tileRows-1)/tileRows, r.downFn)
+}
+
+// gateUp runs the gate|up tiles [lo, hi) of the expert width; each worker widens its rows of
+// every active expert once.
+func (r *moeRouting) gateUp(lo, hi, worker int) {
+	s := r.spec
+	e, k, h, inter := s.Experts, s.TopK, s.Hidden, s.Inter
+	scratch := r.b.pool.buf(worker, 2*tileRows*h)
+	for tile := lo; tile < hi; tile++ {
+		i0 := tile * tileRows
+		n := min(tileRows, inter-i0)
+		for x := 0; x < e; x++ {
+			from, to := r.start[x], r.start[x+1]
+			if from == to {
+				continue
+			}
+			var gate, up [tileRows][]float32
+			for q := 0; q < n; q++ {
+				gate[q] = r.w13.row(x*2*inter+i0+q, scratch[q*h:(q+1)*h])
+				up[q] = r.w13.row(x*2*inter+inter+i0+q, scratch[(tileRows+q)*h:(tileRows+q+1)*h])
+			}
+			for pos := from; pos < to; pos++ {
+				t := int(r.order[pos]) / k
+				xr := r.x.f32[t*h : (t+1)*h]
+				act := r.act[int(pos)*inter+i0 : int(pos)*inter+i0+n]
 				for q := 0; q < n; q++ {
-					gate[q] = gu.row(x*2*inter+i0+q, scratch[q*h:(q+1)*h])
-					up[q] = gu.row(x*2*inter+inter+i0+q, scratch[(tileRows+q)*h:(tileRows+q+1)*h])
-				}
-				for pos := from; pos < to; pos++ {
-					t := int(r.order[pos]) / k
-					xr := xt.f32[t*h : (t+1)*h]
-					act := r.act[int(pos)*inter+i0 : int(pos)*inter+i0+n]
-					for q := 0; q < n; q++ {
-						g := dot(xr, gate[q])
-						act[q] = g / (1 + float32(math.Exp(float64(-g)))) * dot(xr, up[q])
-					}
+					g := dot(xr, gate[q])
+					act[q] = g / (1 + float32(math.Exp(float64(-g)))) * dot(xr, up[q])
 				}
 			}
 		}
-	})
-	clear(o.f32[t0*h : t1*h])
-	// down: parallel over tiles of the hidden width (disjoint output columns); experts in
-	// ascending id, so each output element sums its token's experts in that order.
-	b.pool.run((h+tileRows-1)/tileRows, func(lo, hi, worker int) {
-		scratch := b.pool.buf(worker, tileRows*inter)
-		for tile := lo; tile < hi; tile++ {
-			j0 := tile * tileRows
-			n := min(tileRows, h-j0)
-			for x := 0; x < e; x++ {
-				from, to := r.start[x], r.start[x+1]
-				if from == to {
-					continue
-				}
-				var down [tileRows][]float32
+	}
+}
+
+// down runs the down tiles [lo, hi) of the hidden width (disjoint output columns), experts in
+// ascending id, so each output element sums its token's experts in that order.
+func (r *moeRouting) down(lo, hi, worker int) {
+	s := r.spec
+	e, k, h, inter := s.Experts, s.TopK, s.Hidden, s.Inter
+	scratch := r.b.pool.buf(worker, tileRows*inter)
+	for tile := lo; tile < hi; tile++ {
+		j0 := tile * tileRows
+		n := min(tileRows, h-j0)
+		for x := 0; x < e; x++ {
+			from, to := r.start[x], r.start[x+1]
+			if from == to {
+				continue
+			}
+			var down [tileRows][]float32
+			for q := 0; q < n; q++ {
+				down[q] = r.w2.row(x*h+j0+q, scratch[q*inter:(q+1)*inter])
+			}
+			for pos := from; pos < to; pos++ {
+				slot := int(r.order[pos])
+				t, w := slot/k, r.w[slot]
+				act := r.act[int(pos)*inter : int(pos+1)*inter]
+				dst := r.o.f32[t*h+j0 : t*h+j0+n]
 				for q := 0; q < n; q++ {
-					down[q] = dn.row(x*h+j0+q, scratch[q*inter:(q+1)*inter])
-				}
-				for pos := from; pos < to; pos++ {
-					slot := int(r.order[pos])
-					t, w := slot/k, r.w[slot]
-					act := r.act[int(pos)*inter : int(pos+1)*inter]
-					dst := o.f32[t*h+j0 : t*h+j0+n]
-					for q := 0; q < n; q++ {
-						dst[q] += dot(act, down[q]) * w
-					}
+					dst[q] += dot(act, down[q]) * w
 				}
 			}
 		}
-	})
+	}
 }
