@@ -15,7 +15,9 @@ func TestStackExperts(t *testing.T) {
 	src := memSource{"g0": f32Tensor("g0", 2, 3), "u0": f32Tensor("u0", 2, 3), "g1": f32Tensor("g1", 2, 3),
 		"u1": f32Tensor("u1", 2, 3), "d0": f32Tensor("d0", 3, 2), "d1": f32Tensor("d1", 3, 2),
 		"bf": {Name: "bf", File: "mem", DType: ops.BF16, Shape: []int{2, 3}, Data: []byte{0x80, 0x3f, 0, 0x40, 0x40, 0x40, 0x80, 0x40, 0xa0, 0x40, 0xc0, 0x40}}}
-	part := func(name string, lo, hi int, shape ...int) Part { return Part{Name: name, Lo: lo, Hi: hi, Shape: shape} }
+	part := func(name string, lo, hi int, shape ...int) Part {
+		return Part{Name: name, Lo: lo, Hi: hi, Shape: shape}
+	}
 	for _, tc := range []struct {
 		name  string
 		w     ExpertWeight
