@@ -145,10 +145,18 @@ func mixedPrompts(n int, seed uint64) [][]int32 {
 }
 
 // TestBatchInvariance: each request's greedy output is the same alone and among 32 concurrent
-// requests, with and without prefix caching, and with preemption forced by a tiny cache.
+// requests, with and without prefix caching, and with preemption forced by a tiny cache: on a
+// dense model and on the MoE families (whose router must not make one request's experts, or
+// their sum, depend on its batch-mates).
 func TestBatchInvariance(t *testing.T) {
+	for _, model := range []string{"qwen3-bf16", "qwen3_moe-bf16", "qwen2_moe-bf16"} {
+		t.Run(model, func(t *testing.T) { testBatchInvariance(t, model) })
+	}
+}
+
+func testBatchInvariance(t *testing.T, model string) {
 	prompts := mixedPrompts(32, 7)
-	alone := newTestEngine(t, "qwen3-bf16", func(c *Config) { c.NoPrefixCaching = true })
+	alone := newTestEngine(t, model, func(c *Config) { c.NoPrefixCaching = true })
 	want := make([][]int32, len(prompts))
 	for i, p := range prompts {
 		want[i] = collect(t, alone, Request{ID: "a", PromptIDs: p, Params: greedy(10 + i%7)}).TokenIDs
@@ -161,7 +169,7 @@ func TestBatchInvariance(t *testing.T) {
 	}
 	for name, edit := range variants {
 		t.Run(name, func(t *testing.T) {
-			e := newTestEngine(t, "qwen3-bf16", edit)
+			e := newTestEngine(t, model, edit)
 			reqs := make([]Request, len(prompts))
 			for i, p := range prompts {
 				reqs[i] = Request{ID: fmt.Sprint(i), PromptIDs: p, Params: greedy(10 + i%7)}

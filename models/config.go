@@ -36,6 +36,20 @@ type Config struct {
 	EOSTokenIDs      []int32
 	SlidingWindow    int
 	GenerationConfig GenerationConfig
+	MoE              MoEConfig
+}
+
+// MoEConfig is the sparse mixture-of-experts part of a config (config_moe.go); NumExperts is 0
+// for a dense model.
+type MoEConfig struct {
+	NumExperts   int // num_experts, or num_local_experts (Mixtral; Qwen3-MoE under transformers 5)
+	TopK         int // num_experts_per_tok
+	Intermediate int // moe_intermediate_size (0: absent; Mixtral's experts are intermediate_size wide)
+	SharedInter  int // shared_expert_intermediate_size (Qwen2-MoE; 0: none)
+	NormTopKProb bool
+	SparseStep   int   // decoder_sparse_step (0: absent, which is 1)
+	MLPOnly      []int // mlp_only_layers: layers kept dense
+	NoQKVBias    bool  // qkv_bias is false (Qwen2-MoE; its q, k and v have biases by default)
 }
 
 // GenerationConfig holds generation_config.json defaults.
@@ -77,6 +91,7 @@ type rawConfig struct {
 	EOSTokenID        json.RawMessage `json:"eos_token_id"`
 	SlidingWindow     jsonNum         `json:"sliding_window"`
 	UseSlidingWindow  *bool           `json:"use_sliding_window"`
+	rawMoE
 }
 
 type rawRoPE struct {
@@ -181,6 +196,9 @@ func ParseConfig(b []byte) (*Config, error) {
 		return nil, err
 	} else if set && (r.UseSlidingWindow == nil || *r.UseSlidingWindow) {
 		c.SlidingWindow = window
+	}
+	if err := parseMoE(&r.rawMoE, &c.MoE); err != nil {
+		return nil, err
 	}
 	ropeBlock, err := parseRoPE(&r, c)
 	if err != nil {

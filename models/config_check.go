@@ -3,6 +3,8 @@ package models
 import (
 	"fmt"
 	"math"
+
+	"github.com/atom-go/atom/ops"
 )
 
 // Limits on a checkpoint's configuration. A config is hostile input: these are checked before
@@ -27,12 +29,14 @@ const (
 	maxHeadDim      = 1024
 	maxVocab        = 1 << 22
 	maxPositionsLim = 1 << 24
-	maxEmbedElems   = 1 << 34 // vocab_size × hidden_size
-	maxProjElems    = 1 << 34 // hidden_size × intermediate_size, hidden_size × heads × head_dim
-	maxKVPerToken   = 1 << 24 // num_hidden_layers × num_key_value_heads × head_dim
-	maxRMSNormEps   = 0.1     // real models use 1e-5 or 1e-6; beyond this it is not a norm epsilon
-	maxRoPETheta    = 1e12    // real: 1e4 to 1e8 (Llama 4 5e5, Qwen 2.5 1M 1e7)
-	maxRoPEFactor   = 1 << 16 // real: 2 to 64 (DeepSeek-V3 yarn 40, Llama 3.1 8)
+	maxEmbedElems   = 1 << 34        // vocab_size × hidden_size
+	maxProjElems    = 1 << 34        // hidden_size × intermediate_size, hidden_size × heads × head_dim
+	maxKVPerToken   = 1 << 24        // num_hidden_layers × num_key_value_heads × head_dim
+	maxRMSNormEps   = 0.1            // real models use 1e-5 or 1e-6; beyond this it is not a norm epsilon
+	maxRoPETheta    = 1e12           // real: 1e4 to 1e8 (Llama 4 5e5, Qwen 2.5 1M 1e7)
+	maxRoPEFactor   = 1 << 16        // real: 2 to 64 (DeepSeek-V3 yarn 40, Llama 3.1 8)
+	maxExpertsLim   = ops.MaxExperts // num_experts: Kimi K2 384, DeepSeek-V3 256, Qwen3 128
+	maxTopKLim      = ops.MaxTopK    // num_experts_per_tok: 8 for all of those
 )
 
 // fieldNamer maps a config.json field name to what the source calls it (a GGUF metadata key),
@@ -121,6 +125,9 @@ func (c *Config) validate(name fieldNamer) error {
 			name("head_dim"), c.HeadDim, name("partial_rotary_factor"), c.PartialRotary, rd)
 	}
 	if err := c.validateRoPEScaling(name); err != nil {
+		return err
+	}
+	if err := c.validateMoE(name); err != nil {
 		return err
 	}
 	if c.BOSTokenID != -1 {

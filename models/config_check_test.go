@@ -220,6 +220,9 @@ func FuzzParseConfig(f *testing.F) {
 		`"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":64}}`))
 	f.Add([]byte(`{"architectures":["Qwen3ForCausalLM"],"hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,` +
 		`"num_attention_heads":2,"head_dim":16,"vocab_size":32,"sliding_window":null,"rope_parameters":{"rope_type":"yarn","factor":4}}`))
+	f.Add([]byte(`{"architectures":["Qwen3MoeForCausalLM"],"hidden_size":64,"intermediate_size":96,"num_hidden_layers":4,` +
+		`"num_attention_heads":2,"vocab_size":32,"num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":16,` +
+		`"decoder_sparse_step":2,"mlp_only_layers":[1],"norm_topk_prob":true,"shared_expert_intermediate_size":32}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseConfig(b)
 		if err != nil {

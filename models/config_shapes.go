@@ -59,6 +59,44 @@ func (c *Config) expectedShape(name string) ([]int, bool) {
 	case "mlp.down_proj.weight":
 		return []int{h, inter}, true
 	}
+	return c.expectedMoEShape(suffix)
+}
+
+// expectedMoEShape is the shape of a MoE block's tensor (suffix after "model.layers.N."): the
+// router, the experts (below num_experts), the shared expert and its gate.
+func (c *Config) expectedMoEShape(suffix string) ([]int, bool) {
+	m, h := &c.MoE, c.HiddenSize
+	if m.NumExperts == 0 {
+		return nil, false
+	}
+	switch suffix {
+	case "mlp.gate.weight", "block_sparse_moe.gate.weight":
+		return []int{m.NumExperts, h}, true
+	case "mlp.shared_expert_gate.weight":
+		return []int{1, h}, true
+	case "mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight":
+		return []int{m.SharedInter, h}, true
+	case "mlp.shared_expert.down_proj.weight":
+		return []int{h, m.SharedInter}, true
+	}
+	inter, rest := m.Intermediate, ""
+	if r, ok := strings.CutPrefix(suffix, "mlp.experts."); ok {
+		rest = r
+	} else if r, ok := strings.CutPrefix(suffix, "block_sparse_moe.experts."); ok {
+		rest, inter = r, c.Intermediate // Mixtral's experts are intermediate_size wide
+	} else {
+		return nil, false
+	}
+	n, proj, ok := strings.Cut(rest, ".")
+	if e, err := strconv.Atoi(n); !ok || err != nil || e < 0 || e >= m.NumExperts {
+		return nil, false
+	}
+	switch proj {
+	case "gate_proj.weight", "up_proj.weight", "w1.weight", "w3.weight":
+		return []int{inter, h}, true
+	case "down_proj.weight", "w2.weight":
+		return []int{h, inter}, true
+	}
 	return nil, false
 }
 

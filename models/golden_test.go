@@ -96,7 +96,12 @@ var goldenCases = func() []goldenCase {
 		goldenCase{model: "qwen3-bf16", fused: true, tp: 1, forced: true, ranked: true},
 		goldenCase{model: "llama-bf16", fused: true, tp: 4, ranked: true}, // KV heads replicated
 		goldenCase{model: "llama-bf16", fused: true, tp: 1, hook: true},
-		goldenCase{model: "qwen3-bf16", fused: false, tp: 2, hook: true})
+		goldenCase{model: "qwen3-bf16", fused: false, tp: 2, hook: true},
+		// The MoE families: dense and sparse layers, a shared expert, experts split over ranks.
+		goldenCase{model: "qwen3_moe-bf16", fused: false, tp: 1},
+		goldenCase{model: "qwen3_moe-bf16", fused: true, tp: 2, ranked: true},
+		goldenCase{model: "qwen2_moe-bf16", fused: true, tp: 1},
+		goldenCase{model: "mixtral-f16", fused: false, tp: 2, ranked: true})
 }()
 
 // runGolden loads the case's model on recording backends, runs the golden script and returns

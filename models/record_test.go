@@ -265,6 +265,24 @@ func (r *recorder) WriteRows(t ops.Tensor, src []float32) {
 	r.inner.WriteRows(unwrap(t), src)
 }
 
+func (r *recorder) NewMoE(spec ops.MoESpec) (ops.MoERouting, error) {
+	rt, err := r.inner.NewMoE(spec)
+	r.mu.Lock()
+	r.load = append(r.load, fmt.Sprintf("NewMoE %+v err=%v", spec, err != nil))
+	r.mu.Unlock()
+	return rt, err
+}
+
+func (r *recorder) MoERoute(rt ops.MoERouting, logits ops.Tensor) {
+	r.call("MoERoute %+v logits=%s", rt.Spec(), r.id(logits))
+	r.inner.MoERoute(rt, unwrap(logits))
+}
+
+func (r *recorder) MoEExperts(out, x ops.Tensor, rt ops.MoERouting, w13, w2, shared, sharedGate ops.Tensor) {
+	r.call("MoEExperts %s x=%s w13=%s w2=%s shared=%s gate=%s", r.id(out), r.id(x), r.id(w13), r.id(w2), r.id(shared), r.id(sharedGate))
+	r.inner.MoEExperts(unwrap(out), unwrap(x), rt, unwrap(w13), unwrap(w2), unwrap(shared), unwrap(sharedGate))
+}
+
 // fusedRecorder is a recorder that takes the gpu backend's fused paths where the gpu backend
 // does (decides by shapes the same way): RopeAttention for decode batches, LinearResidual and
 // LinearSwiGLUResidual at one row, and a NormLinear that leaves the residual sum in the spare

@@ -123,17 +123,17 @@ func TestDecoderResidualStream(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		be    func(t *testing.T) ops.Backend
-		check func(t *testing.T, be ops.Backend, layers int)
+		check func(t *testing.T, be ops.Backend, c sublayers)
 	}{
 		{"spare", func(*testing.T) ops.Backend { return &spareBackend{Backend: cpu.New(0)} },
-			func(t *testing.T, be ops.Backend, layers int) {
-				require.Equal(t, 3*2*layers, be.(*spareBackend).calls)
-				require.Equal(t, 3*(2*layers-1), be.(*spareBackend).swapped)
+			func(t *testing.T, be ops.Backend, c sublayers) {
+				require.Equal(t, 3*c.normLinear, be.(*spareBackend).calls)
+				require.Equal(t, 3*(c.normLinear-1), be.(*spareBackend).swapped)
 			}},
 		{"residual", func(t *testing.T) ops.Backend { return &residualBackend{Backend: cpu.New(0), t: t} },
-			func(t *testing.T, be ops.Backend, layers int) {
-				require.Equal(t, 2*2*layers, be.(*residualBackend).added)
-				require.Equal(t, 2*(2*layers-1), be.(*residualBackend).summed)
+			func(t *testing.T, be ops.Backend, c sublayers) {
+				require.Equal(t, 2*c.normLinear, be.(*residualBackend).added)
+				require.Equal(t, 2*c.summed, be.(*residualBackend).summed)
 			}},
 	} {
 		for _, dir := range testCheckpoints(t) {
@@ -145,10 +145,31 @@ func TestDecoderResidualStream(t *testing.T) {
 				defer plain.Close()
 				defer be.(interface{ Close() }).Close()
 				require.Equal(t, stepLogits(t, ck, plain), stepLogits(t, ck, be))
-				tc.check(t, be, ck.Config.NumLayers)
+				tc.check(t, be, countSublayers(ck.Config))
 			})
 		}
 	}
+}
+
+// sublayers counts what one pass of a model runs on the fused residual paths: every attention
+// and every dense MLP is a NormLinear (and, at one row, a fused residual add); a MoE block is
+// neither (its norm feeds the router, the experts and the shared expert), so the NormLinear
+// after it adds its output (no Summed).
+type sublayers struct{ normLinear, summed int }
+
+func countSublayers(c *Config) sublayers {
+	var n sublayers
+	for i := range c.NumLayers {
+		n.normLinear++ // attention
+		if i > 0 && !c.SparseLayer(i-1) {
+			n.summed++ // after the previous layer's fused MLP add
+		}
+		if !c.SparseLayer(i) {
+			n.normLinear++
+			n.summed++ // after the fused attention add
+		}
+	}
+	return n
 }
 
 // TestLogitsRows: a decode batch's rows in order take the LM head straight off the hidden state

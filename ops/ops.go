@@ -110,6 +110,9 @@ type Backend interface {
 	ReadRows(t Tensor, dst []float32)
 	// WriteRows copies host float32 values into the first len(src) elements of t.
 	WriteRows(t Tensor, src []float32)
+
+	// The sparse mixture-of-experts blocks (moe.go).
+	MoEBackend
 }
 
 // PreNorm holds the operands of NormLinear's residual add and RMSNorm.

@@ -9,6 +9,8 @@ between the first and second logit, so the Go tests can skip steps where the top
 
 Run once where torch, transformers and tokenizers are installed:
     python testdata/make_reference.py --out testdata/models
+or, to write only some checkpoints and leave the others as they are:
+    python testdata/make_reference.py --out testdata/models --only qwen3_moe-bf16 mixtral-f16
 Needs no network.
 """
 
@@ -48,7 +50,7 @@ CORPUS = [
 ]
 
 
-def base(**over):
+def base(**over: object) -> dict:
     cfg = dict(
         vocab_size=VOCAB,
         hidden_size=64,
@@ -112,6 +114,49 @@ CASES = {
         torch.bfloat16,
         {"tokenizer": True},
     ),
+    # Mixture-of-experts families: 8 experts at toy size, widths that split over TP 2 and 4.
+    # qwen3_moe: six layers, a sparse step of 2 and layer 3 forced dense, so layers 1 and 5 are
+    # sparse and 0, 2, 3, 4 dense; top-2 renormalised.
+    "qwen3_moe-bf16": (
+        "Qwen3MoeConfig",
+        base(
+            head_dim=32,
+            num_hidden_layers=6,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            decoder_sparse_step=2,
+            mlp_only_layers=[3],
+        ),
+        torch.bfloat16,
+        {},
+    ),
+    # qwen2_moe: every layer sparse, top-4 not renormalised, a gated shared expert, q|k|v biases.
+    "qwen2_moe-bf16": (
+        "Qwen2MoeConfig",
+        base(
+            num_hidden_layers=3,
+            rope_theta=1000000.0,
+            num_experts=8,
+            num_experts_per_tok=4,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=64,
+            norm_topk_prob=False,
+        ),
+        torch.bfloat16,
+        {},
+    ),
+    # mixtral: top-2 always renormalised, a sliding window below max_position_embeddings (served
+    # by capping the model length, as for Mistral; the references stay inside it).
+    "mixtral-f16": (
+        "MixtralConfig",
+        base(num_local_experts=8, num_experts_per_tok=2, intermediate_size=64, sliding_window=128),
+        torch.float16,
+        {},
+    ),
 }
 
 
@@ -145,7 +190,7 @@ def train_tokenizer(out: str) -> None:
         )
 
 
-def reference(model, prompt: list[int]) -> dict:
+def reference(model: torch.nn.Module, prompt: list[int]) -> dict:
     ids = list(prompt)
     steps = []
     with torch.no_grad():
@@ -166,7 +211,7 @@ def reference(model, prompt: list[int]) -> dict:
     return {"prompt_ids": prompt, "steps": steps}
 
 
-def hidden_states(model, prompt: list[int]) -> list:
+def hidden_states(model: torch.nn.Module, prompt: list[int]) -> list:
     """Per-layer last-token hidden state sums, to locate a wrong layer quickly."""
     with torch.no_grad():
         out = model(torch.tensor([prompt]), output_hidden_states=True)
@@ -211,7 +256,7 @@ def make(name: str, out_root: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "models"))
-    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--only", nargs="*", choices=sorted(CASES), help="write only these checkpoints")
     args = ap.parse_args()
     for name in args.only or CASES:
         make(name, args.out)

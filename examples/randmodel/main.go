@@ -4,6 +4,7 @@
 //
 //	randmodel --shape llama3-8b --out /tmp/llama3-8b
 //	randmodel --shape smollm2-135m --out /tmp/smollm2 --dtype float32
+//	randmodel --shape qwen3-30b-a3b --out /tmp/qwen3-30b-a3b   # MoE: 128 experts, top-8
 //
 // Weights are roughly N(0, std) (see fill) with norms at 1, so activations stay in range
 // through every layer.
@@ -30,15 +31,37 @@ type shape struct {
 	Vocab, MaxPos                                         int
 	Theta                                                 float64
 	Tied, QKVBias, QKNorm                                 bool
+	MoE                                                   *moeShape // nil: dense
+}
+
+// moeShape is a sparse MoE model's experts: every layer sparse, Experts of width Inter
+// (moe_intermediate_size; 0 for Mixtral, whose experts are intermediate_size wide), TopK
+// routed per token.
+type moeShape struct {
+	Experts, TopK, Inter int
+	NormTopK             bool
 }
 
 var shapes = map[string]shape{
-	"llama3-8b":    {"LlamaForCausalLM", 4096, 14336, 32, 32, 8, 128, 128256, 8192, 500000, false, false, false},
-	"qwen3-8b":     {"Qwen3ForCausalLM", 4096, 12288, 36, 32, 8, 128, 151936, 40960, 1000000, false, false, true},
-	"qwen2.5-7b":   {"Qwen2ForCausalLM", 3584, 18944, 28, 28, 4, 128, 152064, 32768, 1000000, false, true, false},
-	"llama3-1b":    {"LlamaForCausalLM", 2048, 8192, 16, 32, 8, 64, 128256, 8192, 500000, true, false, false},
-	"smollm2-135m": {"LlamaForCausalLM", 576, 1536, 30, 9, 3, 64, 49152, 8192, 100000, true, false, false},
-	"qwen3-0.6b":   {"Qwen3ForCausalLM", 1024, 3072, 28, 16, 8, 128, 151936, 40960, 1000000, true, false, true},
+	"llama3-8b": {Arch: "LlamaForCausalLM", Hidden: 4096, Intermediate: 14336, Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128,
+		Vocab: 128256, MaxPos: 8192, Theta: 500000, Tied: false, QKVBias: false, QKNorm: false},
+	"qwen3-8b": {Arch: "Qwen3ForCausalLM", Hidden: 4096, Intermediate: 12288, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128,
+		Vocab: 151936, MaxPos: 40960, Theta: 1000000, Tied: false, QKVBias: false, QKNorm: true},
+	"qwen2.5-7b": {Arch: "Qwen2ForCausalLM", Hidden: 3584, Intermediate: 18944, Layers: 28, Heads: 28, KVHeads: 4, HeadDim: 128,
+		Vocab: 152064, MaxPos: 32768, Theta: 1000000, Tied: false, QKVBias: true, QKNorm: false},
+	"llama3-1b": {Arch: "LlamaForCausalLM", Hidden: 2048, Intermediate: 8192, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64,
+		Vocab: 128256, MaxPos: 8192, Theta: 500000, Tied: true, QKVBias: false, QKNorm: false},
+	"smollm2-135m": {Arch: "LlamaForCausalLM", Hidden: 576, Intermediate: 1536, Layers: 30, Heads: 9, KVHeads: 3, HeadDim: 64,
+		Vocab: 49152, MaxPos: 8192, Theta: 100000, Tied: true, QKVBias: false, QKNorm: false},
+	"qwen3-0.6b": {Arch: "Qwen3ForCausalLM", Hidden: 1024, Intermediate: 3072, Layers: 28, Heads: 16, KVHeads: 8, HeadDim: 128,
+		Vocab: 151936, MaxPos: 40960, Theta: 1000000, Tied: true, QKVBias: false, QKNorm: true},
+	// The MoE shapes (issue 29's benchmark): Qwen3-30B-A3B, 3.3B of 30.5B parameters active
+	// a token; Mixtral 8x7B, 12.9B of 46.7B.
+	"qwen3-30b-a3b": {Arch: "Qwen3MoeForCausalLM", Hidden: 2048, Intermediate: 6144, Layers: 48, Heads: 32, KVHeads: 4,
+		HeadDim: 128, Vocab: 151936, MaxPos: 40960, Theta: 1000000, QKNorm: true,
+		MoE: &moeShape{Experts: 128, TopK: 8, Inter: 768, NormTopK: true}},
+	"mixtral-8x7b": {Arch: "MixtralForCausalLM", Hidden: 4096, Intermediate: 14336, Layers: 32, Heads: 32, KVHeads: 8,
+		HeadDim: 128, Vocab: 32000, MaxPos: 32768, Theta: 1000000, MoE: &moeShape{Experts: 8, TopK: 2}},
 }
 
 type tensor struct {
@@ -62,10 +85,8 @@ func (s shape) tensors() []tensor {
 			tensor{p + "self_attn.q_proj.weight", []int{q, s.Hidden}, std},
 			tensor{p + "self_attn.k_proj.weight", []int{kv, s.Hidden}, std},
 			tensor{p + "self_attn.v_proj.weight", []int{kv, s.Hidden}, std},
-			tensor{p + "self_attn.o_proj.weight", []int{s.Hidden, q}, 1 / math.Sqrt(float64(q))},
-			tensor{p + "mlp.gate_proj.weight", []int{s.Intermediate, s.Hidden}, std},
-			tensor{p + "mlp.up_proj.weight", []int{s.Intermediate, s.Hidden}, std},
-			tensor{p + "mlp.down_proj.weight", []int{s.Hidden, s.Intermediate}, 1 / math.Sqrt(float64(s.Intermediate))})
+			tensor{p + "self_attn.o_proj.weight", []int{s.Hidden, q}, 1 / math.Sqrt(float64(q))})
+		out = append(out, s.feedForward(p)...)
 		if s.QKVBias {
 			out = append(out, tensor{p + "self_attn.q_proj.bias", []int{q}, 0.02}, tensor{p + "self_attn.k_proj.bias", []int{kv}, 0.02},
 				tensor{p + "self_attn.v_proj.bias", []int{kv}, 0.02})
@@ -73,6 +94,33 @@ func (s shape) tensors() []tensor {
 		if s.QKNorm {
 			out = append(out, tensor{p + "self_attn.q_norm.weight", []int{s.HeadDim}, 0}, tensor{p + "self_attn.k_norm.weight", []int{s.HeadDim}, 0})
 		}
+	}
+	return out
+}
+
+// feedForward is layer p's dense MLP, or its router and experts under the family's names.
+func (s shape) feedForward(p string) []tensor {
+	std := 1 / math.Sqrt(float64(s.Hidden))
+	if s.MoE == nil {
+		return []tensor{{p + "mlp.gate_proj.weight", []int{s.Intermediate, s.Hidden}, std},
+			{p + "mlp.up_proj.weight", []int{s.Intermediate, s.Hidden}, std},
+			{p + "mlp.down_proj.weight", []int{s.Hidden, s.Intermediate}, 1 / math.Sqrt(float64(s.Intermediate))}}
+	}
+	m := s.MoE
+	block, gate, up, down := "mlp", "gate_proj", "up_proj", "down_proj"
+	if s.Arch == "MixtralForCausalLM" {
+		block, gate, up, down = "block_sparse_moe", "w1", "w3", "w2"
+	}
+	inter := m.Inter
+	if inter == 0 {
+		inter = s.Intermediate
+	}
+	out := []tensor{{p + block + ".gate.weight", []int{m.Experts, s.Hidden}, std}}
+	for e := 0; e < m.Experts; e++ {
+		x := fmt.Sprintf("%s%s.experts.%d.", p, block, e)
+		out = append(out, tensor{x + gate + ".weight", []int{inter, s.Hidden}, std},
+			tensor{x + up + ".weight", []int{inter, s.Hidden}, std},
+			tensor{x + down + ".weight", []int{s.Hidden, inter}, 1 / math.Sqrt(float64(inter))})
 	}
 	return out
 }
@@ -148,12 +196,22 @@ func write(s shape, dir, dtype string, shardBytes int64, seed uint64) error {
 }
 
 func writeConfig(s shape, dir, dtype string) error {
-	model := map[string]string{"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}[s.Arch]
+	model := map[string]string{"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+		"Qwen3MoeForCausalLM": "qwen3_moe", "MixtralForCausalLM": "mixtral"}[s.Arch]
 	cfg := map[string]any{"architectures": []string{s.Arch}, "model_type": model, "hidden_size": s.Hidden,
 		"intermediate_size": s.Intermediate, "num_hidden_layers": s.Layers, "num_attention_heads": s.Heads,
 		"num_key_value_heads": s.KVHeads, "head_dim": s.HeadDim, "vocab_size": s.Vocab, "max_position_embeddings": s.MaxPos,
 		"rms_norm_eps": 1e-5, "rope_theta": s.Theta, "tie_word_embeddings": s.Tied, "torch_dtype": dtype,
 		"hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2}
+	if m := s.MoE; m != nil {
+		cfg["num_experts_per_tok"] = m.TopK
+		if s.Arch == "MixtralForCausalLM" {
+			cfg["num_local_experts"] = m.Experts
+		} else {
+			cfg["num_experts"], cfg["moe_intermediate_size"], cfg["norm_topk_prob"] = m.Experts, m.Inter, m.NormTopK
+			cfg["decoder_sparse_step"], cfg["mlp_only_layers"] = 1, []int{}
+		}
+	}
 	b, _ := json.MarshalIndent(cfg, "", " ")
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
 		return err

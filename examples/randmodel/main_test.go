@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/atom-go/atom/models"
+	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
 )
 
 // TestRandomBytesMoments checks the generated weights' mean, standard deviation and bound for
@@ -78,6 +80,57 @@ func TestWritesALoadableCheckpoint(t *testing.T) {
 	defer ck.Close()
 	require.Equal(t, 576, ck.Config.HiddenSize)
 	require.Equal(t, 30, ck.Config.NumLayers)
+}
+
+// TestMoEShapes: the MoE shapes have the published parameter counts (Qwen3-30B-A3B 30.5B,
+// Mixtral 8x7B 46.7B), and a tiny variant of each is written, loaded and run on the cpu.
+func TestMoEShapes(t *testing.T) {
+	params := func(s shape) float64 {
+		var n float64
+		for _, t := range s.tensors() {
+			p := 1.0
+			for _, d := range t.shape {
+				p *= float64(d)
+			}
+			n += p
+		}
+		return n
+	}
+	require.InDelta(t, 30.5e9, params(shapes["qwen3-30b-a3b"]), 0.1e9)
+	require.InDelta(t, 46.7e9, params(shapes["mixtral-8x7b"]), 0.1e9)
+	for _, name := range []string{"qwen3-30b-a3b", "mixtral-8x7b"} {
+		t.Run(name, func(t *testing.T) {
+			s := shapes[name]
+			m := *s.MoE
+			s.Hidden, s.Intermediate, s.Layers, s.Heads, s.KVHeads, s.HeadDim, s.Vocab = 64, 96, 2, 4, 2, 16, 128
+			m.Experts = min(m.Experts, 16)
+			if m.Inter > 0 {
+				m.Inter = 32
+			}
+			s.MoE = &m
+			dir := filepath.Join(t.TempDir(), name)
+			require.NoError(t, write(s, dir, "bfloat16", 1<<20, 1))
+			ck, err := models.OpenCheckpoint(dir)
+			require.NoError(t, err)
+			defer ck.Close()
+			require.Equal(t, s.Arch, ck.Config.Architecture)
+			require.Equal(t, m.Experts, ck.Config.MoE.NumExperts)
+			require.Equal(t, m.TopK, ck.Config.MoE.TopK)
+			be := cpu.New(1)
+			defer be.Close()
+			model, err := models.Load(ck, be, models.Options{MaxTokens: 8, MaxSeqs: 1})
+			require.NoError(t, err)
+			cache, err := model.NewKVCache(4, 4)
+			require.NoError(t, err)
+			meta := &ops.AttnMetadata{Positions: []int32{0, 1, 2}, SlotMapping: []int32{0, 1, 2}, QueryStart: []int32{0, 3},
+				SeqLens: []int32{3}, BlockTables: []int32{0}, BlockTableStride: 1}
+			logits := make([]float32, s.Vocab)
+			be.ReadRows(model.Logits(model.Forward([]int32{1, 2, 3}, meta, cache), []int32{2}), logits)
+			for i, v := range logits {
+				require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "logit %d = %v", i, v)
+			}
+		})
+	}
 }
 
 func BenchmarkRandomBytes(b *testing.B) {

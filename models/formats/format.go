@@ -40,6 +40,10 @@ type Format interface {
 	Name() string
 	// Load loads one linear layer's weight.
 	Load(l *Loader, w LinearWeight) (ops.Tensor, error)
+	// LoadExperts loads a mixture-of-experts layer's stacked experts (w13 or w2), which the
+	// backend's MoE ops apply as the descriptor says: an FP8 or MXFP4 format reads each
+	// expert's scales beside it and stacks them the same way.
+	LoadExperts(l *Loader, w ExpertWeight) (ops.Tensor, error)
 }
 
 // Unquantized is the format of bf16, f16 and f32 checkpoints: each weight as it is stored (the
@@ -66,6 +70,11 @@ func (Unquantized) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
 		return l.Stack(w.Name, w.Parts...)
 	}
 	return nil, fmt.Errorf("%s: unknown layout %d", w.Name, w.Layout)
+}
+
+// LoadExperts stacks the experts' tensors as they are stored.
+func (Unquantized) LoadExperts(l *Loader, w ExpertWeight) (ops.Tensor, error) {
+	return l.StackExperts(w)
 }
 
 // For returns the format of a checkpoint whose config names quant (its

@@ -2,7 +2,8 @@
 // of, as nano-vllm's layers/ and vLLM's model_executor/layers are: Embedding and the
 // vocab-parallel LM head, RMSNorm and the residual stream it runs on, Linear in its parallel
 // kinds (replicated, column-parallel, row-parallel, merged-column, q|k|v), the rotary
-// embedding, attention over the paged KV cache and the SwiGLU MLP.
+// embedding, attention over the paged KV cache, the SwiGLU MLP and the sparse MoE block
+// (FusedMoE).
 //
 // Each layer owns its checkpoint names (with the packed modules it stacks), its slice of the
 // tensor-parallel split and its workspaces, and chooses the backend's fused paths itself (norm
@@ -65,6 +66,7 @@ type Context struct {
 	format  formats.Format
 	maxSeqs int
 	arena   arena
+	moe     map[ops.MoESpec]ops.MoERouting // the MoE workspaces, one per spec
 	err     error
 	// The backend's optional fused ops, resolved once.
 	ropeAttn ops.RopeAttender
@@ -156,3 +158,6 @@ func (a *arena) begin(n int) {
 		b.view = a.be.View(b.t, n)
 	}
 }
+
+// Fail records err (the first error wins) for a family's own checks of its config.
+func (c *Context) Fail(err error) { c.fail(err) }

@@ -14,6 +14,9 @@ import (
 var PackedModules = map[string][]string{
 	"qkv_proj":     {"q_proj", "k_proj", "v_proj"},
 	"gate_up_proj": {"gate_proj", "up_proj"},
+	// A MoE block's stacked experts (FusedMoE): every expert's gate then up rows, under the
+	// names its ExpertNames give (Mixtral: w1, w3).
+	"w13": {"gate_proj", "up_proj"},
 }
 
 // Linear is y = x·Wᵀ (+ b) with W [Out, In] as in PyTorch, on this rank's shard: the kinds

@@ -60,6 +60,19 @@ func (s *Stream) NormLinear(out ops.Tensor, norm *RMSNorm, l *Linear) {
 	s.pre = ops.PreNorm{}
 }
 
+// Norm writes norm(stream) into the spare buffer and returns it (valid until the sublayer's
+// output is added), first adding what the last sublayer left into the stream: for a sublayer
+// whose input feeds several ops (the MoE router, experts and shared expert).
+func (s *Stream) Norm(norm *RMSNorm) ops.Tensor {
+	if s.pre.X != nil {
+		s.c.be.RMSNorm(s.spare, s.pre.X, s.res, norm.W, norm.Eps)
+	} else {
+		s.c.be.RMSNorm(s.spare, s.res, nil, norm.W, norm.Eps)
+	}
+	s.pre = ops.PreNorm{}
+	return s.spare
+}
+
 // fuse reports whether l may add itself into the stream in its own kernel: it needs no
 // all-reduce after it and has no bias, and no hook reads its output.
 func (s *Stream) fuse(l *Linear) ops.ResidualAdder {

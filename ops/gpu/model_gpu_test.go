@@ -99,6 +99,11 @@ func runReference(t *testing.T, dir string, dt ops.DType) {
 	defer ck.Close()
 	be := newGPU(t, dt)
 	m, err := models.Load(ck, be, models.Options{MaxTokens: 64, MaxSeqs: 1})
+	if ck.Config.MoE.NumExperts > 0 {
+		// Until the MoE kernels exist the load must be refused, before any expert is uploaded.
+		require.ErrorIs(t, err, ErrMoENotImplemented)
+		t.Skip("MoE is not implemented on the gpu backend yet")
+	}
 	require.NoError(t, err)
 	c := ck.Config
 	const bs, blocks = 4, 32
