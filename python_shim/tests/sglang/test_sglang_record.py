@@ -1,8 +1,10 @@
 """SGLang's own Scheduler on atom-go with ATOM_GO_RECORD set, then `atom-plugin replay` of what
 it recorded, which must be exact on the cpu (docs/recording.md).
 
-The scheduler is built and stepped in this process as in test_sglang_scheduler.py (SGLang's
-radix cache, token allocator, chunked prefill, retraction and abort), with a KV pool small
+The scheduler is built and stepped as in test_sglang_scheduler.py (SGLang's radix cache, token
+allocator, chunked prefill, retraction and abort), but in a child process running this file as a
+script: SGLang builds its parallel runtime once per process, and test_sglang_scheduler.py's
+scheduler owns the one of the pytest process. The KV pool is small
 enough that SGLang must retract, greedy, seeded and logprob requests, two requests sharing a
 prompt and an abort mid-decode. With ATOM_GO_RECORDINGS_OUT set the recording is copied there
 (`make recordings`).
@@ -15,6 +17,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 from array import array
 from typing import Any
 
@@ -78,7 +81,7 @@ def _run(s: Any, on_step: Any = None) -> None:
             on_step(step)
         if _idle(s):
             return
-    pytest.fail("the scheduler was still busy after 2000 steps")
+    raise RuntimeError("the scheduler was still busy after 2000 steps")
 
 
 def _workload(s: Any) -> dict[str, Any]:
@@ -109,54 +112,64 @@ def _workload(s: Any) -> dict[str, Any]:
     return reqs
 
 
-@pytest.fixture(scope="module")
-def recorded(atom_plugin: str, qwen2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    rec = tmp_path_factory.mktemp("sglang-record") / RECORDING_NAME
-    keys = ("SGLANG_PLUGINS", "ATOM_GO_PLUGIN", "ATOM_GO_ENGINE_ARGS", "ATOM_GO_SGLANG", "ATOM_GO_RECORD")
-    saved = {k: os.environ.get(k) for k in keys}
+def record(plugin: str, model: str, rec: str) -> dict[str, Any]:
+    """Runs the workload on SGLang's Scheduler with atom-go recording to rec; returns what the
+    test checks of SGLang's side (the child process's result)."""
     os.environ.update(
         {
             "SGLANG_PLUGINS": "atom_go",
-            "ATOM_GO_PLUGIN": atom_plugin,
+            "ATOM_GO_PLUGIN": plugin,
             "ATOM_GO_ENGINE_ARGS": "--threads=2",
-            "ATOM_GO_RECORD": str(rec),
+            "ATOM_GO_RECORD": rec,
         }
     )
     os.environ.pop("ATOM_GO_SGLANG", None)
-    try:
-        require_entry_point()
-        from sglang.srt.managers.scheduler import Scheduler
-        from sglang.srt.plugins import load_plugins
-        from sglang.srt.runtime_context import SpawnRanks, publish
-        from sglang.srt.server_args import PortArgs, ServerArgs
+    require_entry_point()
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.runtime_context import SpawnRanks, publish
+    from sglang.srt.server_args import PortArgs, ServerArgs
 
-        load_plugins()
-        server_args = ServerArgs(
-            model_path=qwen2_dir,
-            max_total_tokens=KV_SLOTS,
-            max_running_requests=8,
-            chunked_prefill_size=16,
-            skip_tokenizer_init=True,
-        )
-        server_args.resolve_once()
-        port_args = PortArgs.init_new(server_args)
-        publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
-        scheduler = Scheduler(server_args, port_args)
-        # Admit as if decoding needed no room, so that SGLang runs out of slots and retracts.
-        tracker = scheduler.new_token_ratio_tracker
-        tracker.init = tracker.current = tracker.min = tracker.decay = 0.0
-        try:
-            reqs = _workload(scheduler)
-        finally:
-            scheduler.tp_worker.shutdown()
+    load_plugins()
+    server_args = ServerArgs(
+        model_path=model,
+        max_total_tokens=KV_SLOTS,
+        max_running_requests=8,
+        chunked_prefill_size=16,
+        skip_tokenizer_init=True,
+    )
+    server_args.resolve_once()
+    port_args = PortArgs.init_new(server_args)
+    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
+    scheduler = Scheduler(server_args, port_args)
+    # Admit as if decoding needed no room, so that SGLang runs out of slots and retracts.
+    tracker = scheduler.new_token_ratio_tracker
+    tracker.init = tracker.current = tracker.min = tracker.decay = 0.0
+    try:
+        reqs = _workload(scheduler)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    assert sum(r.retraction_count for r in reqs.values()) >= 1, "SGLang never retracted a request"
-    assert type(reqs["g1"].finished_reason).__name__ == "FINISH_ABORT"
+        scheduler.tp_worker.shutdown()
+    return {
+        "retractions": sum(r.retraction_count for r in reqs.values()),
+        "g1_finish": type(reqs["g1"].finished_reason).__name__,
+    }
+
+
+@pytest.fixture(scope="module")
+def recorded(atom_plugin: str, qwen2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    rec = tmp_path_factory.mktemp("sglang-record") / RECORDING_NAME
+    child = subprocess.run(
+        [sys.executable, __file__, atom_plugin, qwen2_dir, str(rec)],
+        cwd=pathlib.Path(__file__).parent,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert child.returncode == 0, child.stderr[-4000:]
+    summary = json.loads(child.stdout.strip().splitlines()[-1])
+    assert summary["retractions"] >= 1, "SGLang never retracted a request"
+    assert summary["g1_finish"] == "FINISH_ABORT"
     assert rec.is_file()
     out = os.environ.get("ATOM_GO_RECORDINGS_OUT")
     if out:
@@ -182,3 +195,7 @@ def test_the_recording_replays_exactly_on_the_cpu(atom_plugin: str, recorded: pa
     assert tokens["greedy"] > 0 and tokens["seeded"] > 0 and tokens["random"] > 0, tokens
     assert work["prefill_chunks"] > 0, work
     assert work["finished"] > 0, work
+
+
+if __name__ == "__main__":
+    print(json.dumps(record(*sys.argv[1:4])))
