@@ -284,16 +284,12 @@ func (r *recorder) MoEExperts(out, x ops.Tensor, rt ops.MoERouting, w13, w2, sha
 }
 
 // fusedRecorder is a recorder that takes the gpu backend's fused paths where the gpu backend
-// does (decides by shapes the same way): RopeAttention for decode batches, LinearResidual and
-// LinearSwiGLUResidual at one row, and a NormLinear that leaves the residual sum in the spare
-// buffer at one row. It computes their results with the cpu backend's plain ops (not logged),
+// does (decides by shapes the same way): LinearResidual and LinearSwiGLUResidual at one row,
+// and a NormLinear that leaves the residual sum in the spare buffer at one row. It computes their results with the cpu backend's plain ops (not logged),
 // so the model's outputs stay meaningful.
 type fusedRecorder struct{ *recorder }
 
-var (
-	_ ops.RopeAttender  = fusedRecorder{}
-	_ ops.ResidualAdder = fusedRecorder{}
-)
+var _ ops.ResidualAdder = fusedRecorder{}
 
 func (f fusedRecorder) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) ops.Tensor {
 	if p.X == nil || p.Res.Shape()[0] != 1 {
@@ -310,23 +306,6 @@ func (f fusedRecorder) NormLinear(out ops.Tensor, p ops.PreNorm, w, bias ops.Ten
 	in.Linear(unwrap(out), tmp, unwrap(w), unwrap(bias))
 	f.call("NormLinear %s %s w=%s bias=%s -> %s", f.id(out), s, f.id(w), f.id(bias), f.id(p.Spare))
 	return p.Spare
-}
-
-func (f fusedRecorder) RopeAttention(out, qkv ops.Tensor, rope *ops.RoPE, norm *ops.QKNorm, cache ops.KVCache, layer int,
-	meta *ops.AttnMetadata, a ops.AttnShape) bool {
-	decode := meta.NumTokens() > 0
-	for s := 0; s < meta.NumSeqs(); s++ {
-		decode = decode && meta.QueryStart[s+1]-meta.QueryStart[s] == 1
-	}
-	f.call("RopeAttention %s qkv=%s %s %s kv%d layer=%d %+v -> %v", f.id(out), f.id(qkv), f.rope(rope), f.qkNorm(norm),
-		cache.(*recCache).id, layer, a, decode)
-	if !decode {
-		return false
-	}
-	q := f.inner.Buffer(meta.NumTokens(), a.NumHeads*a.HeadDim)
-	f.inner.RopeWriteKVFused(q, unwrap(qkv), rope, unwrapNorm(norm), unwrapCache(cache), layer, meta)
-	f.inner.Attention(unwrap(out), q, unwrapCache(cache), layer, meta, a)
-	return true
 }
 
 func (f fusedRecorder) LinearResidual(res, scaled, x, w, normW ops.Tensor) bool {

@@ -129,17 +129,6 @@ type PreNorm struct {
 	Summed bool
 }
 
-// RopeAttender is a Backend that may run RopeWriteKVFused and Attention as one kernel.
-// RopeAttention does what RopeWriteKVFused(q, qkv, ...) followed by Attention(out, q, ...)
-// does, except that no q tensor is written, where the backend supports the batch and shape; it
-// reports whether it did. When it returns false nothing was queued and the caller runs the two
-// ops. The answer depends only on the backend, the shapes and whether every sequence of meta
-// has one query token, so a captured decode step makes the same choice at every replay.
-type RopeAttender interface {
-	RopeAttention(out, qkv Tensor, rope *RoPE, norm *QKNorm, cache KVCache, layer int, meta *AttnMetadata,
-		a AttnShape) bool
-}
-
 // ResidualAdder is a Backend that may add a row-parallel projection's output into the residual
 // stream in the projection's own kernel, with the first half of the next RMSNorm: it writes
 // scaled = res·normW (normW the next norm's weight) and keeps the row's sum of squares for the

@@ -39,8 +39,7 @@ type AttentionConfig struct {
 
 // Attention is GQA self-attention over the paged KV cache: the q|k|v projection, RoPE (and
 // the q/k norm) fused with the write of k and v into the cache, paged attention over each
-// sequence's context and the row-parallel output projection. Where the backend can, RoPE, the
-// KV write and the attention run as one kernel (ops.RopeAttender).
+// sequence's context and the row-parallel output projection.
 type Attention struct {
 	QKV, O *Linear
 	Heads  Heads
@@ -85,10 +84,8 @@ func (a *Attention) Forward(s *Stream, norm, next *RMSNorm, cache ops.KVCache, l
 	be := a.c.be
 	qkv, out := a.qkv.View(), a.out.View()
 	s.NormLinear(qkv, norm, a.QKV)
-	if ra := a.c.ropeAttn; ra == nil || !ra.RopeAttention(out, qkv, a.rope, a.QKNorm, cache, layer, meta, a.shape) {
-		q := a.q.View()
-		be.RopeWriteKVFused(q, qkv, a.rope, a.QKNorm, cache, layer, meta)
-		be.Attention(out, q, cache, layer, meta, a.shape)
-	}
+	q := a.q.View()
+	be.RopeWriteKVFused(q, qkv, a.rope, a.QKNorm, cache, layer, meta)
+	be.Attention(out, q, cache, layer, meta, a.shape)
 	a.O.AddTo(s, out, next)
 }

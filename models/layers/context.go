@@ -68,9 +68,8 @@ type Context struct {
 	arena   arena
 	moe     map[ops.MoESpec]ops.MoERouting // the MoE workspaces, one per spec
 	err     error
-	// The backend's optional fused ops, resolved once.
-	ropeAttn ops.RopeAttender
-	resAdd   ops.ResidualAdder
+	// The backend's optional fused op, resolved once.
+	resAdd ops.ResidualAdder
 }
 
 // NewContext returns a context that builds layers on be for shard, reading weights through
@@ -78,7 +77,6 @@ type Context struct {
 func NewContext(be ops.Backend, shard Shard, load *formats.Loader, f formats.Format, maxTokens, maxSeqs int) *Context {
 	c := &Context{be: be, shard: shard, load: load, format: f, maxSeqs: maxSeqs,
 		arena: arena{be: be, rows: maxTokens, bufs: map[string]*Buf{}}}
-	c.ropeAttn, _ = be.(ops.RopeAttender)
 	c.resAdd, _ = be.(ops.ResidualAdder)
 	return c
 }
