@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/atom-go/atom/ops"
 )
 
 // Config is every setting of the engine. Each field is bound to one flag in Flags below, which
@@ -75,6 +77,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--model is required")
 	case c.Device != "cpu" && c.Device != "gpu":
 		return fmt.Errorf("--device must be cpu or gpu, got %q", c.Device)
+	case c.DType != "" && c.DType != "auto" && !validDType(c.DType):
+		return fmt.Errorf("--dtype must be auto, bfloat16, float16 or float32, got %q", c.DType)
 	case c.BlockSize <= 0 || c.BlockSize > 1024:
 		return fmt.Errorf("--block-size must be in [1, 1024], got %d", c.BlockSize)
 	case c.MaxNumSeqs <= 0:
@@ -163,4 +167,9 @@ func PrintEnvHelp(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s (default %q)\n", e.Name, e.Usage, e.Default)
 	}
 	tw.Flush()
+}
+
+func validDType(s string) bool {
+	_, err := ops.ParseDType(s)
+	return err == nil
 }

@@ -32,7 +32,7 @@ func TestEnvVarsCoverTheSources(t *testing.T) {
 		}
 		base := d.Name()
 		if d.IsDir() {
-			if path != ".." && (strings.HasPrefix(base, ".") || base == "testdata" || base == "build" || base == "node_modules" ||
+			if path != ".." && (strings.HasPrefix(base, ".") || base == "testdata" || base == "build" || base == "bin" || base == "node_modules" ||
 				base == "__pycache__" || strings.HasPrefix(base, "venv")) {
 				return filepath.SkipDir
 			}
@@ -64,4 +64,32 @@ func TestEnvVarsCoverTheSources(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Greater(t, seen, 50, "the walk found too few names: wrong root?")
+}
+
+// TestConfigValidate: settings that cannot work are refused with the flag's name.
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string // "" when valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"dtype spellings", func(c *Config) { c.DType = "bf16" }, ""},
+		{"dtype float32", func(c *Config) { c.DType = "float32" }, ""},
+		{"dtype unknown", func(c *Config) { c.DType = "fp9" }, "--dtype"},
+		{"device unknown", func(c *Config) { c.Device = "tpu" }, "--device"},
+		{"no model", func(c *Config) { c.Model = "" }, "--model"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Model = "m"
+			tc.edit(&cfg)
+			err := cfg.Validate()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
 }

@@ -24,10 +24,14 @@ import (
 
 // ReplayOptions configure Replay.
 type ReplayOptions struct {
-	// Model replaces the recorded checkpoint path; Device the recorded device ("": as
-	// recorded). ExtraArgs are engine flags added after the recorded ones (they win).
+	// Model replaces the recorded checkpoint path, Device the recorded device and DType the
+	// recorded activations' dtype ("": as recorded). A cpu recording of 16-bit weights was
+	// computed in float32: replayed on the GPU with DType "float32" it must reproduce the
+	// recorded tokens, where 16-bit activations flip near-equal greedy choices. ExtraArgs are
+	// engine flags added after the recorded ones (they win).
 	Model     string
 	Device    string
+	DType     string
 	ExtraArgs []string
 	// IgnoreModelIdentity replays on a checkpoint whose identity differs from the header's.
 	IgnoreModelIdentity bool
@@ -70,6 +74,9 @@ func Replay(path string, opts ReplayOptions) (*ReplayReport, error) {
 	}
 	if opts.Device != "" {
 		req.Device = opts.Device
+	}
+	if opts.DType != "" {
+		req.Dtype = opts.DType
 	}
 	req.ExtraArgs = append(req.ExtraArgs, opts.ExtraArgs...)
 	log := opts.Logger

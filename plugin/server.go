@@ -18,6 +18,7 @@ import (
 	"github.com/atom-go/atom/bridge"
 	"github.com/atom-go/atom/bridge/pb"
 	"github.com/atom-go/atom/engine"
+	"github.com/atom-go/atom/ops"
 )
 
 // Server implements the AtomEngine service on at most one loaded engine.
@@ -97,6 +98,9 @@ func (s *Server) info() *pb.ModelInfo {
 	cfg, mc := e.Config(), e.ModelConfig()
 	info.Loaded = true
 	info.ModelPath, info.Architecture, info.Dtype, info.Device = cfg.Model, mc.Architecture, mc.DType.String(), cfg.Device
+	if dt, err := ops.ParseDType(cfg.DType); err == nil && cfg.Device == "gpu" {
+		info.Dtype = dt.String() // the GPU computes in --dtype; the cpu in float32 whatever the weights
+	}
 	info.VocabSize, info.MaxModelLen = int32(mc.VocabSize), int32(e.MaxModelLen())
 	info.BlockSize, info.NumKvBlocks = int32(cfg.BlockSize), int32(e.NumKVBlocks())
 	info.NumLayers, info.NumHeads, info.NumKvHeads = int32(mc.NumLayers), int32(mc.NumHeads), int32(mc.NumKVHeads)

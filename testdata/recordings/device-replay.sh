@@ -8,9 +8,14 @@
 #
 #   bash testdata/recordings/device-replay.sh OUTDIR
 #
-# Each recording is replayed three ways: CUDA graphs (the default), eager (--enforce-eager),
-# and graphs with host sampling (ATOM_GO_HOST_SAMPLING=1: the sampled rows are compared too).
-# The JSON reports go to OUTDIR; a summary is printed last. Exit status 1 if any replay failed.
+# Each recording is replayed in float32 three ways: CUDA graphs (the default), eager
+# (--enforce-eager), and graphs with host sampling (ATOM_GO_HOST_SAMPLING=1: the sampled rows
+# are compared too). The cpu computed the recording in float32 from the 16-bit weights, so
+# these must reproduce it. A fourth run in the checkpoint's own 16-bit dtype is reported but
+# does not fail the script: bfloat16 activations flip near-equal greedy choices of a tiny
+# random-weight model, and a request that asked for no logprobs leaves no evidence that a flip
+# was a near-tie. The JSON reports go to OUTDIR; a summary is printed last. Exit status 1 if a
+# float32 replay failed.
 set -u
 OUT=${1:-/tmp/device-replay}
 DEVICE=${DEVICE:-gpu} # DEVICE=cpu checks the script itself on any machine
@@ -31,18 +36,19 @@ for rec in testdata/recordings/*.rec; do
 	name=$(basename "$rec" .rec)
 	recorded=$(bin/atom-plugin replay --info "$rec" | sed -n 's/^    "path": "\(.*\)",$/\1/p' | head -1)
 	model=testdata/models/$(basename "$recorded")
-	for mode in graphs eager host-sampling; do
-		args=()
-		envs=()
+	for mode in graphs eager host-sampling native-16bit; do
+		args=(--dtype float32)
+		envs=(ATOM_GO_HOST_SAMPLING=)
 		case $mode in
-		eager) args=(--engine-arg=--enforce-eager) ;;
+		eager) args+=(--engine-arg=--enforce-eager) ;;
 		host-sampling) envs=(ATOM_GO_HOST_SAMPLING=1) ;;
+		native-16bit) args=() ;;
 		esac
 		log=$OUT/$name-$mode
 		env "${envs[@]}" timeout 170 bin/atom-plugin replay --device "$DEVICE" --model "$model" "${args[@]}" "$rec" >"$log.txt" 2>"$log.err"
 		rc=$?
 		env "${envs[@]}" timeout 170 bin/atom-plugin replay --device "$DEVICE" --model "$model" "${args[@]}" --json "$rec" >"$log.json" 2>>"$log.err"
-		[ $rc -eq 0 ] || status=1
+		[ $rc -eq 0 ] || [ $mode = native-16bit ] || status=1
 		say "== $name $mode rc=$rc"
 		grep -E "^(replay of|[0-9]+ calls|workload|tolerance|OK|MISMATCH|[0-9]+ near-ties|  call)" "$log.txt" | head -12 | tee -a "$SUM"
 		[ $rc -eq 0 ] || tail -5 "$log.err" | tee -a "$SUM"

@@ -30,6 +30,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	modelPath := fs.String("model", "", "checkpoint to load instead of the recorded path")
 	device := fs.String("device", "", "backend to replay on: cpu or gpu (default: the recorded one)")
+	dtype := fs.String("dtype", "", "activations' dtype to replay in: bfloat16, float16 or float32 (default: the recorded one)")
 	var extra multiFlag
 	fs.Var(&extra, "engine-arg", "engine flag added after the recorded ones, e.g. --engine-arg=--enforce-eager (repeatable)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -38,7 +39,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	logprobTol := fs.Float64("logprob-tol", -1, "logprob tolerance (default: the backends', docs/recording.md)")
 	tieTol := fs.Float64("tie-tol", -1, "near-tie tolerance of a flipped token (default: the backends')")
 	fs.Usage = func() {
-		usageOf(fs, "replay [--model DIR] [--device cpu|gpu] [--engine-arg=--enforce-eager] [--json] FILE")
+		usageOf(fs, "replay [--model DIR] [--device cpu|gpu] [--dtype float32] [--engine-arg=--enforce-eager] [--json] FILE")
 	}
 	// The file may come before the flags too.
 	var file string
@@ -58,7 +59,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if *info {
 		return printHeader(file, stdout)
 	}
-	opts := plugin.ReplayOptions{Model: *modelPath, Device: *device, ExtraArgs: extra, IgnoreModelIdentity: *ignoreID, Version: version,
+	opts := plugin.ReplayOptions{Model: *modelPath, Device: *device, DType: *dtype, ExtraArgs: extra, IgnoreModelIdentity: *ignoreID, Version: version,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "replay", Output: stderr, Level: hclog.Warn})}
 	if *logprobTol >= 0 || *tieTol >= 0 {
 		opts.Tolerance = toleranceOverride(file, *device, *logprobTol, *tieTol)
