@@ -37,9 +37,9 @@ type fns struct {
 
 	blasNew func(h *uintptr) int32
 	blasDel func(h uintptr) int32
-	gemm    func(h, s uintptr, dt int32, out, x, w uintptr, m, n, k int32) int32
+	gemm    func(h, s uintptr, dt, wdt int32, out, x, w uintptr, m, n, k int32) int32
 	// skinny GEMM and fused projections (gemv.cu, activation.cu)
-	gemmBias     func(h, s uintptr, dt int32, out, x, w, bias uintptr, m, n, k int32) int32
+	gemmBias     func(h, s uintptr, dt, wdt int32, out, x, w, bias uintptr, m, n, k int32) int32
 	setGemvMaxM  func(h uintptr, maxM int32) int32
 	siluMulFused func(dt int32, out, gateUp uintptr, rows, cols int32, s uintptr) int32
 	splitCols    func(dt int32, a, b, c, src uintptr, rows, ca, cb, cc int32, s uintptr) int32
@@ -59,10 +59,10 @@ type fns struct {
 	addBias     func(dt int32, out, bias uintptr, rows, cols int32, s uintptr) int32
 	ropeWriteKV func(dt int32, q, k, v, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
 		tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64, s uintptr) int32
-	gemmSwiGLU   func(h, s uintptr, dt int32, out, gateUp, w, act uintptr, m, n, k int32) int32
-	gemmResidual func(h, s uintptr, dt int32, res, scaled, normW, x, w uintptr, m, n, k, swiglu int32, sums uintptr,
+	gemmSwiGLU   func(h, s uintptr, dt, wdt int32, out, gateUp, w, act uintptr, m, n, k int32) int32
+	gemmResidual func(h, s uintptr, dt, wdt int32, res, scaled, normW, x, w uintptr, m, n, k, swiglu int32, sums uintptr,
 		maxSums int32, count, fused *int32) int32
-	gemmSummed func(h, s uintptr, dt int32, out, scaled, sums uintptr, count int32, eps float32, w, bias uintptr,
+	gemmSummed func(h, s uintptr, dt, wdt int32, out, scaled, sums uintptr, count int32, eps float32, w, bias uintptr,
 		m, n, k int32, fused *int32) int32
 	// batch-1 decode fusions (rope_kv.cu, gemv.cu)
 	ropeWriteKVFused func(dt int32, qOut, qkv, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,

@@ -99,8 +99,24 @@ func TestDeviceAndCopies(t *testing.T) {
 	} else {
 		t.Logf("impossible malloc: %v", err)
 	}
-	if err := l.Gemm(0, s, BF16, d, d, d, 1, 1, 1); !IsStatus(err, StatusInvalid) {
+	if err := l.Gemm(0, s, BF16, BF16, d, d, d, 1, 1, 1); !IsStatus(err, StatusInvalid) {
 		t.Errorf("gemm without a handle: %v", err)
+	}
+	h, err := l.BlasCreate()
+	must(t, err)
+	defer l.BlasDestroy(h)
+	for _, f := range []func() error{
+		func() error { return l.Gemm(h, s, BF16, F16, d, d, d, 1, 8, 8) },
+		func() error { return l.GemmSwiGLU(h, s, F16, BF16, d, d, d, d, 1, 8, 8) },
+		func() error {
+			_, _, err := l.GemmResidual(h, s, BF16, F32, d, d+64, d, d, d, 1, 8, 8, false, d, 64)
+			return err
+		},
+		func() error { _, err := l.GemmNormSummed(h, s, BF16, F16, d, d, d, 1, 1e-5, d, 0, 1, 8, 8); return err },
+	} {
+		if err := f(); !IsStatus(err, StatusUnsupported) {
+			t.Errorf("a weight dtype other than the activations': %v", err)
+		}
 	}
 }
 

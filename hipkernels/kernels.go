@@ -34,27 +34,29 @@ func (l *Lib) BlasDestroy(h Blas) error {
 	return l.call("atomk_blas_destroy", func() int32 { return l.f.blasDel(uintptr(h)) })
 }
 
-// Gemm queues out[m,n] = x[m,k] · w[n,k]ᵀ, every operand of dtype dt, float accumulation.
-func (l *Lib) Gemm(h Blas, s Stream, dt DType, out, x, w Ptr, m, n, k int) error {
+// Gemm queues out[m,n] = x[m,k] · w[n,k]ᵀ, w of dtype wdt and the other operands of dt, float
+// accumulation. The library multiplies weights of the activations' dtype only (wdt == dt);
+// another wdt is StatusUnsupported.
+func (l *Lib) Gemm(h Blas, s Stream, dt, wdt DType, out, x, w Ptr, m, n, k int) error {
 	return l.call("atomk_gemm", func() int32 {
-		return l.f.gemm(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(x), uintptr(w), int32(m), int32(n), int32(k))
+		return l.f.gemm(uintptr(h), uintptr(s), int32(dt), int32(wdt), uintptr(out), uintptr(x), uintptr(w), int32(m), int32(n), int32(k))
 	})
 }
 
 // GemmBias queues out[m,n] = x[m,k] · w[n,k]ᵀ + bias[n] (bias 0: none). Small m of a 16-bit dtype
 // runs on the skinny kernel (see SetGemvMaxM), the rest through the BLAS.
-func (l *Lib) GemmBias(h Blas, s Stream, dt DType, out, x, w, bias Ptr, m, n, k int) error {
+func (l *Lib) GemmBias(h Blas, s Stream, dt, wdt DType, out, x, w, bias Ptr, m, n, k int) error {
 	return l.call("atomk_gemm_bias", func() int32 {
-		return l.f.gemmBias(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(x), uintptr(w), uintptr(bias),
+		return l.f.gemmBias(uintptr(h), uintptr(s), int32(dt), int32(wdt), uintptr(out), uintptr(x), uintptr(w), uintptr(bias),
 			int32(m), int32(n), int32(k))
 	})
 }
 
 // GemmSwiGLU queues out[m,n] = (silu(gateUp[:, :k])·gateUp[:, k:]) · w[n,k]ᵀ, gateUp [m, 2k]: one
 // skinny kernel where it serves the shape, else SiLU-and-multiply into act [m, k] then the GEMM.
-func (l *Lib) GemmSwiGLU(h Blas, s Stream, dt DType, out, gateUp, w, act Ptr, m, n, k int) error {
+func (l *Lib) GemmSwiGLU(h Blas, s Stream, dt, wdt DType, out, gateUp, w, act Ptr, m, n, k int) error {
 	return l.call("atomk_gemm_swiglu", func() int32 {
-		return l.f.gemmSwiGLU(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(gateUp), uintptr(w), uintptr(act),
+		return l.f.gemmSwiGLU(uintptr(h), uintptr(s), int32(dt), int32(wdt), uintptr(out), uintptr(gateUp), uintptr(w), uintptr(act),
 			int32(m), int32(n), int32(k))
 	})
 }
@@ -65,7 +67,7 @@ func (l *Lib) GemmSwiGLU(h Blas, s Stream, dt DType, out, gateUp, w, act Ptr, m,
 // (float32, 16-byte aligned, room for maxSums) as count partial sums for GemmNormSummed;
 // reports true. Where the kernel does not serve it (see atomk_gemm_residual in src/atomk.h) it
 // queues nothing and reports false.
-func (l *Lib) GemmResidual(h Blas, s Stream, dt DType, res, scaled, normW, x, w Ptr, m, n, k int, swiglu bool, sums Ptr,
+func (l *Lib) GemmResidual(h Blas, s Stream, dt, wdt DType, res, scaled, normW, x, w Ptr, m, n, k int, swiglu bool, sums Ptr,
 	maxSums int) (count int, fused bool, err error) {
 	o := getOuts()
 	defer outPool.Put(o)
@@ -74,7 +76,7 @@ func (l *Lib) GemmResidual(h Blas, s Stream, dt DType, res, scaled, normW, x, w 
 		sw = 1
 	}
 	err = l.call("atomk_gemm_residual", func() int32 {
-		return l.f.gemmResidual(uintptr(h), uintptr(s), int32(dt), uintptr(res), uintptr(scaled), uintptr(normW), uintptr(x),
+		return l.f.gemmResidual(uintptr(h), uintptr(s), int32(dt), int32(wdt), uintptr(res), uintptr(scaled), uintptr(normW), uintptr(x),
 			uintptr(w), int32(m), int32(n), int32(k), sw, uintptr(sums), int32(maxSums), &o.a, &o.b)
 	})
 	return int(o.a), o.b == 1, err
@@ -83,12 +85,12 @@ func (l *Lib) GemmResidual(h Blas, s Stream, dt DType, res, scaled, normW, x, w 
 // GemmNormSummed queues out[1,n] = (scaled·rsqrt(Σ sums/k + eps)) · w[n,k]ᵀ (+ bias), scaled,
 // sums and count as GemmResidual left them, and reports true; where the kernel does not serve
 // it, nothing is queued and it reports false (the caller runs RMSNorm and GemmBias).
-func (l *Lib) GemmNormSummed(h Blas, s Stream, dt DType, out, scaled, sums Ptr, count int, eps float32, w, bias Ptr,
+func (l *Lib) GemmNormSummed(h Blas, s Stream, dt, wdt DType, out, scaled, sums Ptr, count int, eps float32, w, bias Ptr,
 	m, n, k int) (bool, error) {
 	o := getOuts()
 	defer outPool.Put(o)
 	err := l.call("atomk_gemm_norm_summed", func() int32 {
-		return l.f.gemmSummed(uintptr(h), uintptr(s), int32(dt), uintptr(out), uintptr(scaled), uintptr(sums), int32(count),
+		return l.f.gemmSummed(uintptr(h), uintptr(s), int32(dt), int32(wdt), uintptr(out), uintptr(scaled), uintptr(sums), int32(count),
 			eps, uintptr(w), uintptr(bias), int32(m), int32(n), int32(k), &o.a)
 	})
 	return o.a == 1, err

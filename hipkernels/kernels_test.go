@@ -11,22 +11,22 @@ import (
 // answers must come back, and a call must not allocate.
 func TestPerLayerCallsAllocateNothing(t *testing.T) {
 	l := &Lib{lastError: func() string { return "" }}
-	l.f.gemmResidual = func(_, _ uintptr, _ int32, _, _, _, _, _ uintptr, m, n, _, _ int32, _ uintptr, _ int32,
+	l.f.gemmResidual = func(_, _ uintptr, _, _ int32, _, _, _, _, _ uintptr, m, n, _, _ int32, _ uintptr, _ int32,
 		count, fused *int32) int32 {
 		*count, *fused = n, m
 		return 0
 	}
-	l.f.gemmSummed = func(_, _ uintptr, _ int32, _, _, _ uintptr, _ int32, _ float32, _, _ uintptr, m, _, _ int32,
+	l.f.gemmSummed = func(_, _ uintptr, _, _ int32, _, _, _ uintptr, _ int32, _ float32, _, _ uintptr, m, _, _ int32,
 		fused *int32) int32 {
 		*fused = m
 		return 0
 	}
 	for _, m := range []int{1, 2} {
-		count, fused, err := l.GemmResidual(0, 0, BF16, 0, 0, 0, 0, 0, m, 37, 8, false, 0, 64)
+		count, fused, err := l.GemmResidual(0, 0, BF16, BF16, 0, 0, 0, 0, 0, m, 37, 8, false, 0, 64)
 		require.NoError(t, err)
 		require.Equal(t, 37, count)
 		require.Equal(t, m == 1, fused)
-		fused, err = l.GemmNormSummed(0, 0, BF16, 0, 0, 0, 37, 1e-5, 0, 0, m, 8, 8)
+		fused, err = l.GemmNormSummed(0, 0, BF16, BF16, 0, 0, 0, 37, 1e-5, 0, 0, m, 8, 8)
 		require.NoError(t, err)
 		require.Equal(t, m == 1, fused)
 	}
@@ -47,8 +47,8 @@ func TestPerLayerCallsAllocateNothing(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() {
 		_, _ = l.PagedAttentionWorkspace(3, 32, 8, 128, 1024)
 		_, _ = l.PrefillAttentionTileRows(BF16, 32, 8, 128)
-		_, _, _ = l.GemmResidual(0, 0, BF16, 0, 0, 0, 0, 0, 1, 37, 8, true, 0, 64)
-		_, _ = l.GemmNormSummed(0, 0, BF16, 0, 0, 0, 37, 1e-5, 0, 0, 1, 8, 8)
+		_, _, _ = l.GemmResidual(0, 0, BF16, BF16, 0, 0, 0, 0, 0, 1, 37, 8, true, 0, 64)
+		_, _ = l.GemmNormSummed(0, 0, BF16, BF16, 0, 0, 0, 37, 1e-5, 0, 0, 1, 8, 8)
 	})
 	require.Zero(t, allocs)
 }

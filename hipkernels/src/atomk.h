@@ -8,7 +8,11 @@
  * once, an execution error at the next synchronising call.
  *
  * Matrices are row-major and contiguous. dtype is one of ATOMK_F32, ATOMK_F16, ATOMK_BF16 and
- * names the element type of every tensor argument of the call (kernels compute in float).
+ * names the element type of every tensor argument of the call (kernels compute in float), except
+ * the weight w of a GEMM, whose element type wdtype is passed beside it: quantized weight
+ * formats (FP8, MXFP4) are new wdtype values with their scales, not new entry points. This
+ * build multiplies weights of the activations' dtype only (wdtype == dtype); another wdtype is
+ * ATOMK_ERR_UNSUPPORTED, with nothing launched.
  */
 #ifndef ATOMK_H
 #define ATOMK_H
@@ -20,7 +24,7 @@
 extern "C" {
 #endif
 
-#define ATOMK_ABI_VERSION 2
+#define ATOMK_ABI_VERSION 3
 
 /* Element types; the numbers match ops.DType in Go. */
 enum { ATOMK_F32 = 0, ATOMK_F16 = 1, ATOMK_BF16 = 2 };
@@ -81,8 +85,9 @@ int atomk_graph_destroy(void* graph_exec);
  * from one thread. */
 int atomk_blas_create(void** handle);
 int atomk_blas_destroy(void* handle);
-/* out[m,n] = x[m,k] · w[n,k]ᵀ, all of dtype, float accumulation (w is PyTorch's [out, in]). */
-int atomk_gemm(void* handle, void* stream, int dtype, void* out, const void* x, const void* w,
+/* out[m,n] = x[m,k] · w[n,k]ᵀ, w of wdtype and the others of dtype, float accumulation (w is
+ * PyTorch's [out, in]). */
+int atomk_gemm(void* handle, void* stream, int dtype, int wdtype, void* out, const void* x, const void* w,
                int m, int n, int k);
 
 /* ---- collectives (NCCL / RCCL, loaded with dlopen on first use: libnccl.so.2 / librccl.so.1,
@@ -193,7 +198,7 @@ int atomk_sample_work_bytes(size_t* bytes);
  * the copy bandwidth (the bias in its epilogue); others through the BLAS and atomk_add_bias.
  * The skinny kernel may read w before the previous kernel on the stream has finished
  * (programmatic dependent launch): w must not be that kernel's output. */
-int atomk_gemm_bias(void* handle, void* stream, int dtype, void* out, const void* x, const void* w,
+int atomk_gemm_bias(void* handle, void* stream, int dtype, int wdtype, void* out, const void* x, const void* w,
                     const void* bias, int m, int n, int k);
 /* Sets this handle's skinny-kernel threshold of m (0: always the BLAS; negative: the default). */
 int atomk_blas_set_gemv_max_m(void* handle, int max_m);
@@ -241,7 +246,7 @@ int atomk_rope_write_kv_fused(int dtype, void* q_out, const void* qkv, void* k_c
  * projection of the fused gate|up output). Where the skinny kernel serves the shape (16-bit,
  * m <= 4 and the atomk_gemm_bias rule) the SiLU-and-multiply happens on its input loads and
  * act is not touched; otherwise act [m, k] receives silu(gate)*up and the GEMM reads it. */
-int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const void* gate_up, const void* w,
+int atomk_gemm_swiglu(void* handle, void* stream, int dtype, int wdtype, void* out, const void* gate_up, const void* w,
                       void* act, int m, int n, int k);
 /* The residual add of a row-parallel projection done in its epilogue, at decode size: res[1,n] +=
  * x · w[n,k]ᵀ (swiglu != 0: x is the fused gate|up output [1, 2k] and the input silu(gate)·up),
@@ -252,7 +257,7 @@ int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const vo
  * nothing queued, where the skinny kernel does not serve it (m != 1, the atomk_gemm_bias rule,
  * more blocks than max_sums): the caller then runs the
  * projection and passes its output to atomk_rms_norm's residual add. */
-int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, void* scaled, const void* norm_w, const void* x,
+int atomk_gemm_residual(void* handle, void* stream, int dtype, int wdtype, void* res, void* scaled, const void* norm_w, const void* x,
                         const void* w, int m, int n, int k, int swiglu, float* sums, int max_sums, int* count,
                         int* fused);
 /* The pre-norm and first projection of a sublayer after atomk_gemm_residual: out[1,n] = (scaled *
@@ -261,7 +266,7 @@ int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, void* 
  * dtype: the scale is applied to the float sums). *fused = 0, nothing queued, where the skinny
  * kernel does not serve it: the caller then runs atomk_rms_norm (no residual) and
  * atomk_gemm_bias. */
-int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, void* out, const void* scaled, const float* sums,
+int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, int wdtype, void* out, const void* scaled, const float* sums,
                            int count, float eps, const void* w, const void* bias, int m, int n, int k, int* fused);
 
 #ifdef __cplusplus

@@ -223,10 +223,18 @@ int atomk_blas_set_gemv_max_m(void* handle, int max_m) {
     return ATOMK_OK;
 }
 
-int atomk_gemm_bias(void* handle, void* stream, int dtype, void* out, const void* x, const void* w,
+// The weight dtype travels beside the activations' so that quantized formats need no new entry
+// points; until their kernels exist, a weight must be of the activations' dtype.
+static int check_wdtype(const char* fn, int dtype, int wdtype) {
+    if (wdtype == dtype) return ATOMK_OK;
+    return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: weights of dtype %d with activations of dtype %d", fn, wdtype, dtype);
+}
+
+int atomk_gemm_bias(void* handle, void* stream, int dtype, int wdtype, void* out, const void* x, const void* w,
                     const void* bias, int m, int n, int k) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm: null handle");
+    if (int st = check_wdtype("atomk_gemm", dtype, wdtype)) return st;
     if (dtype != ATOMK_F32 && dtype != ATOMK_F16 && dtype != ATOMK_BF16)
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm: dtype %d", dtype);
     if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
@@ -250,16 +258,18 @@ int atomk_gemm_bias(void* handle, void* stream, int dtype, void* out, const void
     return ATOMK_OK;
 }
 
-int atomk_gemm(void* handle, void* stream, int dtype, void* out, const void* x, const void* w, int m, int n, int k) {
-    return atomk_gemm_bias(handle, stream, dtype, out, x, w, nullptr, m, n, k);
+int atomk_gemm(void* handle, void* stream, int dtype, int wdtype, void* out, const void* x, const void* w, int m, int n,
+               int k) {
+    return atomk_gemm_bias(handle, stream, dtype, wdtype, out, x, w, nullptr, m, n, k);
 }
 
 // Where the skinny kernel serves the shape, the SiLU-and-multiply happens on its input loads
 // (one kernel); elsewhere act takes silu(gate)·up first and the GEMM reads it.
-int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const void* gate_up, const void* w, void* act,
-                      int m, int n, int k) {
+int atomk_gemm_swiglu(void* handle, void* stream, int dtype, int wdtype, void* out, const void* gate_up, const void* w,
+                      void* act, int m, int n, int k) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_swiglu: null handle");
+    if (int st = check_wdtype("atomk_gemm_swiglu", dtype, wdtype)) return st;
     if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_swiglu: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
     if (m <= kGemvSwigluMaxM && use_gemv(h, dtype, m, n, k, gate_up, w))
@@ -267,17 +277,18 @@ int atomk_gemm_swiglu(void* handle, void* stream, int dtype, void* out, const vo
     if (!act) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_swiglu: no act buffer for m=%d n=%d k=%d", m, n, k);
     int st = atomk_silu_mul_fused(dtype, act, gate_up, m, k, stream);
     if (st != ATOMK_OK) return st;
-    return atomk_gemm_bias(handle, stream, dtype, out, act, w, nullptr, m, n, k);
+    return atomk_gemm_bias(handle, stream, dtype, wdtype, out, act, w, nullptr, m, n, k);
 }
 
 // Where the fused kernel does not serve, nothing is queued and *fused says so: the caller runs
 // the projection and the residual add as before.
-int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, void* scaled, const void* norm_w, const void* x,
-                        const void* w, int m, int n, int k, int swiglu, float* sums, int max_sums, int* count,
-                        int* fused) {
+int atomk_gemm_residual(void* handle, void* stream, int dtype, int wdtype, void* res, void* scaled, const void* norm_w,
+                        const void* x, const void* w, int m, int n, int k, int swiglu, float* sums, int max_sums,
+                        int* count, int* fused) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h || !fused || !count) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: null handle or output");
     *fused = 0;
+    if (int st = check_wdtype("atomk_gemm_residual", dtype, wdtype)) return st;
     if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_residual: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
     if (!res || !scaled || !norm_w || !x || !w || !sums)
@@ -294,11 +305,13 @@ int atomk_gemm_residual(void* handle, void* stream, int dtype, void* res, void* 
     return st;
 }
 
-int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, void* out, const void* scaled, const float* sums,
-                           int count, float eps, const void* w, const void* bias, int m, int n, int k, int* fused) {
+int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, int wdtype, void* out, const void* scaled,
+                           const float* sums, int count, float eps, const void* w, const void* bias, int m, int n, int k,
+                           int* fused) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h || !fused) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_norm_summed: null handle or output");
     *fused = 0;
+    if (int st = check_wdtype("atomk_gemm_norm_summed", dtype, wdtype)) return st;
     if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_norm_summed: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
     if (!out || !scaled || !sums || !w) return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_norm_summed: null operand");

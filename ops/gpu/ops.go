@@ -139,7 +139,7 @@ func (b *Backend) Linear(out, x, w, bias ops.Tensor) {
 	if m == 0 {
 		return
 	}
-	b.must("Linear", b.lib.GemmBias(b.blas, b.stream, b.kdt, o.ptr, xt.ptr, wt.ptr, bp, m, n, k))
+	b.must("Linear", b.lib.GemmBias(b.blas, b.stream, b.kdt, hipkernels.DType(wt.dt), o.ptr, xt.ptr, wt.ptr, bp, m, n, k))
 }
 
 // LinearSwiGLU writes out = (silu(gate)*up) · wᵀ from the fused gate|up rows: one skinny kernel
@@ -153,7 +153,7 @@ func (b *Backend) LinearSwiGLU(out, gateUp, act, w ops.Tensor) {
 	if m == 0 {
 		return
 	}
-	b.must("LinearSwiGLU", b.lib.GemmSwiGLU(b.blas, b.stream, b.kdt, o.ptr, gu.ptr, wt.ptr, at.ptr, m, n, k))
+	b.must("LinearSwiGLU", b.lib.GemmSwiGLU(b.blas, b.stream, b.kdt, hipkernels.DType(wt.dt), o.ptr, gu.ptr, wt.ptr, at.ptr, m, n, k))
 }
 
 // SiluMul writes out = silu(gate) * up.

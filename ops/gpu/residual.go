@@ -41,7 +41,7 @@ func (b *Backend) residual(op string, res, scaled, normW ops.Tensor, x hipkernel
 	if m != 1 { // the library fuses one row only (atomk_gemm_residual): no call for batches
 		return false
 	}
-	count, fused, err := b.lib.GemmResidual(b.blas, b.stream, b.kdt, rt.ptr, st.ptr, nw.ptr, x, w.ptr, m, n, k, swiglu,
+	count, fused, err := b.lib.GemmResidual(b.blas, b.stream, b.kdt, hipkernels.DType(w.dt), rt.ptr, st.ptr, nw.ptr, x, w.ptr, m, n, k, swiglu,
 		b.sums.ptr, maxResidualSums)
 	b.must(op, err)
 	if fused {
@@ -60,7 +60,7 @@ func (b *Backend) normSummed(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) 
 	if m == 0 {
 		return p.Res
 	}
-	fused, err := b.lib.GemmNormSummed(b.blas, b.stream, b.kdt, o.ptr, st.ptr, b.sums.ptr, b.sumCount, p.Eps, wt.ptr, bp,
+	fused, err := b.lib.GemmNormSummed(b.blas, b.stream, b.kdt, hipkernels.DType(wt.dt), o.ptr, st.ptr, b.sums.ptr, b.sumCount, p.Eps, wt.ptr, bp,
 		m, n, k)
 	b.must("NormLinear", err)
 	if fused {
