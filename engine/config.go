@@ -47,7 +47,7 @@ func DefaultConfig() Config {
 func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Model, "model", "", "checkpoint directory (config.json, *.safetensors, tokenizer files)")
 	fs.StringVar(&c.Tokenizer, "tokenizer", "", "tokenizer directory when not the model directory")
-	fs.StringVar(&c.Device, "device", "cpu", "backend: cpu or gpu")
+	fs.StringVar(&c.Device, "device", "auto", "backend: auto (gpu where the kernels load and a GPU is visible, else cpu), cpu or gpu")
 	fs.StringVar(&c.DType, "dtype", "auto", "weight dtype: auto (the checkpoint's), bfloat16, float16, float32")
 	fs.IntVar(&c.MaxModelLen, "max-model-len", 0, "longest prompt plus output; 0: the model's max_position_embeddings")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV-cache block")
@@ -75,8 +75,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Model == "":
 		return fmt.Errorf("--model is required")
-	case c.Device != "cpu" && c.Device != "gpu":
-		return fmt.Errorf("--device must be cpu or gpu, got %q", c.Device)
+	case c.Device != "auto" && c.Device != "cpu" && c.Device != "gpu":
+		return fmt.Errorf("--device must be auto, cpu or gpu, got %q", c.Device)
 	case c.DType != "" && c.DType != "auto" && !validDType(c.DType):
 		return fmt.Errorf("--dtype must be auto, bfloat16, float16 or float32, got %q", c.DType)
 	case c.BlockSize <= 0 || c.BlockSize > 1024:
@@ -127,7 +127,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_RECORD", "", "atom-plugin: write the host's bridge calls (InitKVCache, ExecuteModel, Abort and their answers) to this file for `atom-plugin replay` (docs/recording.md)"},
 	{"ATOM_GO_RECORD_MAX_BYTES", "1073741824", "atom-plugin: size cap of an ATOM_GO_RECORD file; recording stops with a warning when it is reached"},
 	{"ATOM_GO_PLUGIN_COOKIE", "", "go-plugin handshake cookie, set by the host that starts atom-plugin (bridge.MagicCookieValue)"},
-	{"ATOM_GO_DEVICE", "cpu", "python shim: where atom-go runs the model under vLLM or SGLang (cpu or gpu)"},
+	{"ATOM_GO_DEVICE", "auto", "python shim: where atom-go runs the model under vLLM or SGLang (auto, cpu or gpu)"},
 	{"ATOM_GO_ENGINE_ARGS", "", "python shim: extra atom-plugin engine flags, shell-quoted (e.g. --tensor-parallel-size=2)"},
 	{"ATOM_GO_AUTO_MTLS", "", "plugin hosts (python shim, atom-plugin --handshake): 1 turns on go-plugin AutoMTLS on the plugin connection (off by default: the socket is in a private 0700 directory)"},
 	{"ATOM_GO_VLLM", "", "python shim: 1 activates the vLLM platform plugin (set by it for vLLM's child processes)"},

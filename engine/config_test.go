@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/atom-go/atom/ops/gpu"
 )
 
 // TestEnvVarsCoverTheSources reads the repository's sources for ATOM_GO_* names: every name the
@@ -91,5 +95,27 @@ func TestConfigValidate(t *testing.T) {
 			}
 			require.ErrorContains(t, err, tc.want)
 		})
+	}
+}
+
+// TestResolveDevice: --device auto picks the gpu exactly where gpu.Probe finds one (never on a
+// machine without the kernels or a GPU) and logs the choice; explicit devices are kept.
+func TestResolveDevice(t *testing.T) {
+	_, probeErr := gpu.Probe(1)
+	want := "gpu"
+	if probeErr != nil {
+		want = "cpu"
+	}
+	for _, tc := range []struct{ device, want string }{{"auto", want}, {"cpu", "cpu"}, {"gpu", "gpu"}} {
+		var buf bytes.Buffer
+		cfg := DefaultConfig()
+		require.Equal(t, "auto", cfg.Device, "the default")
+		cfg.Device = tc.device
+		got := resolveDevice(cfg, slog.New(slog.NewTextHandler(&buf, nil)))
+		require.Equal(t, tc.want, got, tc.device)
+		require.Contains(t, buf.String(), `msg="backend `+tc.want+`"`)
+		if tc.device == "auto" && probeErr != nil {
+			require.Contains(t, buf.String(), "found no usable GPU")
+		}
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"log/slog"
 	"runtime"
 
 	"github.com/atom-go/atom/models"
@@ -16,6 +17,30 @@ type devices struct {
 	backends []ops.Backend
 	group    ops.Group // nil for one rank
 	closers  []func()
+}
+
+// resolveDevice turns --device auto into gpu, where the kernel library loads and enough GPUs
+// are visible, or cpu, and says at start-up which backend serves (with the GPU's name).
+func resolveDevice(cfg Config, log *slog.Logger) string {
+	switch cfg.Device {
+	case "cpu":
+		log.Info("backend cpu", "why", "--device cpu")
+		return "cpu"
+	case "gpu":
+		desc, err := gpu.Probe(cfg.TensorParallelSize)
+		if err != nil {
+			desc = "unusable (opening it will say why)"
+		}
+		log.Info("backend gpu", "device", desc, "why", "--device gpu")
+		return "gpu"
+	}
+	desc, err := gpu.Probe(cfg.TensorParallelSize)
+	if err != nil {
+		log.Info("backend cpu", "why", "--device auto found no usable GPU: "+err.Error())
+		return "cpu"
+	}
+	log.Info("backend gpu", "device", desc, "why", "--device auto")
+	return "gpu"
 }
 
 // openDevices makes one backend per rank: cpu backends sharing the cores, or gpu devices

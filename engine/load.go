@@ -44,6 +44,7 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	cfg.Device = resolveDevice(cfg, log)
 	ck, err := models.OpenCheckpoint(cfg.Model)
 	if err != nil {
 		return nil, err

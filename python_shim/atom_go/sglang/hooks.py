@@ -61,7 +61,7 @@ def _prepare_server_args(server_args: Any, *args: Any, **kwargs: Any) -> None:
             "atom-go serves SGLang: SGLang's scheduler runs on the CPU (--device %s becomes cpu); "
             "atom-go runs the model on %s",
             device,
-            os.environ.get(ENV_DEVICE, "cpu"),
+            os.environ.get(ENV_DEVICE, "auto"),
         )
     server_args.device = "cpu"
     server_args.disable_overlap_schedule = True

@@ -217,7 +217,7 @@ class AtomGoTpModelWorker(_TpModelWorker):
         kv_slots = int(sched.max_total_tokens or 0) or int(os.environ.get(ENV_KV_SLOTS, "0") or 0)
         max_running = int(sched.max_running_requests or _DEFAULT_MAX_RUNNING)
         prefill_budget = max(int(sched.chunked_prefill_size or 0), int(sched.max_prefill_tokens or 0), 1)
-        device = os.environ.get(ENV_DEVICE) or "cpu"
+        device = os.environ.get(ENV_DEVICE) or "auto"
         dtype = str(get_model().dtype or "auto")
         options = SlotEngineOptions(
             model_path=get_model().model_path,

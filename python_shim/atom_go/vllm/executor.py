@@ -74,7 +74,7 @@ class AtomGoExecutor(Executor):
         if dtype is None:
             raise ValueError(f"atom-go cannot run dtype {mc.dtype}; use --dtype bfloat16, float16 or float32")
         model_path = resolve_model_path(mc.model, mc.revision)
-        device = os.environ.get(ENV_DEVICE, "cpu")
+        device = os.environ.get(ENV_DEVICE, "auto")
         extra = shlex.split(os.environ.get(ENV_ENGINE_ARGS, ""))
         if device != "cpu":
             extra.insert(0, f"--gpu-memory-utilization={cc.gpu_memory_utilization}")
@@ -91,7 +91,7 @@ class AtomGoExecutor(Executor):
                 dtype=dtype,
                 block_size=cc.block_size or 0,
                 num_kv_blocks=cc.num_gpu_blocks_override or 0,
-                kv_cache_memory_bytes=(cc.kv_cache_memory_bytes or 0) if device == "cpu" else 0,
+                kv_cache_memory_bytes=(cc.kv_cache_memory_bytes or 0) if device != "gpu" else 0,
                 max_model_len=mc.max_model_len,
                 max_num_seqs=sc.max_num_seqs,
                 max_num_batched_tokens=sc.max_num_batched_tokens,

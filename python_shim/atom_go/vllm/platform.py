@@ -55,7 +55,7 @@ class AtomGoPlatform(Platform):
 
     @classmethod
     def get_device_name(cls, device_id: int = 0) -> str:
-        return f"atom-go ({os.environ.get(ENV_DEVICE, 'cpu')})"
+        return f"atom-go ({os.environ.get(ENV_DEVICE, 'auto')})"
 
     @classmethod
     def get_device_uuid(cls, device_id: int = 0) -> str:
