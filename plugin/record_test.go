@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/atom-go/atom/bridge"
+	"github.com/atom-go/atom/bridge/pb"
 	"github.com/atom-go/atom/plugin"
 )
 
@@ -26,7 +27,8 @@ func record(t *testing.T, max string) (string, *recSched) {
 		t.Setenv("ATOM_GO_RECORD_MAX_BYTES", max)
 	}
 	c, conn := startPlugin(t)
-	load(t, conn, "qwen2-bf16", nil)
+	// As the Python shim loads it: --device auto, resolved to the cpu here.
+	load(t, conn, "qwen2-bf16", func(r *pb.LoadModelRequest) { r.Device = "auto" })
 	s := recordWorkload(t, conn)
 	c.Kill() // graceful: the plugin closes the file
 	return path, s
@@ -91,6 +93,7 @@ func TestRecordAndReplay(t *testing.T) {
 	require.Equal(t, int64(bridge.RecordingFormatVersion), h.FormatVersion)
 	require.Equal(t, "Qwen2ForCausalLM", h.Model.Architecture)
 	require.NotEmpty(t, h.Model.ConfigSHA256)
+	require.Equal(t, "cpu", h.Model.Device, "the device --device auto resolved to")
 	calls := map[string]int{}
 	for _, r := range recs {
 		calls[r.Call]++

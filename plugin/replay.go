@@ -64,10 +64,7 @@ func Replay(path string, opts ReplayOptions) (*ReplayReport, error) {
 	if err := proto.Unmarshal(h.LoadModelRequest, &req); err != nil {
 		return nil, fmt.Errorf("%w: %s: decode the recorded LoadModel request: %v", ErrReplaySetup, path, err)
 	}
-	recDevice := req.GetDevice()
-	if recDevice == "" {
-		recDevice = "cpu"
-	}
+	recDevice := recordedDevice(h, &req)
 	req.WireVersion = bridge.WireVersion
 	if opts.Model != "" {
 		req.ModelPath = opts.Model
@@ -202,3 +199,15 @@ type loadSink struct {
 
 func (s *loadSink) Send(*pb.LoadProgress) error { return nil }
 func (s *loadSink) Context() context.Context    { return s.ctx }
+
+// recordedDevice is the backend that served the recording: the loaded model's device in the
+// header (--device auto resolved), else the one the LoadModel request named, else the cpu
+// (the default before --device auto existed).
+func recordedDevice(h *bridge.RecordingHeader, req *pb.LoadModelRequest) string {
+	for _, d := range []string{h.Model.Device, req.GetDevice()} {
+		if d == "cpu" || d == "gpu" {
+			return d
+		}
+	}
+	return "cpu"
+}
