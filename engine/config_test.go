@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"bytes"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -99,7 +97,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestResolveDevice: --device auto picks the gpu exactly where gpu.Probe finds one (never on a
-// machine without the kernels or a GPU) and logs the choice; explicit devices are kept.
+// machine without the kernels or a GPU) and says why; explicit devices are kept.
 func TestResolveDevice(t *testing.T) {
 	_, probeErr := gpu.Probe(1)
 	want := "gpu"
@@ -107,15 +105,15 @@ func TestResolveDevice(t *testing.T) {
 		want = "cpu"
 	}
 	for _, tc := range []struct{ device, want string }{{"auto", want}, {"cpu", "cpu"}, {"gpu", "gpu"}} {
-		var buf bytes.Buffer
 		cfg := DefaultConfig()
 		require.Equal(t, "auto", cfg.Device, "the default")
 		cfg.Device = tc.device
-		got := resolveDevice(cfg, slog.New(slog.NewTextHandler(&buf, nil)))
+		got, backend := resolveDevice(cfg)
 		require.Equal(t, tc.want, got, tc.device)
-		require.Contains(t, buf.String(), `msg="backend `+tc.want+`"`)
+		require.True(t, strings.HasPrefix(backend, tc.want), backend)
+		require.Contains(t, backend, "(--device "+tc.device)
 		if tc.device == "auto" && probeErr != nil {
-			require.Contains(t, buf.String(), "found no usable GPU")
+			require.Contains(t, backend, "found no usable GPU: "+probeErr.Error())
 		}
 	}
 }

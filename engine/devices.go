@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"log/slog"
 	"runtime"
 
 	"github.com/atom-go/atom/models"
@@ -20,27 +19,24 @@ type devices struct {
 }
 
 // resolveDevice turns --device auto into gpu, where the kernel library loads and enough GPUs
-// are visible, or cpu, and says at start-up which backend serves (with the GPU's name).
-func resolveDevice(cfg Config, log *slog.Logger) string {
+// are visible, or cpu. It returns the backend and a line saying what serves and why (with the
+// GPU's name), which the engine logs at start and keeps for its hosts (Engine.Backend).
+func resolveDevice(cfg Config) (device, choice string) {
 	switch cfg.Device {
 	case "cpu":
-		log.Info("backend cpu", "why", "--device cpu")
-		return "cpu"
+		return "cpu", "cpu (--device cpu)"
 	case "gpu":
 		desc, err := gpu.Probe(cfg.TensorParallelSize)
 		if err != nil {
-			desc = "unusable (opening it will say why)"
+			desc = "unusable: " + err.Error()
 		}
-		log.Info("backend gpu", "device", desc, "why", "--device gpu")
-		return "gpu"
+		return "gpu", fmt.Sprintf("gpu: %s (--device gpu)", desc)
 	}
 	desc, err := gpu.Probe(cfg.TensorParallelSize)
 	if err != nil {
-		log.Info("backend cpu", "why", "--device auto found no usable GPU: "+err.Error())
-		return "cpu"
+		return "cpu", fmt.Sprintf("cpu (--device auto found no usable GPU: %v)", err)
 	}
-	log.Info("backend gpu", "device", desc, "why", "--device auto")
-	return "gpu"
+	return "gpu", fmt.Sprintf("gpu: %s (--device auto)", desc)
 }
 
 // openDevices makes one backend per rank: cpu backends sharing the cores, or gpu devices

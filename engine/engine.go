@@ -17,6 +17,7 @@ import (
 // runner and every request's state; callers talk to it through commands and read Streams.
 type Engine struct {
 	cfg         Config
+	backend     string // what serves and why (resolveDevice)
 	model       *models.Config
 	tok         *tokenizer.Tokenizer // nil when the checkpoint has no tokenizer files
 	runner      *Runner
@@ -72,6 +73,10 @@ func (e *Engine) NumKVBlocks() int { return e.runner.numBlocks }
 
 // Config returns the engine's settings.
 func (e *Engine) Config() Config { return e.cfg }
+
+// Backend says what serves the model and why: "cpu (--device auto found no usable GPU: ...)"
+// or "gpu: NVIDIA H200, 132 SMs, 139.8 GiB (--device auto)".
+func (e *Engine) Backend() string { return e.backend }
 
 // Stats returns the engine's current state, read between steps so it is consistent with
 // every output already delivered; after Close it returns the last snapshot.

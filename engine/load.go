@@ -44,7 +44,9 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	cfg.Device = resolveDevice(cfg, log)
+	var backend string
+	cfg.Device, backend = resolveDevice(cfg)
+	log.Info("backend " + backend)
 	ck, err := models.OpenCheckpoint(cfg.Model)
 	if err != nil {
 		return nil, err
@@ -121,7 +123,7 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 			return nil, err
 		}
 	}
-	e := &Engine{cfg: cfg, model: mc, tok: tok, runner: runner, sched: sc, maxModelLen: maxLen,
+	e := &Engine{cfg: cfg, backend: backend, model: mc, tok: tok, runner: runner, sched: sc, maxModelLen: maxLen,
 		eos: mc.StopTokenIDs(), log: log, cmds: make(chan func()), stop: make(chan struct{}),
 		stopped: make(chan struct{}), reqs: map[string]*request{}, pool: newSamplerPool(), bySeq: map[*sched.Sequence]*choice{},
 		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15))}

@@ -179,7 +179,7 @@ func (s *Server) LoadModel(req *pb.LoadModelRequest, stream pb.AtomEngine_LoadMo
 	s.mu.Unlock()
 	s.log.Info("model loaded", "model", cfg.Model, "seconds", time.Since(start).Seconds())
 	return stream.Send(&pb.LoadProgress{Stage: "ready", Fraction: 1, Done: true, Info: s.info(),
-		Message: fmt.Sprintf("loaded in %s", time.Since(start).Round(time.Millisecond))})
+		Message: fmt.Sprintf("loaded in %s; backend %s", time.Since(start).Round(time.Millisecond), res.e.Backend())})
 }
 
 // configFromRequest turns a LoadModelRequest into engine settings: the defaults, then the

@@ -93,6 +93,8 @@ class EngineClient:
             for msg in self._stub.LoadModel(req, timeout=timeout):
                 if progress is not None:
                     progress(msg)
+                elif msg.done:  # says which backend serves and why
+                    log.info("LoadModel: %s", msg.message)
                 else:
                     log.debug("LoadModel %s %.0f%% %s", msg.stage, 100 * msg.fraction, msg.message)
                 if msg.done:

@@ -28,13 +28,15 @@ func runHandshake(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("--handshake", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	model := fs.String("model", "", "checkpoint to load through LoadModel (none: stop after Describe)")
-	device := fs.String("device", "cpu", "device the plugin loads the model on: cpu or gpu")
+	device := fs.String("device", "auto", "device the plugin loads the model on: auto (gpu where one serves, else cpu), cpu or gpu")
 	maxTokens := fs.Int("max-tokens", 8, "tokens of the greedy generation")
 	prompt := fs.String("prompt", "The capital of France is", "prompt text, when the model has a tokenizer")
 	timeout := fs.Duration("timeout", 5*time.Minute, "deadline of the whole check")
 	autoMTLS := fs.Bool("auto-mtls", envSwitch(engine.Env("ATOM_GO_AUTO_MTLS")),
 		"go-plugin AutoMTLS on the connection (default from ATOM_GO_AUTO_MTLS; off: the socket is in a private 0700 directory)")
-	fs.Usage = func() { usageOf(fs, "--handshake [--model DIR] [--device cpu|gpu] [--max-tokens N] [--auto-mtls]") }
+	fs.Usage = func() {
+		usageOf(fs, "--handshake [--model DIR] [--device auto|cpu|gpu] [--max-tokens N] [--auto-mtls]")
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,8 +100,8 @@ func runHandshake(args []string, stdout, stderr io.Writer) error {
 		steps = append(steps,
 			hsStep{"load", func() (string, error) {
 				info, err = loadModel(ctx, conn, &pb.LoadModelRequest{WireVersion: bridge.WireVersion, ModelPath: *model, Device: *device}, stdout)
-				return fmt.Sprintf("%s %s, vocab %d, %d layers, max_model_len %d, %d KV blocks of %d", info.GetArchitecture(), info.GetDtype(),
-					info.GetVocabSize(), info.GetNumLayers(), info.GetMaxModelLen(), info.GetNumKvBlocks(), info.GetBlockSize()), err
+				return fmt.Sprintf("%s %s on %s, vocab %d, %d layers, max_model_len %d, %d KV blocks of %d", info.GetArchitecture(), info.GetDtype(),
+					info.GetDevice(), info.GetVocabSize(), info.GetNumLayers(), info.GetMaxModelLen(), info.GetNumKvBlocks(), info.GetBlockSize()), err
 			}},
 			hsStep{"generate", func() (string, error) { return generate(ctx, conn, info, *prompt, *maxTokens) }})
 	}
