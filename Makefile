@@ -15,7 +15,7 @@ build:
 	$(GO) build -o $(BIN) ./plugin/cmd/atom-plugin
 
 # Everything CI checks.
-test: fetch-testdata lint go-test fuzz python-unit kernels-check python-test python-sglang-test
+test: fetch-testdata lint go-test fuzz python-unit kernels-check dist-check python-test python-sglang-test
 
 fetch-testdata:
 	bash testdata/tokenizer/fetch.sh
@@ -70,17 +70,23 @@ kernels:
 		PATH="$$root/bin:$$PATH" $(MAKE) -C hipkernels/src -j$(JOBS) NVCC="$$root/bin/nvcc" LDFLAGS="-L$$link -L$$root/lib"; \
 	fi
 
-# What CI runs for the kernels (no GPU): libatomk.so compiled and linked with the wheels' nvcc
-# for sm_90a only (the release build adds compute_90 PTX, which the same front end checks),
-# its exports checked against the Go bindings and atomk.h (abi-check.sh), and, where hipcc is
+# What CI runs for the kernels (no GPU): the release libatomk.so compiled and linked with the
+# wheels' nvcc, its exports checked against the Go bindings and atomk.h (abi-check.sh), and, where hipcc is
 # installed (Debian: apt-get install hipcc libamdhip64-dev rocm-device-libs), every source
 # compile-checked with hipcc (hip-check.sh). A kernel or C-ABI change that does not build fails.
-KERNELS_CHECK_BUILD := $(CURDIR)/hipkernels/build/check
+# The library that ships (the wheel, `make dist`) is that build: sm_90a machine code plus
+# compute_90 PTX that the driver compiles for newer GPUs (arch-check.sh checks both), the CUDA
+# runtime linked in statically, and a run-time search path to the nvidia-cublas wheel's
+# libcublasLt.so.13 beside the package (site-packages/nvidia/cu13/lib: `pip install atom-go[cuda]`),
+# searched after LD_LIBRARY_PATH and before the system's libraries.
+KERNELS_RELEASE_BUILD := $(CURDIR)/hipkernels/build/release
+KERNELS_RELEASE := $(KERNELS_RELEASE_BUILD)/libatomk.so
 kernels-check:
 	@{ read -r root; read -r link; } < <(bash hipkernels/src/cuda-wheels.sh "$(CUDA_VENV)") && \
-		PATH="$$root/bin:$$PATH" $(MAKE) -C hipkernels/src -j$(JOBS) BUILD=$(KERNELS_CHECK_BUILD) NVCC="$$root/bin/nvcc" \
-			CUDA_ARCH_FLAGS="-gencode arch=compute_90a,code=sm_90a" LDFLAGS="-L$$link -L$$root/lib"
-	bash hipkernels/src/abi-check.sh $(KERNELS_CHECK_BUILD)/libatomk.so
+		PATH="$$root/bin:$$PATH" $(MAKE) -C hipkernels/src -j$(JOBS) BUILD=$(KERNELS_RELEASE_BUILD) NVCC="$$root/bin/nvcc" \
+			LDFLAGS="-L$$link -L$$root/lib" RPATH='$$$$ORIGIN/../../nvidia/cu13/lib' && \
+		bash hipkernels/src/arch-check.sh "$$root/bin/cuobjdump" $(KERNELS_RELEASE)
+	bash hipkernels/src/abi-check.sh $(KERNELS_RELEASE)
 	@if command -v hipcc >/dev/null 2>&1; then bash hipkernels/src/hip-check.sh; \
 	else echo "kernels-check: no hipcc on this machine: the HIP compile check (hip-check.sh) is skipped"; fi
 
@@ -97,10 +103,37 @@ VLLM_VERSION ?= 0.33.0
 PY_SHIM_BIN := python_shim/atom_go/bin/atom-plugin
 PY_BIN = $(abspath $(PY_VENV))/bin
 
-.PHONY: python-plugin python-venv python-wheel python-lint python-test python-unit-venv python-unit
+# A release archive: atom-plugin and libatomk.so side by side, with the README and the licence.
+DIST_NAME := atom-go-$(shell sed -n 's/^version = "\(.*\)"/\1/p' python_shim/pyproject.toml)-$(shell $(GO) env GOOS)-$(shell $(GO) env GOARCH)
+dist: kernels-check
+	rm -rf dist/$(DIST_NAME) && mkdir -p dist/$(DIST_NAME)
+	CGO_ENABLED=0 $(GO) build -trimpath -o dist/$(DIST_NAME)/atom-plugin ./plugin/cmd/atom-plugin
+	cp $(KERNELS_RELEASE) README.md dist/$(DIST_NAME)/
+	[ ! -f LICENSE ] || cp LICENSE dist/$(DIST_NAME)/
+	tar -C dist -czf dist/$(DIST_NAME).tar.gz $(DIST_NAME)
+	@echo "dist/$(DIST_NAME).tar.gz"
 
-python-plugin:
+# The archive as a user unpacks it: atom-plugin finds libatomk.so beside itself and, with no GPU
+# here, --device auto serves on the cpu.
+dist-check: dist
+	rm -rf dist/check && mkdir -p dist/check && tar -C dist/check -xzf dist/$(DIST_NAME).tar.gz
+	out=$$(ATOM_GO_KERNELS= dist/check/$(DIST_NAME)/atom-plugin --handshake --model testdata/models/qwen2-bf16 2>&1) || { echo "$$out"; exit 1; }; \
+		grep -q '^ok   load .* on cpu,' <<<"$$out" && grep -q "found no usable GPU: load GPU kernels $(CURDIR)/dist/check/$(DIST_NAME)/libatomk.so" <<<"$$out" \
+		|| { echo "dist-check: the archive's atom-plugin did not look for its libatomk.so:"; echo "$$out"; exit 1; }
+	rm -rf dist/check
+
+# Everything the wheel must be: bin/atom-plugin and libatomk.so inside, the library's
+# architectures, and a fresh venv's `atom-plugin --handshake` (python_shim/wheel-check.sh).
+wheel-check: python-wheel
+	bash python_shim/wheel-check.sh python_shim/dist/atom_go-*.whl testdata/models/qwen2-bf16 "$(CUDA_VENV)"
+
+.PHONY: dist dist-check wheel-check python-plugin python-venv python-wheel python-lint python-test python-unit-venv python-unit
+
+# The binary and the kernels library (built by kernels-check) go into the package side by side:
+# atom-plugin finds libatomk.so next to itself.
+python-plugin: kernels-check
 	$(GO) build -trimpath -o $(PY_SHIM_BIN) ./plugin/cmd/atom-plugin
+	cp $(KERNELS_RELEASE) $(dir $(PY_SHIM_BIN))libatomk.so
 
 $(PY_VENV)/.atom-go-vllm-$(VLLM_VERSION):
 	$(PYTHON) -m venv $(PY_VENV)
@@ -123,7 +156,7 @@ PY_UNIT_BIN = $(PY_UNIT_VENV)/bin
 PY_UNIT_PKGS := "grpcio>=1.74" "protobuf>=6.31.1" "msgpack>=1.0" "cryptography>=42" "pytest>=8" "ruff==0.17.6" \
 	"mypy==2.4.1" "types-protobuf==7.35.1.20260906" "types-grpcio==1.85.0.20261028" "msgpack-types==0.8.0"
 PY_UNIT_STAMP := $(PY_UNIT_VENV)/.atom-go-unit-$(shell echo '$(PY_UNIT_PKGS)' | md5sum | cut -c1-12)
-PY_UNIT_TESTS := tests/test_socket_hygiene.py tests/test_plugin.py tests/test_handshake.py tests/test_wire.py \
+PY_UNIT_TESTS := tests/test_cli.py tests/test_socket_hygiene.py tests/test_plugin.py tests/test_handshake.py tests/test_wire.py \
 	tests/test_versions.py tests/sglang/test_sglang_mapping.py
 
 $(PY_UNIT_STAMP):
@@ -141,7 +174,7 @@ python-unit: build python-unit-venv
 python-lint: python-unit-venv
 	cd python_shim && $(PY_UNIT_BIN)/ruff check . && $(PY_UNIT_BIN)/ruff format --check . && $(PY_UNIT_BIN)/mypy
 
-python-test: python-wheel python-lint
+python-test: wheel-check python-lint
 	$(PY_BIN)/pip uninstall --quiet --yes atom-go
 	$(PY_BIN)/pip install --quiet python_shim/dist/atom_go-*.whl
 	$(PY_BIN)/pip check

@@ -113,7 +113,8 @@ func LibraryPath() string {
 func load(path string) (*Lib, error) {
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("load GPU kernels %s (build them with `make -C hipkernels/src`, or set %s): %w", path, EnvLibrary, err)
+		return nil, fmt.Errorf("load GPU kernels %s (they need the CUDA 13 cuBLASLt: a CUDA 13 install, or `pip install atom-go[cuda]`; "+
+			"build them with `make kernels`, or set %s): %w", path, EnvLibrary, err)
 	}
 	l := &Lib{path: path, handle: h}
 	bind := func(fptr any, name string) error {

@@ -13,7 +13,7 @@ func TestLoadMissingLibraryIsAClearError(t *testing.T) {
 	if err == nil {
 		t.Fatal("loading a missing library succeeded")
 	}
-	for _, want := range []string{path, EnvLibrary, "make -C hipkernels/src"} {
+	for _, want := range []string{path, EnvLibrary, "make kernels", "pip install atom-go[cuda]"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
