@@ -38,25 +38,23 @@ def test_installed_wheel_ships_the_binary(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.parametrize(
-    ("env", "argv", "active"),
+    ("env", "active"),
     [
-        ({}, ["vllm", "serve", "m"], False),
-        ({"VLLM_PLUGINS": "atom_go"}, ["vllm"], True),
-        ({"VLLM_PLUGINS": "other, atom_go"}, ["vllm"], True),
-        ({"VLLM_PLUGINS": "other"}, ["vllm"], False),
-        ({"ATOM_GO_VLLM": "1"}, ["vllm"], True),
-        ({"ATOM_GO_VLLM": "0", "VLLM_PLUGINS": "atom_go"}, ["vllm"], False),
-        ({}, ["vllm", "serve", "m", "--distributed-executor-backend", "atom_go.vllm.AtomGoExecutor"], True),
-        ({}, ["vllm", "serve", "m", "--distributed-executor-backend=atom_go.vllm.AtomGoExecutor"], True),
-        ({}, ["vllm", "serve", "m", "--distributed-executor-backend", "mp"], False),
+        ({}, True),  # installed: atom-go serves vLLM
+        ({"VLLM_PLUGINS": "atom_go"}, True),
+        ({"VLLM_PLUGINS": "other, atom_go"}, True),
+        ({"VLLM_PLUGINS": "other"}, False),  # vLLM loads only the plugins named
+        ({"VLLM_PLUGINS": ""}, False),
+        ({"ATOM_GO_VLLM": "1", "VLLM_PLUGINS": "other"}, True),
+        ({"ATOM_GO_VLLM": "0"}, False),
+        ({"ATOM_GO_VLLM": "off", "VLLM_PLUGINS": "atom_go"}, False),
     ],
 )
-def test_activation(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], argv: list[str], active: bool) -> None:
+def test_activation(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], active: bool) -> None:
     for key in ("VLLM_PLUGINS", "ATOM_GO_VLLM"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr(sys, "argv", argv)
     assert activation.is_active() is active
     assert (activation.register_platform() is not None) is active
     if active:
@@ -114,9 +112,9 @@ def _probe(env_extra: dict[str, str], model_dir: str) -> dict[str, object]:
 
 
 @pytest.mark.vllm
-def test_vllm_selects_atom_go_only_when_asked(model_dir: str) -> None:
+def test_vllm_runs_on_atom_go_once_installed(model_dir: str) -> None:
     pytest.importorskip("vllm")
-    on = _probe({"VLLM_PLUGINS": "atom_go"}, model_dir)
+    on = _probe({}, model_dir)
     assert on["platform"] == "AtomGoPlatform"
     assert "atom_go.vllm.models" in str(on["qwen2"])
     assert on["backend"] == "atom_go.vllm.AtomGoExecutor"
@@ -130,6 +128,24 @@ def test_vllm_selects_atom_go_only_when_asked(model_dir: str) -> None:
     assert "--kv-cache-dtype fp8" in str(refused["kv_dtype"])
     assert "quantization fp8" in str(refused["quant"])
     assert str(on["validate"]).startswith("VLLMValidationError: logit_bias")
-    off = _probe({}, model_dir)
-    assert off["platform"] != "AtomGoPlatform"
-    assert "atom_go" not in str(off["qwen2"])  # installing atom-go does not take vLLM over
+    assert _probe({"VLLM_PLUGINS": "atom_go"}, model_dir)["platform"] == "AtomGoPlatform"
+    for env in ({"ATOM_GO_VLLM": "0"}, {"VLLM_PLUGINS": "none"}):
+        off = _probe(env, model_dir)
+        assert off["platform"] != "AtomGoPlatform", env
+        assert "atom_go" not in str(off["qwen2"]), env  # vLLM's own model classes
+
+
+@pytest.mark.vllm
+def test_vllm_serve_help_with_atom_go_installed() -> None:
+    """On a machine without a GPU, `vllm serve --help` works with atom-go installed (and active)."""
+    pytest.importorskip("vllm")
+    from test_vllm_e2e import _vllm_cmd
+
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_PLUGINS", "ATOM_GO_VLLM")}
+    env.update({"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"})
+    out = subprocess.run(
+        [*_vllm_cmd(), "serve", "--help"], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "usage: vllm serve" in out.stdout
+    assert "Traceback" not in out.stderr

@@ -144,7 +144,8 @@ def _wait_healthy(srv: Server) -> None:
 def server(plugin_binary: str, model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
     t0 = time.monotonic()
-    proc, url = _start({"ATOM_GO_PLUGIN": plugin_binary, "VLLM_PLUGINS": "atom_go"}, model_dir, log)
+    # No VLLM_PLUGINS: installed, atom-go serves `vllm serve MODEL` by itself.
+    proc, url = _start({"ATOM_GO_PLUGIN": plugin_binary}, model_dir, log)
     srv = Server(proc, url, log, 0.0)
     try:
         _wait_healthy(srv)

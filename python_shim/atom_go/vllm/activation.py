@@ -1,11 +1,13 @@
 """When atom-go takes over vLLM, and the two entry points vLLM calls.
 
-atom-go's platform and model stubs replace vLLM's own only when asked to, so that installing
-atom-go next to vLLM changes nothing by itself. It is asked when
+Installed beside vLLM, atom-go serves it, as out-of-tree platform plugins do (vLLM prefers an
+activated out-of-tree platform over its built-in ones): ``pip install atom-go`` then ``vllm
+serve MODEL`` runs on atom-go. The switches:
 
-- ``VLLM_PLUGINS`` names ``atom_go`` (vLLM's switch for plugins), or
-- ``ATOM_GO_VLLM=1``, or
-- the command line selects ``--distributed-executor-backend atom_go.vllm.AtomGoExecutor``.
+- ``ATOM_GO_VLLM=0`` keeps atom-go out (vLLM's own platform serves); ``ATOM_GO_VLLM=1`` turns
+  it on whatever else is set;
+- ``VLLM_PLUGINS``, vLLM's own list of the plugins to load: when it is set and does not name
+  ``atom_go``, vLLM never calls these entry points, and ``is_active`` answers the same.
 
 Once active in a process, it sets ``ATOM_GO_VLLM=1`` so that vLLM's child processes (the engine
 core) decide the same way. This module imports nothing from vLLM: vLLM loads it early.
@@ -14,7 +16,6 @@ core) decide the same way. This module imports nothing from vLLM: vLLM loads it 
 from __future__ import annotations
 
 import os
-import sys
 
 PLUGIN_NAME = "atom_go"
 EXECUTOR_QUALNAME = "atom_go.vllm.AtomGoExecutor"
@@ -30,15 +31,6 @@ ARCHITECTURES = (
 )
 
 
-def _argv_selects_executor(argv: list[str]) -> bool:
-    for i, arg in enumerate(argv):
-        if arg == "--distributed-executor-backend" and i + 1 < len(argv) and argv[i + 1] == EXECUTOR_QUALNAME:
-            return True
-        if arg == f"--distributed-executor-backend={EXECUTOR_QUALNAME}":
-            return True
-    return False
-
-
 def is_active() -> bool:
     """Whether atom-go should serve vLLM in this process (see the module's docstring)."""
     env = os.environ.get(ENV_ACTIVE, "").strip().lower()
@@ -47,9 +39,9 @@ def is_active() -> bool:
     if env in ("0", "false", "no", "off"):
         return False
     plugins = os.environ.get("VLLM_PLUGINS")
-    if plugins is not None and PLUGIN_NAME in [p.strip() for p in plugins.split(",")]:
-        return True
-    return _argv_selects_executor(sys.argv)
+    if plugins is not None:
+        return PLUGIN_NAME in [p.strip() for p in plugins.split(",")]
+    return True
 
 
 def register_platform() -> str | None:
