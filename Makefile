@@ -202,8 +202,10 @@ $(PY_SGLANG_VENV)/.atom-go-sglang-$(SGLANG_VERSION):
 	$(PY_SGLANG_BIN)/pip install --quiet "sglang==$(SGLANG_VERSION)" "pytest>=8" "ruff==0.17.6"
 	touch $@
 
+# The shim is installed from this checkout on every run (not editable): a venv shared by several
+# checkouts then never runs another checkout's sources.
 python-sglang-venv: $(PY_SGLANG_VENV)/.atom-go-sglang-$(SGLANG_VERSION)
-	$(PY_SGLANG_BIN)/pip install --quiet -e python_shim
+	$(PY_SGLANG_BIN)/pip install --quiet --no-deps --force-reinstall ./python_shim
 
 python-sglang-lint: python-sglang-venv
 	cd python_shim && $(PY_SGLANG_BIN)/ruff check atom_go/sglang tests/sglang \

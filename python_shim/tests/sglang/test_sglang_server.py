@@ -1,4 +1,4 @@
-"""`python -m sglang.launch_server` served by atom-go (SGLANG_PLUGINS=atom_go), end to end.
+"""`sglang serve` (and `python -m sglang.launch_server`) served by atom-go (SGLANG_PLUGINS=atom_go), end to end.
 
 One real SGLang server (its tokenizer manager, scheduler and detokenizer processes, SGLang's own
 batching, radix cache and chunked prefill) with the plugin's worker starting the real atom-plugin
@@ -12,6 +12,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -41,13 +42,13 @@ def _free_port() -> int:
 class Server:
     """A running SGLang server and everything it printed."""
 
-    def __init__(self, args: list[str], env: dict[str, str], cwd: str) -> None:
+    def __init__(self, launcher: list[str], args: list[str], env: dict[str, str], cwd: str) -> None:
         self.port = _free_port()
         self.lines: list[str] = []
         self._ready = threading.Event()
         self._exited = threading.Event()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sglang.launch_server", "--port", str(self.port), *args],
+            [*launcher, "--port", str(self.port), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -126,8 +127,12 @@ class Server:
         self._reader.join(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def server(atom_plugin: str, qwen2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+# SGLang's current entry point, and the one its older documentation gives.
+SGLANG_SERVE = [os.path.join(os.path.dirname(sys.executable), "sglang"), "serve"]
+LAUNCH_SERVER = [sys.executable, "-m", "sglang.launch_server"]
+
+
+def _start(launcher: list[str], atom_plugin: str, model: str, cwd: str) -> Server:
     require_entry_point()
     env = dict(os.environ)
     env.update(
@@ -138,24 +143,17 @@ def server(atom_plugin: str, qwen2_dir: str, tmp_path_factory: pytest.TempPathFa
         }
     )
     env.pop("ATOM_GO_SGLANG", None)
-    srv = Server(
-        [
-            "--model-path",
-            qwen2_dir,
-            "--max-total-tokens",
-            "2048",
-            "--max-running-requests",
-            "8",
-            "--chunked-prefill-size",
-            str(CHUNK),
-            "--log-level",
-            "info",
-        ],
-        env,
-        str(tmp_path_factory.mktemp("sglang-server")),
-    )
+    args = ["--model-path", model, "--max-total-tokens", "2048", "--max-running-requests", "8"]
+    args += ["--chunked-prefill-size", str(CHUNK), "--log-level", "info"]
+    srv = Server(launcher, args, env, cwd)
+    srv.wait_ready(STARTUP_TIMEOUT)
+    return srv
+
+
+@pytest.fixture(scope="module")
+def server(atom_plugin: str, qwen2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = _start(SGLANG_SERVE, atom_plugin, qwen2_dir, str(tmp_path_factory.mktemp("sglang-server")))
     try:
-        srv.wait_ready(STARTUP_TIMEOUT)
         yield srv
     finally:
         srv.stop()
@@ -336,3 +334,16 @@ def test_top_logprobs_above_the_limit_are_refused(server: Server, path: str, bod
     # The limit itself is served in full.
     out = _ok(server.generate([1, 2, 3, 4], 3, return_logprob=True, top_logprobs_num=20))
     assert [len(top) for top in out["meta_info"]["output_top_logprobs"]] == [20, 20, 20]
+
+
+def test_launch_server_entry_point(
+    atom_plugin: str, qwen2_dir: str, reference: Reference, tmp_path: pathlib.Path
+) -> None:
+    """`python -m sglang.launch_server`, the entry point of SGLang's older docs, serves the same."""
+    srv = _start(LAUNCH_SERVER, atom_plugin, qwen2_dir, str(tmp_path))
+    try:
+        assert "in slot mode" in "\n".join(srv.lines), srv.log_tail()
+        prompt = PROMPTS[1]
+        assert _ok(srv.generate(list(prompt), 8))["output_ids"] == reference.tokens(prompt, 8)
+    finally:
+        srv.stop()
