@@ -15,6 +15,9 @@
 //
 //	bench --model DIR --out bench.json            measure, print the table, write JSON
 //	bench --report --out bench.json --hf-json hf.json --md table.md   merge and print
+//	bench --plot bench.json                       plot saved results to bench.svg
+//
+// Wherever the JSON is written, the plot (plot.go) is written beside it.
 //
 // Prompts are random token ids (a random-weight checkpoint has no meaningful text).
 package main
@@ -39,6 +42,7 @@ import (
 // options are the command's flags.
 type options struct {
 	model, out, hfJSON, md, commit string
+	plot                           string
 	prompt, output, ttftReps       int
 	replays                        int
 	maxModelLen                    int
@@ -65,6 +69,7 @@ func run(args []string) error {
 	fs.StringVar(&o.hfJSON, "hf-json", "", "results of hf_reference.py to merge into the table")
 	fs.StringVar(&o.md, "md", "", "also write the table as Markdown to this file")
 	fs.StringVar(&o.commit, "commit", "", "commit measured (recorded in the results)")
+	fs.StringVar(&o.plot, "plot", "", "only plot these saved JSON results to an SVG beside them")
 	fs.IntVar(&o.prompt, "prompt-len", 1024, "prompt tokens")
 	fs.IntVar(&o.output, "output-len", 256, "output tokens per request")
 	fs.IntVar(&o.ttftReps, "ttft-reps", 3, "time-to-first-token repetitions (median)")
@@ -79,6 +84,13 @@ func run(args []string) error {
 	fs.BoolVar(&o.noAsync, "no-async-scheduling", false, "engine reading each decode step's tokens before scheduling the next")
 	fs.BoolVar(&o.verbose, "v", false, "engine logs at info level")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.plot != "" {
+		p, err := plotJSON(o.plot)
+		if err == nil {
+			fmt.Println("plot:", p)
+		}
 		return err
 	}
 	for _, f := range strings.Split(*concs, ",") {
@@ -97,11 +109,16 @@ func run(args []string) error {
 	if o.model == "" {
 		return fmt.Errorf("--model is required")
 	}
-	checkpoint = func(r *Result) { _ = writeJSON(o.out, r) }
+	checkpoint = func(r *Result) { _ = writeJSON(o.out, r); _, _ = writePlotFile(o.out, r) }
 	res, err := measure(o)
 	if res != nil {
 		if werr := writeJSON(o.out, res); werr != nil && err == nil {
 			err = werr
+		}
+		if p, perr := writePlotFile(o.out, res); perr != nil && err == nil {
+			err = perr
+		} else if perr == nil {
+			logf("plot: %s", p)
 		}
 		printTable(os.Stdout, res, nil)
 	}
@@ -263,6 +280,11 @@ func report(o options) error {
 			if err := writeJSON(o.out, &res); err != nil {
 				return err
 			}
+			p, err := writePlotFile(o.out, &res)
+			if err != nil {
+				return err
+			}
+			logf("plot: %s", p)
 		}
 	}
 	printTable(os.Stdout, &res, hf)
