@@ -22,12 +22,16 @@ EXECUTOR_QUALNAME = "atom_go.vllm.AtomGoExecutor"
 PLATFORM_QUALNAME = "atom_go.vllm.platform.AtomGoPlatform"
 ENV_ACTIVE = "ATOM_GO_VLLM"
 
-# Architectures atom-go serves (models/registry.go), registered with vLLM as stubs.
+# Architectures atom-go serves, registered with vLLM as stubs: the Go registry's,
+# models.Architectures(); TestShimArchitecturesAreTheRegistry keeps the two lists equal.
 ARCHITECTURES = (
     "LlamaForCausalLM",
     "MistralForCausalLM",
+    "MixtralForCausalLM",
     "Qwen2ForCausalLM",
+    "Qwen2MoeForCausalLM",
     "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
 )
 
 
