@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/atom-go/atom/ops"
 	"github.com/atom-go/atom/ops/gpu"
 )
 
@@ -115,5 +118,22 @@ func TestResolveDevice(t *testing.T) {
 		if tc.device == "auto" && probeErr != nil {
 			require.Contains(t, backend, "found no usable GPU: "+probeErr.Error())
 		}
+	}
+}
+
+// TestAutoFallsBackOnlyForModelsTheGPUCannotServe: --device auto moves to the cpu for a model
+// the gpu backend has no kernels for (its sentinels, wrapped), never for other load failures.
+func TestAutoFallsBackOnlyForModelsTheGPUCannotServe(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("layer 3: %w", gpu.ErrMoENotImplemented), true},
+		{fmt.Errorf("cache: %w", ops.ErrUnsupportedKVCache), true},
+		{fmt.Errorf("q_proj: %w", ops.ErrUnsupportedWeight), true},
+		{errors.New("out of memory"), false},
+		{fs.ErrNotExist, false},
+	} {
+		require.Equal(t, tc.want, gpuCannotServe(tc.err), "%v", tc.err)
 	}
 }

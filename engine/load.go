@@ -12,6 +12,7 @@ import (
 	"github.com/atom-go/atom/engine/sched"
 	"github.com/atom-go/atom/engine/tokenizer"
 	"github.com/atom-go/atom/models"
+	"github.com/atom-go/atom/ops"
 )
 
 // New loads the checkpoint named by cfg.Model, sizes the KV cache and starts the engine loop.
@@ -36,7 +37,9 @@ func New(cfg Config, log *slog.Logger) (*Engine, error) {
 	return r.e, r.err
 }
 
-// build loads everything the loop needs; it runs on the loop's goroutine.
+// build loads everything the loop needs; it runs on the loop's goroutine. Under --device auto
+// a model the gpu backend cannot serve (a family or cache kind without kernels yet) is served
+// by the cpu instead, and the backend line says why.
 func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -44,9 +47,28 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	auto := cfg.Device == "auto"
 	var backend string
 	cfg.Device, backend = resolveDevice(cfg)
 	log.Info("backend " + backend)
+	e, err := buildOn(cfg, backend, log)
+	if err != nil && auto && cfg.Device == "gpu" && gpuCannotServe(err) {
+		cfg.Device = "cpu"
+		backend = fmt.Sprintf("cpu (--device auto: the gpu backend cannot serve this model: %v)", err)
+		log.Info("backend " + backend)
+		return buildOn(cfg, backend, log)
+	}
+	return e, err
+}
+
+// gpuCannotServe tells a model the gpu backend has no kernels for from a failure to load it.
+func gpuCannotServe(err error) bool {
+	return errors.Is(err, ops.ErrUnsupportedMoE) || errors.Is(err, ops.ErrUnsupportedKVCache) ||
+		errors.Is(err, ops.ErrUnsupportedWeight)
+}
+
+// buildOn loads the model on cfg.Device, already resolved.
+func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	ck, err := models.OpenCheckpoint(cfg.Model)
 	if err != nil {
 		return nil, err
