@@ -120,6 +120,7 @@ def test_the_recording_replays_exactly_on_the_cpu(plugin_binary: str, recorded: 
     assert work["prefill_chunks"] > 0, work
     assert work["prefix_hits"] > 0, work
     assert work["finished"] > 0, work
+    assert work["resumed"] > 0, work  # the tiny KV cache preempted requests and vLLM resumed them
 
 
 def test_another_checkpoint_is_refused(plugin_binary: str, recorded: pathlib.Path) -> None:

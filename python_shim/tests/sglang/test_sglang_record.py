@@ -29,6 +29,7 @@ require_sglang()
 VOCAB = 384
 KV_SLOTS = 260
 RECORDING_NAME = "sglang-qwen2.rec"
+STOP = 155  # a token the greedy continuation of the "stop" request reaches (it ends there)
 
 
 def _submit(s: Any, rid: str, prompt: list[int], max_new: int, *, logprobs: int = -1, **sp_kw: Any) -> Any:
@@ -108,6 +109,11 @@ def _workload(s: Any) -> dict[str, Any]:
     reqs["seeded-lp"] = _submit(s, "seeded-lp", list(range(61, 75)), 30, temperature=0.7, sampling_seed=3, logprobs=2)
     reqs["random"] = _submit(s, "random", list(range(90, 100)), 30, temperature=1.0, logprobs=0)
     reqs["greedy-lp"] = _submit(s, "greedy-lp", list(range(120, 150)), 40, temperature=0, logprobs=3)
+    # n = 2 as SGLang's tokenizer manager expands it (one request per choice, seed + i), and a stop
+    # token the scheduler ends a request on.
+    for i in range(2):
+        reqs[f"n2-{i}"] = _submit(s, f"n2-{i}", list(range(200, 212)), 20, temperature=0.9, sampling_seed=11 + i)
+    reqs["stop"] = _submit(s, "stop", list(range(230, 240)), 30, temperature=0, ignore_eos=False, stop_token_ids=[STOP])
     _run(s)
     return reqs
 
@@ -152,6 +158,9 @@ def record(plugin: str, model: str, rec: str) -> dict[str, Any]:
     return {
         "retractions": sum(r.retraction_count for r in reqs.values()),
         "g1_finish": type(reqs["g1"].finished_reason).__name__,
+        "stop_finish": type(reqs["stop"].finished_reason).__name__,
+        "stop_tokens": len(reqs["stop"].output_ids),
+        "n2_outputs": [list(reqs[f"n2-{i}"].output_ids) for i in range(2)],
     }
 
 
@@ -170,6 +179,8 @@ def recorded(atom_plugin: str, qwen2_dir: str, tmp_path_factory: pytest.TempPath
     summary = json.loads(child.stdout.strip().splitlines()[-1])
     assert summary["retractions"] >= 1, "SGLang never retracted a request"
     assert summary["g1_finish"] == "FINISH_ABORT"
+    assert summary["stop_finish"] == "FINISH_MATCHED_TOKEN" and summary["stop_tokens"] < 30, summary
+    assert summary["n2_outputs"][0] != summary["n2_outputs"][1], "two seeds drew the same choice"
     assert rec.is_file()
     out = os.environ.get("ATOM_GO_RECORDINGS_OUT")
     if out:
