@@ -58,6 +58,7 @@ type chatTemplate struct {
 	tpl    *exec.Template
 	loader loaders.Loader
 	lim    TemplateLimits
+	sites  []*callSite
 }
 
 // templateName is the in-memory path the template is stored under.
@@ -89,7 +90,7 @@ var (
 // stay untouched.
 func chatEnvironment() (*exec.Environment, *config.Config) {
 	chatEnvOnce.Do(func() {
-		own := map[string]exec.FilterFunction{"tojson": filterToJSON, "trim": filterTrim}
+		own := map[string]exec.FilterFunction{"tojson": filterToJSON, "trim": filterTrim, "wordwrap": filterWordwrap}
 		filters := map[string]exec.FilterFunction{}
 		for _, name := range filterNames {
 			fn, ok := own[name]
@@ -105,6 +106,8 @@ func chatEnvironment() (*exec.Environment, *config.Config) {
 		filters[guardIter] = iterGuard
 		filters[guardSetValue] = setValueGuard
 		filters[guardSetTarget] = setTargetGuard
+		filters[guardMethod] = methodGuard
+		filters[guardSlice] = sliceGuard
 		globals := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 		globals.Set("range", pyRange)
 		globals.Set("lipsum", lipsumGuard)
@@ -142,10 +145,11 @@ func compileChatTemplate(src string, lim TemplateLimits) (ct *chatTemplate, err 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errParse, err)
 	}
-	if err := rewriteTemplate(tpl.Root(), lim); err != nil {
+	sites, err := rewriteTemplate(tpl.Root(), lim)
+	if err != nil {
 		return nil, err
 	}
-	return &chatTemplate{tpl: tpl, loader: loader, lim: lim}, nil
+	return &chatTemplate{tpl: tpl, loader: loader, lim: lim, sites: sites}, nil
 }
 
 // render executes the template with the given variables; inputBytes is the
@@ -153,6 +157,7 @@ func compileChatTemplate(src string, lim TemplateLimits) (ct *chatTemplate, err 
 // allocation limits grow with.
 func (c *chatTemplate) render(vars map[string]any, inputBytes int64) (out string, err error) {
 	b := newBudget(c.lim, inputBytes)
+	b.sites = c.sites
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("render template: %w: panic: %v", ErrTemplate, r)
@@ -177,7 +182,10 @@ func (c *chatTemplate) render(vars map[string]any, inputBytes int64) (out string
 		Methods:           renderMethods(b),
 	}, w, cfg, c.loader, c.tpl)
 	if err := r.Execute(); err != nil {
-		return "", fmt.Errorf("render template: %w: %w", ErrTemplate, err)
+		if b.err != nil {
+			return "", err // replaced by the breach above
+		}
+		return "", fmt.Errorf("render template: %w", cleanRenderError(err, b.line))
 	}
 	return w.out.String(), nil
 }

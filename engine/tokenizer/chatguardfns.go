@@ -128,14 +128,19 @@ func replaceSize(s, old, new string, count int64) int64 {
 }
 
 // referenceFilters build at most a list of references to their input's
-// items (or a number), so their bound needs no walk over the input.
-var referenceFilters = map[string]bool{
-	"abs": true, "attr": true, "default": true, "d": true, "dictsort": true, "first": true, "float": true,
-	"groupby": true, "int": true, "items": true, "last": true, "length": true, "count": true, "map": true,
-	"max": true, "min": true, "random": true, "rejectattr": true, "reject": true, "reverse": true,
-	"round": true, "safe": true, "selectattr": true, "select": true, "sort": true, "sum": true,
-	"unique": true, "wordcount": true,
-}
+// items, so their bound needs no walk over the input; scalarFilters build
+// a number or pick an existing value.
+var (
+	referenceFilters = map[string]bool{
+		"dictsort": true, "groupby": true, "items": true, "map": true, "rejectattr": true, "reject": true,
+		"reverse": true, "selectattr": true, "select": true, "sort": true, "unique": true,
+	}
+	scalarFilters = map[string]bool{
+		"abs": true, "attr": true, "default": true, "d": true, "first": true, "float": true, "int": true,
+		"last": true, "length": true, "count": true, "max": true, "min": true, "random": true, "round": true,
+		"safe": true, "sum": true,
+	}
+)
 
 // filterBound is an upper bound of what filter name builds from in.
 func filterBound(b *budget, name string, in *exec.Value, params *exec.VarArgs) (int64, error) {
@@ -145,12 +150,20 @@ func filterBound(b *budget, name string, in *exec.Value, params *exec.VarArgs) (
 	} else if in.IsString() {
 		count = int64(len(in.String()))
 	}
-	if referenceFilters[name] {
-		return satAdd(satMul(count, listElementBytes), 64), nil
+	switch {
+	case name == "wordcount" && in.IsString():
+		return satAdd(satMul(int64(countFields(in.String())), 16), 64), nil
+	case referenceFilters[name] || name == "wordcount":
+		// gonja wraps every item while it works: a few references each.
+		return satAdd(satMul(count, 4*listElementBytes), 64), nil
 	}
 	size, err := sizeOf(b, in)
 	if err != nil {
 		return 0, err
+	}
+	if scalarFilters[name] {
+		// Only a check: an error message may quote the input.
+		return satAdd(size, 64), nil
 	}
 	switch name {
 	case "center":
@@ -164,9 +177,11 @@ func filterBound(b *budget, name string, in *exec.Value, params *exec.VarArgs) (
 		if in.IsString() {
 			lines += int64(strings.Count(in.String(), "\n"))
 		}
-		return satAdd(size, satMul(width, lines)), nil
+		// gonja splits the lines, then joins them.
+		return satAdd(satMul(size, 2), satMul(satAdd(width, 2*listElementBytes), lines)), nil
 	case "wordwrap":
-		return satMul(size, 1+int64(len(strArg(params, 2, "wrapstring", "\n")))), nil
+		// The words of each line, then the result.
+		return satAdd(satMul(size, 1+int64(len(strArg(params, 2, "wrapstring", "\n")))), satMul(size, 8)), nil
 	case "truncate":
 		return satAdd(size, int64(len(strArg(params, 2, "end", "..."))+16)), nil
 	case "replace":
@@ -217,6 +232,12 @@ func guardFilter(name string, fn exec.FilterFunction) exec.FilterFunction {
 		if err := b.step(0); err != nil {
 			return exec.AsValue(err)
 		}
+		if in.IsList() || in.IsDict() {
+			// Work over each item, however little it builds.
+			if err := b.stepN(b.line, int64(in.Len())); err != nil {
+				return exec.AsValue(err)
+			}
+		}
 		bound, err := filterBound(b, name, in, params)
 		if err == nil {
 			err = b.reserve(b.line, bound, what)
@@ -227,6 +248,9 @@ func guardFilter(name string, fn exec.FilterFunction) exec.FilterFunction {
 		out := fn(e, in, params)
 		if out == nil || out.IsError() {
 			return out
+		}
+		if err := b.stepN(b.line, 0); err != nil {
+			return exec.AsValue(err)
 		}
 		if err := b.charge(b.line, builtSize(out), what); err != nil {
 			return exec.AsValue(err)
@@ -261,6 +285,10 @@ var methodBounds = map[string]func(b *budget, self string, args *exec.VarArgs) (
 		n, err := sizeOf(b, v)
 		return satAdd(n, satMul(int64(v.Len()), int64(len(self)))), err
 	},
+	"split": splitBound, "rsplit": splitBound,
+	"splitlines": func(_ *budget, self string, _ *exec.VarArgs) (int64, error) {
+		return satAdd(satMul(int64(countLineBreaks(self))+1, listElementBytes), 64), nil
+	},
 	"format":     func(b *budget, self string, args *exec.VarArgs) (int64, error) { return formatSize(b, self, args) },
 	"format_map": func(b *budget, self string, args *exec.VarArgs) (int64, error) { return formatSize(b, self, args) },
 }
@@ -270,23 +298,78 @@ func padBound(_ *budget, self string, args *exec.VarArgs) (int64, error) {
 	return satAdd(int64(len(self)), satMul(intArg(args, 0, "width", 0), max(fill, 1))), nil
 }
 
-// renderMethods is the chat method table with the sized string methods
-// bound to this render's budget (methods, unlike filters, are not handed
-// the evaluator, so they cannot find the budget themselves).
+// splitBound bounds str.split(sep, maxsplit) and str.rsplit: a list of
+// substrings (which share the string's bytes).
+func splitBound(_ *budget, self string, args *exec.VarArgs) (int64, error) {
+	var parts int64
+	if v := optionalArg(args, 0, "sep"); v != nil && v.IsString() && v.String() != "" {
+		parts = int64(strings.Count(self, v.String())) + 1
+	} else {
+		parts = int64(countFields(self)) + 1
+	}
+	if v := optionalArg(args, 1, "maxsplit"); v != nil && v.IsInteger() && v.Integer() >= 0 {
+		parts = min(parts, int64(v.Integer())+1)
+	}
+	return satAdd(satMul(parts, listElementBytes), 64), nil
+}
+
+// countFields is len(s.split()) without building it.
+func countFields(s string) int {
+	n, in := 0, false
+	for _, r := range s {
+		if pyIsSpace(r) {
+			in = false
+		} else if !in {
+			in, n = true, n+1
+		}
+	}
+	return n
+}
+
+// scalarMethods return a number or a boolean; substringMethods return
+// parts of the string, which share its bytes.
+var (
+	scalarMethods = map[string]bool{
+		"count": true, "endswith": true, "find": true, "rfind": true, "startswith": true, "isalnum": true,
+		"isalpha": true, "isascii": true, "isdecimal": true, "isdigit": true, "islower": true,
+		"isnumeric": true, "isprintable": true, "isspace": true, "istitle": true, "isupper": true,
+	}
+	substringMethods = map[string]bool{
+		"strip": true, "lstrip": true, "rstrip": true, "removeprefix": true, "removesuffix": true,
+		"partition": true, "rpartition": true,
+	}
+)
+
+// strMethodBound is an upper bound of what string method name builds.
+func strMethodBound(b *budget, name, self string, args *exec.VarArgs) (int64, error) {
+	if bound, ok := methodBounds[name]; ok {
+		return bound(b, self, args)
+	}
+	switch {
+	case scalarMethods[name]:
+		return 64, nil
+	case substringMethods[name]:
+		return 4 * listElementBytes, nil
+	}
+	// Case changes and the rest: a few times the string (a character can
+	// grow in UTF-8 when its case changes).
+	return satAdd(satMul(int64(len(self)), 3), 64), nil
+}
+
+// renderMethods is the chat method table with every string method bound
+// to this render's budget (methods, unlike filters, are not handed the
+// evaluator, so they cannot find the budget themselves): each checks an
+// upper bound of what it builds before it runs and charges its result.
 func renderMethods(b *budget) exec.Methods {
 	m := chatMethods
 	str := maps.Clone(chatStrMethods)
-	for name, bound := range methodBounds {
-		fn, ok := str[name]
-		if !ok {
-			continue
-		}
+	for name, fn := range str {
 		what := "method " + name
 		str[name] = func(self string, sv *exec.Value, args *exec.VarArgs) (any, error) {
 			if err := b.step(0); err != nil {
 				return nil, err
 			}
-			n, err := bound(b, self, args)
+			n, err := strMethodBound(b, name, self, args)
 			if err == nil {
 				err = b.reserve(b.line, n, what)
 			}
@@ -295,6 +378,9 @@ func renderMethods(b *budget) exec.Methods {
 			}
 			out, err := fn(self, sv, args)
 			if err != nil {
+				return nil, err
+			}
+			if err := b.stepN(b.line, int64(len(self)>>16)); err != nil {
 				return nil, err
 			}
 			return out, b.charge(b.line, builtSize(exec.AsValue(out)), what)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Chat templates come from checkpoints and are untrusted code: a Jinja
@@ -132,6 +133,8 @@ type budget struct {
 	// pending is the value a {% set x.attr = value %} is about to store,
 	// checked against the target so that no value comes to contain itself.
 	pending any
+	// sites are the template's method calls (see methodGuard).
+	sites []*callSite
 }
 
 // newBudget starts the budget of a render whose inputs take inputBytes.
@@ -165,6 +168,25 @@ func (b *budget) step(line int) error {
 		return b.fail(limitError(b.line, "more than %d steps (loop iterations, calls and operations)", b.lim.MaxSteps))
 	}
 	if b.steps&63 == 0 && time.Now().After(b.deadline) {
+		return b.fail(limitError(b.line, "render time over %v", b.lim.MaxDuration))
+	}
+	return nil
+}
+
+// stepN counts the work of a builtin over n items (n steps) and checks
+// the clock: one builtin over a large input takes a while.
+func (b *budget) stepN(line int, n int64) error {
+	if b.err != nil {
+		return b.err
+	}
+	if line > 0 {
+		b.line = line
+	}
+	if n > int64(b.lim.MaxSteps-b.steps) {
+		return b.fail(limitError(b.line, "a builtin over %d items is over the %d steps a render may take", n, b.lim.MaxSteps))
+	}
+	b.steps += int(n)
+	if n >= 64 && time.Now().After(b.deadline) {
 		return b.fail(limitError(b.line, "render time over %v", b.lim.MaxDuration))
 	}
 	return nil
@@ -230,3 +252,60 @@ func (w *limitedWriter) WriteString(s string) (int, error) {
 }
 
 var _ io.StringWriter = (*limitedWriter)(nil)
+
+// maxErrorText bounds the text of a template error: messages can quote the
+// template's values, and they reach API clients.
+const maxErrorText = 300
+
+// goInternals are fragments of Go formatting that gonja's error messages
+// carry when they print its syntax nodes and values; a template error
+// passes on none of them.
+var goInternals = []string{"map[", "&{", "<Token", "*gonja", "exec.", "nodes.", "reflect.", "0x", guardPrefix, "%!"}
+
+func hasGoInternals(s string) bool {
+	for _, frag := range goInternals {
+		if strings.Contains(s, frag) {
+			return true
+		}
+	}
+	return false
+}
+
+// shortMessage is msg cut to maxErrorText bytes (at a character boundary).
+func shortMessage(msg string) string {
+	if len(msg) <= maxErrorText {
+		return msg
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "..."
+}
+
+// cleanRenderError is what a render error that is not a breach of a
+// limit says: the innermost cause gonja reported, without the dumps of
+// its syntax tree and Go values it wraps it in.
+func cleanRenderError(err error, line int) error {
+	for {
+		next := errors.Unwrap(err)
+		if c, ok := err.(interface{ Cause() error }); ok && next == nil {
+			next = c.Cause()
+		}
+		if next == nil || next == err {
+			break
+		}
+		err = next
+	}
+	// Keep the last ": "-separated parts that carry no Go internals.
+	parts := strings.Split(err.Error(), ": ")
+	keep := len(parts)
+	for keep > 0 && !hasGoInternals(parts[keep-1]) && strings.TrimSpace(parts[keep-1]) != "" {
+		keep--
+	}
+	msg := strings.Join(parts[keep:], ": ")
+	if msg == "" {
+		msg = "the template failed to render"
+	}
+	return templateError(line, "%s", shortMessage(msg))
+}

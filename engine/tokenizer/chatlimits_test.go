@@ -64,7 +64,40 @@ var hostileTemplates = []struct {
 	{"1 / 0", `{{ 1 / 0 }}`, ErrTemplate},
 	{"1.5 % 0", `{{ 1.5 % 0 }}`, ErrTemplate},
 	{"reserved name", `{% set __atomguard_budget = 1 %}`, ErrTemplate},
+	{"float overflow", `{{ 2.0 ** 100000 }}`, ErrTemplateLimit},
+	{"percent format width", `{{ '%1000000000000s' % 'a' }}`, ErrTemplateLimit},
+	{"percent format without arguments", `{{ '%s %s' % 'a' }}`, ErrTemplate},
 	{"lexer loop", `{{ x[0.é] }}`, ErrTemplate},
+}
+
+// allocationTemplates each build, through one builtin, far more than their
+// input: a list of many small objects, a copy per element, a string a
+// few times over. Unbounded, the first alone took 2 GB.
+var allocationTemplates = []struct{ name, src string }{
+	{"split of a huge string", `{% set s = 'a' * 60000000 %}{% set l = s.split('a') %}ok`},
+	{"three splits", `{% set s = 'a' * 20000000 %}{% set a = s.split('a') %}{% set b = s.split('a') %}{% set c = s.split('a') %}ok`},
+	{"rsplit", `{% set s = 'a' * 60000000 %}{{ s.rsplit('a') | length }}`},
+	{"split on whitespace", `{% set s = 'a ' * 30000000 %}{{ s.split() | length }}`},
+	{"splitlines", `{% set s = '\n' * 60000000 %}{{ s.splitlines() | length }}`},
+	{"list of a huge string", `{% set s = 'a' * 60000000 %}{{ s | list | length }}`},
+	{"batch", `{% set l = ('a,' * 1500000).split(',') %}{{ l | batch(1) | length }}`},
+	{"slice filter", `{% set l = ('a,' * 1500000).split(',') %}{{ l | slice(1500000) | length }}`},
+	{"big range as a list", `{{ range(10**9) | list | length }}`},
+	{"list multiplication of a split", `{% set l = ('a,' * 1000000).split(',') %}{{ (l * 100) | length }}`},
+	{"doubling through split and join", `{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = (ns.s ~ ',' ~ ns.s).split(',') | join(',') %}{% endfor %}`},
+	{"sort of a huge list", `{% set l = ('a,' * 1000000).split(',') %}{% for i in range(100) %}{% set m = l | sort %}{% endfor %}`},
+	{"unique of a huge list", `{% set l = ('a,' * 1000000).split(',') %}{% for i in range(100) %}{% set m = l | unique | list %}{% endfor %}`},
+	{"tojson of a huge list", `{% set l = ('ab,' * 1000000).split(',') %}{% for i in range(100) %}{% set j = l | tojson %}{% endfor %}`},
+	{"string of a huge list", `{% set l = ('ab,' * 1000000).split(',') %}{% for i in range(100) %}{% set j = l | string %}{% endfor %}`},
+	{"map and select", `{% set l = ('ab,' * 1000000).split(',') %}{% for i in range(100) %}{% set j = l | map('upper') | select | list %}{% endfor %}`},
+	{"method on a list of shared strings", `{% set s = 'a' * 1000000 %}{% set l = [s] * 1000 %}{{ l.copy() | length }}`},
+	{"dict items", `{% set d = namespace(a=('ab,' * 1000000).split(',')) %}{% for i in range(100) %}{% set j = d.items() %}{% endfor %}`},
+	{"string slice with a step", `{% set s = 'é' * 20000000 %}{% for i in range(100) %}{% set t = s[::2] %}{% endfor %}`},
+	{"list slice", `{% set l = ('a,' * 1000000).split(',') %}{% for i in range(100) %}{% set m = l[::-1] %}{% endfor %}`},
+	{"wordwrap of a huge width", `{% set s = 'ab cd ' * 3000000 %}{{ s | wordwrap(10**9) | length }}`},
+	{"case changes", `{% set s = 'ab cd ' * 3000000 %}{% for i in range(100) %}{% set t = s.upper() ~ s | title %}{% endfor %}`},
+	{"indent of many lines", `{% set s = '\n' * 20000000 %}{{ s | indent(8, blank=true) | length }}`},
+	{"percent formatting", `{% set s = 'a' * 10000000 %}{{ ('%s' * 20) % ([s] * 20) }}`},
 }
 
 func TestTemplateLimits(t *testing.T) {
@@ -95,6 +128,98 @@ func TestTemplateLimits(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	require.Less(t, ms.HeapAlloc, uint64(512<<20), "the heap after the hostile templates")
+}
+
+// TestTemplateAllocationLimits renders each allocation template: it must
+// fail on a limit quickly, with the live heap, sampled while it runs,
+// bounded, and the bytes it allocated (garbage included) too.
+func TestTemplateAllocationLimits(t *testing.T) {
+	tok := loadFixture(t, "bytelevel")
+	msgs := []Message{{Role: "user", Content: "hi"}}
+	for _, tc := range allocationTemplates {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			peak := make(chan uint64)
+			done := make(chan struct{})
+			go func() {
+				var most uint64
+				var ms runtime.MemStats
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					runtime.ReadMemStats(&ms)
+					most = max(most, ms.HeapAlloc)
+					select {
+					case <-done:
+						peak <- most
+						return
+					case <-tick.C:
+					}
+				}
+			}()
+			start := time.Now()
+			_, err := tok.RenderChat(msgs, ChatOptions{TemplateSource: tc.src})
+			elapsed := time.Since(start)
+			close(done)
+			most := <-peak
+			runtime.ReadMemStats(&after)
+			require.ErrorIs(t, err, ErrTemplateLimit)
+			require.NotContains(t, err.Error(), "render time", "a builtin ran past the clock")
+			require.Less(t, elapsed, 2*time.Second)
+			require.Less(t, most-min(most, before.HeapAlloc), uint64(256<<20), "peak heap during the render")
+			require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<30), "bytes allocated by the render")
+		})
+	}
+}
+
+// TestTemplateMethodsAndSlices checks the guarded method calls and slices
+// against Python's results.
+func TestTemplateMethodsAndSlices(t *testing.T) {
+	tests := []struct{ src, want string }{
+		{`{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'.rsplit(' ', 1) }} {{ 'a,b'.split(',', 0) }}`, "['a', 'b', '', 'c'] ['a', 'b'] ['a b', 'c'] ['a,b']"},
+		{`{{ 'a\r\nb\n\nc'.splitlines() }} {{ 'a\nb\n'.splitlines(true) }} {{ ''.splitlines() }}`, "['a', 'b', '', 'c'] ['a\n', 'b\n'] []"},
+		{`{{ ('a b').split() }} {{ ('x' ~ 'y').upper() }}`, "['a', 'b'] XY"},
+		{`{{ 'hello'[1:-1] }} {{ 'hello'[::-2] }} {{ 'héllo'[1:3] }} {{ 'héllo'[::2] }} {{ 'abc'[5:] }}|{{ 'abc'[-10:2] }}`, "ell olh él hlo |ab"},
+		{`{{ [1, 2, 3, 4][::-1] }} {{ [1, 2, 3, 4][1:3] }} {{ [1, 2, 3, 4][::2] }} {{ [1, 2, 3][none:2] }}`, "[4, 3, 2, 1] [2, 3] [1, 3] [1, 2]"},
+		{`{% set x = [1] %}{% do x.append(2) %}{{ x }} {{ {'b': 1, 'a': 2}.items() | list }} {{ {'a': 1}.get('a') }}`, "[1, 2] [['a', 2], ['b', 1]] 1"},
+		{`{% for i in range(3) %}{{ loop.cycle('a', 'b') }}{% endfor %} {{ messages[-1].content }}`, "aba hi"},
+		{`{{ '%s-%03d|%-3s|%.2f|%x|%r|%%|%5.1f' % ('a', 7, 'b', 3.14159, 255, 'q', 2.25) }} {{ '%(a)s!' % {'a': 1} }} {{ '%s' % none }}`, "a-007|b  |3.14|ff|'q'|%|  2.2 1! None"},
+		{`{{ 'ab cd ef' | wordwrap(5) }}|{{ 'ab cd ef' | wordwrap(5, wrapstring='/') }}`, "ab cd\nef|ab cd/ef"},
+	}
+	for _, tc := range tests {
+		out, err := render(t, tc.src, map[string]any{"messages": pyList{map[string]any{"role": "user", "content": "hi"}}})
+		require.NoError(t, err, tc.src)
+		require.Equal(t, tc.want, out, tc.src)
+	}
+}
+
+// TestTemplateErrorsShowNoGoInternals checks that render errors name the
+// template's problem in words, without gonja's dumps of Go values.
+func TestTemplateErrorsShowNoGoInternals(t *testing.T) {
+	tok := loadFixture(t, "bytelevel")
+	msgs := []Message{{Role: "user", Content: "hi"}}
+	for _, tc := range []struct{ src, want string }{
+		{`{{ ['ab'] | center(1, 2, 3, 4) }}`, "unexpected positional arguments"},
+		{`{{ 'ab'.nosuch(1) }}`, `a string has no method "nosuch"`},
+		{`{{ raise_exception('bad role') }}`, "template raised: bad role"},
+		{`{{ 'ab' | indent([1]) }}`, "neither a string nor an integer"},
+		{`{{ 'x' % 1 }}`, "not all arguments converted"},
+		{`{{ '%d' % 'x' }}`, "a number is required"},
+		{`{{ [1] % 2 }}`, "unsupported operand types for %"},
+		{`{{ 'abc'[::0] }}`, "slice step cannot be zero"},
+		{`{% set s = 'a' * 1000000 %}{{ s.center('x') }}`, "is not an integer"},
+	} {
+		_, err := tok.RenderChat(msgs, ChatOptions{TemplateSource: tc.src})
+		require.ErrorIs(t, err, ErrTemplate, tc.src)
+		msg := err.Error()
+		require.Contains(t, msg, tc.want, tc.src)
+		require.Less(t, len(msg), 512, tc.src)
+		for _, frag := range []string{"map[", "&{", "<Token", "*gonja", "exec.", "__atomguard"} {
+			require.NotContains(t, msg, frag, tc.src)
+		}
+	}
 }
 
 func TestTemplateLimitErrorsNameTheProblem(t *testing.T) {

@@ -139,6 +139,12 @@ func binaryOp(b *budget, line int, op tokens.Type, l, r *exec.Value) (*exec.Valu
 		}
 		return exec.AsValue(q), nil
 	case tokens.Modulo:
+		if l.IsString() {
+			return percentFormat(b, line, l.String(), r)
+		}
+		if !l.IsNumber() || !r.IsNumber() {
+			return nil, templateError(line, "unsupported operand types for %%: %s and %s", typeName(l), typeName(r))
+		}
 		if l.IsFloat() || r.IsFloat() {
 			d := r.Float()
 			if d == 0 {
@@ -173,7 +179,11 @@ func binaryOp(b *budget, line int, op tokens.Type, l, r *exec.Value) (*exec.Valu
 		if l.Float() == 0 && r.Float() < 0 {
 			return nil, templateError(line, "zero to a negative power")
 		}
-		return exec.AsValue(math.Pow(l.Float(), r.Float())), nil
+		p := math.Pow(l.Float(), r.Float())
+		if math.IsInf(p, 0) && !math.IsInf(l.Float(), 0) && !math.IsInf(r.Float(), 0) {
+			return nil, limitError(line, "float overflow in **")
+		}
+		return exec.AsValue(p), nil
 	}
 	return nil, templateError(line, "unknown operator %d", op)
 }
@@ -319,7 +329,8 @@ var iterGuard = guard(0, func(b *budget, line int, v *exec.Value, _ []*exec.Valu
 		if n > b.lim.MaxSteps-b.steps {
 			return exec.AsValue(b.fail(limitError(line, "a loop over %d items is over the %d steps a render may take", n, b.lim.MaxSteps)))
 		}
-		if err := b.charge(line, int64(n)*listElementBytes, "loop"); err != nil {
+		// gonja wraps each item, and gives each turn its own context.
+		if err := b.charge(line, int64(n)*4*listElementBytes, "loop"); err != nil {
 			return exec.AsValue(err)
 		}
 	}

@@ -22,6 +22,8 @@ const (
 	guardIter      = guardPrefix + "iter"
 	guardSetValue  = guardPrefix + "setvalue"
 	guardSetTarget = guardPrefix + "settarget"
+	guardMethod    = guardPrefix + "method"
+	guardSlice     = guardPrefix + "slice"
 	budgetKey      = guardPrefix + "budget"
 )
 
@@ -44,19 +46,22 @@ type rewriter struct {
 	// chains are the guards of + and ~ chains, by operator, which a
 	// further + or ~ extends.
 	chains map[*nodes.FilteredExpression]tokens.Type
-	err    error
+	// sites are the method calls, which methodGuard makes.
+	sites []*callSite
+	err   error
 }
 
 var tokenPtrType = reflect.TypeFor[*tokens.Token]()
 
-// rewriteTemplate guards root in place.
-func rewriteTemplate(root *nodes.Template, lim TemplateLimits) error {
+// rewriteTemplate guards root in place; it returns the method calls of
+// the template, which the rewritten tree refers to by index.
+func rewriteTemplate(root *nodes.Template, lim TemplateLimits) ([]*callSite, error) {
 	w := &rewriter{
 		lim: lim, seen: map[unsafe.Pointer]bool{}, memo: map[nodes.Node]nodes.Node{},
 		chains: map[*nodes.FilteredExpression]tokens.Type{},
 	}
 	w.walk(reflect.ValueOf(root), 0)
-	return w.err
+	return w.sites, w.err
 }
 
 // writable returns f in a form that can be set, even when unexported.
@@ -204,6 +209,39 @@ func (w *rewriter) replace(n nodes.Node) nodes.Node {
 			w.chains[g] = tok.Type
 		}
 		return g
+	case *nodes.Call:
+		attr, ok := x.Func.(*nodes.GetAttribute)
+		if !ok || attr.Attribute == "" {
+			return n
+		}
+		receiver := x.Parent
+		if receiver == nil {
+			// gonja leaves out the parent of ('a b').split(): Jinja calls
+			// the method all the same.
+			receiver = attr.Node
+		}
+		parent, isExpr := receiver.(nodes.Expression)
+		if !isExpr {
+			return n
+		}
+		site := &callSite{call: x, method: attr.Attribute}
+		if name, ok := receiver.(*nodes.Name); ok && name.Name != nil {
+			site.name = name.Name.Val
+		}
+		w.sites = append(w.sites, site)
+		return guardCall(guardMethod, x.Location, parent, &nodes.Integer{Location: x.Location, Val: len(w.sites) - 1})
+	case *nodes.GetSlice:
+		target, ok := x.Node.(nodes.Expression)
+		if !ok {
+			return n
+		}
+		bound := func(b nodes.Node) nodes.Expression {
+			if e, ok := b.(nodes.Expression); ok && b != nil {
+				return e
+			}
+			return &nodes.None{Location: x.Location}
+		}
+		return guardCall(guardSlice, x.Location, target, bound(x.Start), bound(x.End), bound(x.Step))
 	case *nodes.Output:
 		x.Expression = guardCall(guardOut, x.Start, x.Expression)
 		if x.Alternative != nil {

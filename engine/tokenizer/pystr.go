@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/nikolalohinski/gonja/v2/builtins"
 	"github.com/nikolalohinski/gonja/v2/exec"
@@ -39,6 +40,7 @@ func newMethods() (exec.Methods, map[string]exec.Method[string]) {
 	str["rstrip"] = stripMethod(false, true)
 	str["split"] = splitMethod(false)
 	str["rsplit"] = splitMethod(true)
+	str["splitlines"] = splitLinesMethod
 	m.Str = exec.NewMethodSet(str)
 	return m, str
 }
@@ -109,6 +111,18 @@ func splitMethod(fromRight bool) exec.Method[string] {
 			sep := v.String()
 			if sep == "" {
 				return nil, errors.New("empty separator")
+			}
+			if maxSplit < 0 {
+				// The common case, built as the template's list directly.
+				out := make([]any, 0, strings.Count(self, sep)+1)
+				for {
+					i := strings.Index(self, sep)
+					if i < 0 {
+						return append(out, self), nil
+					}
+					out = append(out, self[:i])
+					self = self[i+len(sep):]
+				}
 			}
 			parts = splitSep(self, sep, maxSplit, fromRight)
 		} else {
@@ -250,6 +264,74 @@ func pyRange(e *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
 	out := make([]int, length)
 	for k := range out {
 		out[k] = start + k*step
+	}
+	return out, nil
+}
+
+// isLineBreak reports whether r ends a line for Python's str.splitlines.
+func isLineBreak(r rune) bool {
+	switch r {
+	case '\n', '\r', '\v', '\f', 0x1c, 0x1d, 0x1e, 0x85, 0x2028, 0x2029:
+		return true
+	}
+	return false
+}
+
+// countLineBreaks is how many line breaks s has (\r\n counts twice: an
+// upper bound).
+func countLineBreaks(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c == '\n' || c == '\r' || c == '\v' || c == '\f' || c >= 0x1c && c <= 0x1e {
+				n++
+			}
+			i++
+			continue
+		}
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if isLineBreak(r) {
+			n++
+		}
+		i += w
+	}
+	return n
+}
+
+// splitLinesMethod is Python's str.splitlines(keepends=False).
+func splitLinesMethod(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
+	if len(args.Args) > 1 {
+		return nil, errors.New("splitlines takes at most one argument")
+	}
+	keepEnds := false
+	if v := optionalArg(args, 0, "keepends"); v != nil {
+		keepEnds = v.IsTrue()
+	}
+	out := []any{}
+	start := 0
+	for i := 0; i < len(self); {
+		r, w := rune(self[i]), 1
+		if r >= utf8.RuneSelf {
+			r, w = utf8.DecodeRuneInString(self[i:])
+		}
+		if !isLineBreak(r) {
+			i += w
+			continue
+		}
+		end := i + w
+		if r == '\r' && end < len(self) && self[end] == '\n' {
+			end++
+		}
+		if keepEnds {
+			out = append(out, self[start:end])
+		} else {
+			out = append(out, self[start:i])
+		}
+		start, i = end, end
+	}
+	if start < len(self) {
+		out = append(out, self[start:])
 	}
 	return out, nil
 }

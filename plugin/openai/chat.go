@@ -231,7 +231,7 @@ func (s *Server) chatPrompt(req *chatRequest) ([]int32, *apiError) {
 	genPrompt := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
 	rendered, err := tok.ApplyChatTemplate(msgs, genPrompt)
 	if err != nil {
-		return nil, badRequest("messages", "chat template: %v", err)
+		return nil, badRequest("messages", "%s", templateProblem(err))
 	}
 	ids, over, err := encodeBounded(tok, rendered, false, s.m.maxLen)
 	switch {
@@ -274,4 +274,36 @@ func nonNilLP(x []chatLogprob) []chatLogprob {
 		return []chatLogprob{}
 	}
 	return x
+}
+
+// goInternals are fragments of Go formatting (of syntax nodes, values and
+// types) that a client must never see in a template error.
+var goInternals = []string{"map[", "&{", "<Token", "*gonja", "gonja.", "exec.", "nodes.", "reflect.", "0x", "%!"}
+
+// maxTemplateProblem bounds the template error text a client is sent.
+const maxTemplateProblem = 400
+
+// templateProblem is what a client is told about a chat template that
+// failed on its messages: the template's problem, in words.
+func templateProblem(err error) string {
+	msg := err.Error()
+	for _, prefix := range []string{"apply chat template: ", "render template: "} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	for _, frag := range goInternals {
+		if strings.Contains(msg, frag) {
+			return "chat template: the template failed to render these messages"
+		}
+	}
+	if len(msg) > maxTemplateProblem {
+		cut := maxTemplateProblem
+		for cut > 0 && msg[cut]&0xc0 == 0x80 {
+			cut--
+		}
+		msg = msg[:cut] + "..."
+	}
+	if !strings.HasPrefix(msg, "chat template") {
+		msg = "chat template: " + msg
+	}
+	return msg
 }
