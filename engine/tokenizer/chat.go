@@ -44,12 +44,23 @@ type ChatOptions struct {
 	Limits *TemplateLimits
 }
 
-// limits returns the limits opts asks for.
-func (opts ChatOptions) limits() TemplateLimits {
-	if opts.Limits == nil {
-		return DefaultTemplateLimits.withDefaults()
+// limits returns the limits a render with opts runs under: opts.Limits, else the tokenizer's
+// (SetTemplateLimits), else DefaultTemplateLimits.
+func (t *Tokenizer) limits(opts ChatOptions) TemplateLimits {
+	if opts.Limits != nil {
+		return opts.Limits.withDefaults()
 	}
-	return opts.Limits.withDefaults()
+	t.chatMu.Lock()
+	defer t.chatMu.Unlock()
+	return t.chatLimits.withDefaults()
+}
+
+// SetTemplateLimits sets the limits of every later render that names none (zero fields take
+// their default): a server's flags, set once before it serves.
+func (t *Tokenizer) SetTemplateLimits(l TemplateLimits) {
+	t.chatMu.Lock()
+	defer t.chatMu.Unlock()
+	t.chatLimits = l
 }
 
 // chatTemplate is a compiled Jinja chat template, rewritten to run under
@@ -251,7 +262,7 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, addGenerationPrompt bo
 
 // RenderChat is ApplyChatTemplate with tools, extra variables and a clock.
 func (t *Tokenizer) RenderChat(messages []Message, opts ChatOptions) (string, error) {
-	lim := opts.limits()
+	lim := t.limits(opts)
 	tpl, err := t.template(opts, lim)
 	if err != nil {
 		return "", fmt.Errorf("apply chat template: %w", err)

@@ -47,8 +47,9 @@ type Tokenizer struct {
 	idToToken []string
 	vocabSize int
 
-	chatMu    sync.Mutex
-	chatCache map[string]*chatTemplate // compiled templates by source
+	chatMu     sync.Mutex
+	chatCache  map[string]*chatTemplate // compiled templates by source
+	chatLimits TemplateLimits           // SetTemplateLimits; zero fields: the defaults
 }
 
 // Load reads tokenizer.json from the checkpoint directory dir and, when

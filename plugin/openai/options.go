@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"github.com/atom-go/atom/engine/tokenizer"
 )
 
 // Options are the server's limits and timeouts. Each field is bound to one flag in Register,
@@ -31,6 +33,14 @@ type Options struct {
 	// ShutdownGrace is how long in-flight requests may go on after SIGTERM before they are
 	// aborted (streams end with an error event).
 	ShutdownGrace time.Duration
+	// ChatTemplateTimeout, ChatTemplateMaxOutputBytes, ChatTemplateMaxMemoryBytes and
+	// ChatTemplateMaxSteps bound one render of the checkpoint's chat template (its text, what
+	// it builds beyond its inputs, its loop iterations and calls); a breach is a 400 naming it,
+	// and a template that breaches them on sample conversations is refused at start.
+	ChatTemplateTimeout        time.Duration
+	ChatTemplateMaxOutputBytes int64
+	ChatTemplateMaxMemoryBytes int64
+	ChatTemplateMaxSteps       int
 }
 
 // DefaultOptions returns the defaults of Register.
@@ -53,6 +63,19 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 120*time.Second, "keep-alive connections idle this long are closed")
 	fs.DurationVar(&o.WriteTimeout, "write-timeout", 60*time.Second, "time for each write to the client (one stream event), not the whole stream")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, time in-flight requests may finish before they are aborted")
+	d := tokenizer.DefaultTemplateLimits
+	fs.DurationVar(&o.ChatTemplateTimeout, "chat-template-timeout", d.MaxDuration, "longest render of the chat template")
+	fs.Int64Var(&o.ChatTemplateMaxOutputBytes, "chat-template-max-output-bytes", d.MaxOutputBytes,
+		"largest text a chat template renders, on top of twice the size of the conversation")
+	fs.Int64Var(&o.ChatTemplateMaxMemoryBytes, "chat-template-max-memory-bytes", d.MaxAllocBytes,
+		"bytes of the strings and lists a render builds, on top of 32 times the size of the conversation")
+	fs.IntVar(&o.ChatTemplateMaxSteps, "chat-template-max-steps", d.MaxSteps, "loop iterations, calls, filters and outputs of one render")
+}
+
+// TemplateLimits are the chat-template limits of the flags.
+func (o *Options) TemplateLimits() tokenizer.TemplateLimits {
+	return tokenizer.TemplateLimits{MaxDuration: o.ChatTemplateTimeout, MaxOutputBytes: o.ChatTemplateMaxOutputBytes,
+		MaxAllocBytes: o.ChatTemplateMaxMemoryBytes, MaxSteps: o.ChatTemplateMaxSteps}
 }
 
 // Validate refuses settings that would disable a limit by accident.
@@ -70,6 +93,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--read-header-timeout, --body-timeout, --idle-timeout and --write-timeout must be positive")
 	case o.ShutdownGrace < 0:
 		return fmt.Errorf("--shutdown-grace must not be negative")
+	case o.ChatTemplateTimeout <= 0 || o.ChatTemplateMaxOutputBytes <= 0 || o.ChatTemplateMaxMemoryBytes <= 0 || o.ChatTemplateMaxSteps <= 0:
+		return fmt.Errorf("--chat-template-timeout, --chat-template-max-output-bytes, --chat-template-max-memory-bytes and --chat-template-max-steps must be positive")
 	}
 	return nil
 }

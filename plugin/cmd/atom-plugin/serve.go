@@ -44,6 +44,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	defer e.Close()
 	if tok := e.Tokenizer(); tok != nil {
+		tok.SetTemplateLimits(opts.TemplateLimits())
 		// A runaway or broken chat template is reported now, not at the first chat request.
 		if err := tok.CheckChatTemplate(); err != nil {
 			return fmt.Errorf("%s: %w", cfg.Model, err)

@@ -51,3 +51,22 @@ func TestServeRefusesARunawayChatTemplate(t *testing.T) {
 		})
 	}
 }
+
+// TestServeTemplateLimitFlags: the chat-template limits are the serve flags'; a template within
+// the defaults is refused at start once a flag makes its limit smaller than what it renders.
+func TestServeTemplateLimitFlags(t *testing.T) {
+	// About 20 KB of text and 2000 loop steps for any conversation.
+	dir := modelWithTemplate(t, `{% for i in range(2000) %}{{ '0123456789' }}{% endfor %}{{ messages[0]['content'] }}`)
+	for _, tc := range []struct{ flag, want string }{
+		{"--chat-template-max-output-bytes=4096", "output"},
+		{"--chat-template-max-steps=1000", "steps"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			err := runServe([]string{"--model", dir, "--port", "0", "--kv-cache-memory", "8388608", tc.flag}, io.Discard, io.Discard)
+			require.ErrorIs(t, err, tokenizer.ErrTemplate)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	err := runServe([]string{"--model", dir, "--port", "0", "--kv-cache-memory", "8388608", "--chat-template-max-steps=0"}, io.Discard, io.Discard)
+	require.ErrorContains(t, err, "must be positive")
+}
