@@ -132,7 +132,7 @@ SGLANG_SERVE = [os.path.join(os.path.dirname(sys.executable), "sglang"), "serve"
 LAUNCH_SERVER = [sys.executable, "-m", "sglang.launch_server"]
 
 
-def _start(launcher: list[str], atom_plugin: str, model: str, cwd: str) -> Server:
+def _start(launcher: list[str], atom_plugin: str, model: str, cwd: str, *extra: str) -> Server:
     require_entry_point()
     env = dict(os.environ)
     env.update(
@@ -144,7 +144,7 @@ def _start(launcher: list[str], atom_plugin: str, model: str, cwd: str) -> Serve
     )
     env.pop("ATOM_GO_SGLANG", None)
     args = ["--model-path", model, "--max-total-tokens", "2048", "--max-running-requests", "8"]
-    args += ["--chunked-prefill-size", str(CHUNK), "--log-level", "info"]
+    args += ["--chunked-prefill-size", str(CHUNK), "--log-level", "info", *extra]
     srv = Server(launcher, args, env, cwd)
     srv.wait_ready(STARTUP_TIMEOUT)
     return srv
