@@ -161,20 +161,14 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 }
 
 // loadTokenizer loads tokenizer.json from --tokenizer or the model directory, or, for a
-// checkpoint opened from a GGUF file (and no --tokenizer), builds the tokenizer from the
-// file's metadata; a checkpoint without one serves token-id prompts only.
+// checkpoint opened from a GGUF file or a GGUF directory without tokenizer.json (and no
+// --tokenizer), builds the tokenizer from the file's metadata; a checkpoint without one serves
+// token-id prompts only.
 func loadTokenizer(cfg Config, ck *models.Checkpoint) (*tokenizer.Tokenizer, error) {
 	dir := cfg.Tokenizer
 	if dir == "" {
-		if meta := ck.GGUFMetadata(); meta != nil {
-			if _, ok := meta["tokenizer.ggml.model"]; !ok {
-				return nil, nil
-			}
-			tok, err := tokenizer.FromGGUF(meta)
-			if err != nil {
-				return nil, fmt.Errorf("load tokenizer from %s: %w", cfg.Model, err)
-			}
-			return tok, nil
+		if meta := ck.GGUFMetadata(); meta != nil && !hasTokenizerJSON(cfg.Model) {
+			return ggufTokenizer(cfg.Model, meta)
 		}
 		dir = cfg.Model
 		if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); errors.Is(err, os.ErrNotExist) {

@@ -37,10 +37,16 @@ func (c *Checkpoint) allocOwned(n int) ([]byte, error) {
 
 // OpenCheckpoint reads config.json (and generation_config.json when present) and maps
 // model.safetensors or the shards named by model.safetensors.index.json. A path to a .gguf
-// file is opened with OpenGGUF.
+// file is opened with OpenGGUF; a directory without safetensors that holds one .gguf file
+// (GGUFInDir) loads its weights from that file, with config.json checked against it.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() && filepath.Ext(dir) == ".gguf" {
 		return OpenGGUF(dir)
+	}
+	if file, err := GGUFInDir(dir); err != nil {
+		return nil, err
+	} else if file != "" {
+		return openGGUFDir(dir, file)
 	}
 	cfg, err := LoadConfig(dir)
 	if err != nil {

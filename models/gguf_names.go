@@ -99,32 +99,14 @@ func OpenGGUF(path string) (*Checkpoint, error) {
 func (c *Checkpoint) GGUFMetadata() map[string]any { return c.meta }
 
 func (c *Checkpoint) loadGGUF(path string, m []byte) error {
-	g, err := parseGGUF(path, m)
+	g, arch, cfg, err := parseGGUFConfig(path, m)
+	if g != nil {
+		c.meta = g.meta
+	}
 	if err != nil {
 		return err
 	}
-	c.meta = g.meta
-	archName, _ := g.meta["general.architecture"].(string)
-	arch, ok := ggufArchs[archName]
-	if !ok {
-		known := make([]string, 0, len(ggufArchs))
-		for a := range ggufArchs {
-			known = append(known, a)
-		}
-		sort.Strings(known)
-		return fmt.Errorf("%s: %w %q in general.architecture (supported: %v)", path, ErrUnknownArchitecture, archName, known)
-	}
-	cfg, err := ggufConfig(g, archName, arch)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	c.Config = cfg
-	// Every shape is checked against the validated config before anything is dequantized.
-	for _, t := range g.tensors {
-		if err := cfg.checkShape(ggufHFName(t.name), ggufShape(t.dims)); err != nil {
-			return fmt.Errorf("%s: %w (%s in the file)", path, err, t.name)
-		}
-	}
 	c.tensors = make(map[string]*TensorInfo, len(g.tensors))
 	var jobs []*rowJob
 	for _, t := range g.tensors {
@@ -235,4 +217,34 @@ func ggufSupportedTypes() string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+// parseGGUFConfig parses a mapped GGUF file, builds its config from the metadata and checks
+// every tensor's shape against it, before anything is dequantized. The parsed file is returned
+// with the error of a later step, so callers can keep its metadata.
+func parseGGUFConfig(path string, m []byte) (*ggufFile, ggufArch, *Config, error) {
+	g, err := parseGGUF(path, m)
+	if err != nil {
+		return nil, ggufArch{}, nil, err
+	}
+	archName, _ := g.meta["general.architecture"].(string)
+	arch, ok := ggufArchs[archName]
+	if !ok {
+		known := make([]string, 0, len(ggufArchs))
+		for a := range ggufArchs {
+			known = append(known, a)
+		}
+		sort.Strings(known)
+		return g, arch, nil, fmt.Errorf("%s: %w %q in general.architecture (supported: %v)", path, ErrUnknownArchitecture, archName, known)
+	}
+	cfg, err := ggufConfig(g, archName, arch)
+	if err != nil {
+		return g, arch, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, t := range g.tensors {
+		if err := cfg.checkShape(ggufHFName(t.name), ggufShape(t.dims)); err != nil {
+			return g, arch, nil, fmt.Errorf("%s: %w (%s in the file)", path, err, t.name)
+		}
+	}
+	return g, arch, cfg, nil
 }

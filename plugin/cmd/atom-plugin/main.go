@@ -5,6 +5,7 @@
 //
 //	atom-plugin generate --model DIR --prompt TEXT     offline smoke test
 //	atom-plugin tokenize --model DIR --text TEXT       check a tokenizer
+//	atom-plugin gguf-dir FILE.gguf DIR                 a Hugging Face-style directory for a GGUF file
 //	atom-plugin serve --model DIR                      OpenAI-compatible HTTP server
 //	atom-plugin replay FILE [--device gpu]             replay a recording (docs/recording.md)
 //	atom-plugin --handshake [--model DIR]              act as a go-plugin host against itself
@@ -34,6 +35,7 @@ func main() {
 var subcommands = map[string]func(args []string, stdout, stderr io.Writer) error{
 	"generate": runGenerate,
 	"tokenize": runTokenize,
+	"gguf-dir": runGGUFDir,
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -73,6 +75,9 @@ Usage:
   atom-plugin generate [flags]     run one prompt offline and print the result
   atom-plugin tokenize [flags]     print a text's (or a chat's) token ids
   atom-plugin serve [flags]        serve the OpenAI-compatible HTTP API
+  atom-plugin gguf-dir [--copy] FILE.gguf DIR
+                                   write DIR/config.json and tokenizer files from the GGUF's metadata and
+                                   link DIR/model.gguf to it: vllm serve DIR, sglang --model-path DIR
   atom-plugin replay [flags] FILE  replay a recording of a host's bridge calls (ATOM_GO_RECORD) and compare
   atom-plugin --handshake [--model DIR] [--device cpu|gpu]
                                    start this binary as a go-plugin host would, check the handshake,

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/atom-go/atom/engine"
 	"github.com/atom-go/atom/engine/tokenizer"
 )
 
@@ -17,7 +18,7 @@ import (
 func runTokenize(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	model := fs.String("model", "", "directory holding tokenizer.json (and tokenizer_config.json)")
+	model := fs.String("model", "", "directory holding tokenizer.json (and tokenizer_config.json), or a GGUF file")
 	text := fs.String("text", "", "text to encode (special tokens added as the tokenizer's post-processor says)")
 	messages := fs.String("messages", "", "JSON file with a list of {role, content}: render the chat template, then encode")
 	genPrompt := fs.Bool("add-generation-prompt", false, "with --messages: end with the assistant turn's header")
@@ -32,9 +33,12 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("tokenize needs --model and exactly one of --text or --messages")
 	}
-	tok, err := tokenizer.Load(*model)
+	tok, err := engine.LoadTokenizer(*model)
 	if err != nil {
 		return err
+	}
+	if tok == nil {
+		return fmt.Errorf("%s has no tokenizer (no tokenizer.json, no GGUF tokenizer metadata)", *model)
 	}
 	rendered, addSpecial := *text, true
 	if *messages != "" {

@@ -29,9 +29,11 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
+from atom_go import checkpoint
 from atom_go.sglang import ENV_DEVICE
 from atom_go.sglang.compat import SGLangShapeError, check_sglang, shape_error
 from atom_go.sglang.mapping import ParallelSeeds
@@ -65,7 +67,24 @@ def _prepare_server_args(server_args: Any, *args: Any, **kwargs: Any) -> None:
         )
     server_args.device = "cpu"
     server_args.disable_overlap_schedule = True
+    _check_checkpoint(server_args)
     return None
+
+
+def _check_checkpoint(server_args: Any) -> None:
+    """A GGUF file: one line saying what to run, and exit. A checkpoint directory without
+    tokenizer files: one warning, and SGLang serves it with --skip-tokenizer-init (token-id
+    prompts) instead of failing to load a tokenizer."""
+    model = str(getattr(server_args, "model_path", ""))
+    if checkpoint.is_gguf_file(model):
+        # SGLang 0.5.23 loads a GGUF's config but fails on its tokenizer, deep in a traceback.
+        print(checkpoint.gguf_file_message(model, "SGLang"), file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    tokenizer = str(getattr(server_args, "tokenizer_path", None) or model)
+    if getattr(server_args, "skip_tokenizer_init", False) or checkpoint.has_tokenizer(tokenizer):
+        return
+    log.warning("%s", checkpoint.no_tokenizer_message(tokenizer, "SGLang", "--skip-tokenizer-init"))
+    server_args.skip_tokenizer_init = True
 
 
 def _refuse_unsupported(grammar_manager: Any, req: Any, *args: Any, **kwargs: Any) -> None:

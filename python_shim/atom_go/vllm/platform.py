@@ -9,13 +9,17 @@ refuses requests atom-go cannot honour, naming the parameter.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from vllm.platforms.interface import Platform, PlatformEnum
 
+from atom_go import checkpoint
 from atom_go.vllm import activation
 from atom_go.vllm.mapping import UnsupportedRequestError, check_pooling_params, check_sampling_params
 
@@ -35,6 +39,38 @@ class AtomGoConfigError(ValueError):
 
 def _refuse(setting: str, why: str) -> AtomGoConfigError:
     return AtomGoConfigError(f"atom-go cannot serve with {setting}: {why}")
+
+
+def _refuse_gguf(convert: Callable[[str], Any] | None) -> Callable[[str], Any]:
+    """An argparse ``type`` that ends the process with one line when given a GGUF file."""
+
+    def check(value: str) -> Any:
+        if checkpoint.is_gguf_file(value):
+            print(checkpoint.gguf_file_message(value, "vLLM"), file=sys.stderr, flush=True)
+            raise SystemExit(2)
+        return convert(value) if convert is not None else value
+
+    return check
+
+
+def guard_gguf_arguments(parser: argparse.ArgumentParser) -> None:
+    """Make the model arguments of vLLM's CLI (``vllm serve MODEL``, ``--model``) refuse a GGUF
+    file with the one line that says what to run: vLLM 0.33.0 reads no GGUF itself and would
+    otherwise fail later with a long "Invalid repository ID or local directory" error."""
+    for action in parser._actions:
+        if action.dest in ("model_tag", "model") and not getattr(action.type, "_atom_go_gguf", False):
+            action.type = _refuse_gguf(action.type)  # type: ignore[arg-type]
+            action.type._atom_go_gguf = True  # type: ignore[attr-defined]
+
+
+def warn_if_no_tokenizer(model_config: Any) -> None:
+    """A checkpoint directory without tokenizer files: one warning at start-up, and vLLM serves
+    it with --skip-tokenizer-init (token-id prompts) instead of failing to load a tokenizer."""
+    tokenizer = str(model_config.tokenizer or model_config.model)
+    if model_config.skip_tokenizer_init or checkpoint.has_tokenizer(tokenizer):
+        return
+    log.warning("%s", checkpoint.no_tokenizer_message(tokenizer, "vLLM", "--skip-tokenizer-init"))
+    model_config.skip_tokenizer_init = True
 
 
 class AtomGoPlatform(Platform):
@@ -119,6 +155,13 @@ class AtomGoPlatform(Platform):
         raise _refuse(f"--quantization {quant}", "atom-go loads the checkpoint's own dtype (bf16/fp16/fp32)")
 
     @classmethod
+    def pre_register_and_update(cls, parser: Any = None) -> None:
+        """Called with vLLM's CLI parser before it parses: a GGUF file as the model is refused
+        there, in one line (see guard_gguf_arguments)."""
+        if isinstance(parser, argparse.ArgumentParser):
+            guard_gguf_arguments(parser)
+
+    @classmethod
     def check_and_update_config(cls, vllm_config: VllmConfig) -> None:
         """Refuses settings atom-go cannot honour and adapts the rest (see the module doc)."""
         from vllm.config.compilation import CompilationMode, CUDAGraphMode
@@ -126,6 +169,7 @@ class AtomGoPlatform(Platform):
         model_config = vllm_config.model_config
         if model_config is None:
             return
+        warn_if_no_tokenizer(model_config)
         pc = vllm_config.parallel_config
         for name in (
             "pipeline_parallel_size",
