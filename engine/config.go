@@ -131,7 +131,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_ENGINE_ARGS", "", "python shim: extra atom-plugin engine flags, shell-quoted (e.g. --tensor-parallel-size=2)"},
 	{"ATOM_GO_AUTO_MTLS", "", "plugin hosts (python shim, atom-plugin --handshake): 1 turns on go-plugin AutoMTLS on the plugin connection (off by default: the socket is in a private 0700 directory)"},
 	{"ATOM_GO_VLLM", "", "python shim: 1 activates the vLLM platform plugin (set by it for vLLM's child processes)"},
-	{"ATOM_GO_VISIBLE_DEVICES", "", "python shim: the device-control variable vLLM sets for the atom-go platform"},
+	{"ATOM_GO_VISIBLE_DEVICES", "", "python shim: the atom-go vLLM platform's device-control variable; when set, vLLM numbers each data-parallel rank's GPUs in it (docs/scaling.md)"},
 	{"ATOM_GO_SGLANG", "", "python shim: 1 activates the SGLang plugin, 0 turns it off whatever SGLANG_PLUGINS says"},
 	{"ATOM_GO_SGLANG_ANY_VERSION", "", "python shim: 1 lets the SGLang plugin try an SGLang release it was not built against"},
 	{"ATOM_GO_KV_SLOTS", "", "python shim: KV slots (tokens) under SGLang when --max-total-tokens is not given"},

@@ -38,6 +38,7 @@ class SlotEngineOptions:
     binary: str | None = None
     auto_mtls: bool = False
     start_timeout: float = 60.0
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # set in atom-plugin's environment
 
 
 class SlotEngine:
@@ -51,7 +52,11 @@ class SlotEngine:
         self.options = options
         self._lock = threading.Lock()
         self.process = PluginProcess(
-            options.binary, auto_mtls=options.auto_mtls, start_timeout=options.start_timeout, logger=logger
+            options.binary,
+            auto_mtls=options.auto_mtls,
+            start_timeout=options.start_timeout,
+            env=options.env,
+            logger=logger,
         )
         self.process.start()
         try:

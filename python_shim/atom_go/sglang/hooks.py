@@ -16,7 +16,9 @@
 - ``sglang.srt.server_args.ServerArgs.resolve_once`` gets a BEFORE hook that puts SGLang's own
   side on the CPU (``--device cpu``; atom-go runs the model where ``ATOM_GO_DEVICE`` says, and a
   ``--device cuda`` given to SGLang selects ``ATOM_GO_DEVICE=gpu``) and turns the overlap
-  scheduler off (atom-go's step is one blocking call, so overlap only delays finish detection).
+  scheduler off (atom-go's step is one blocking call, so overlap only delays finish detection);
+  with ``--dp-size`` > 1 it also sets SGLang's CPU binding of the scheduler ranks when unset
+  (``SGLANG_CPU_OMP_THREADS_BIND``: the schedulers compute nothing, atom-go's plugins do).
 
 When the installed SGLang does not have the shape the worker was written for, nothing is
 replaced: a BEFORE hook on ``Scheduler.__init__`` and one on ``ServerArgs.resolve_once`` raise
@@ -30,7 +32,7 @@ import copy
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from atom_go import checkpoint
@@ -46,6 +48,8 @@ SCHEDULER_INIT_TARGET = "sglang.srt.managers.scheduler.Scheduler.__init__"
 IDLE_TARGET = "sglang.srt.managers.scheduler.Scheduler.on_idle"
 ADMISSION_TARGET = "sglang.srt.constrained.grammar_manager.GrammarManager.process_req_with_grammar"
 SEND_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_one_request"
+# SGLang's CPU thread binding of its scheduler ranks, one "|"-separated CPU group per rank.
+ENV_CPU_BIND = "SGLANG_CPU_OMP_THREADS_BIND"
 
 
 _installed = False
@@ -68,6 +72,7 @@ def _prepare_server_args(server_args: Any, *args: Any, **kwargs: Any) -> None:
     server_args.device = "cpu"
     server_args.disable_overlap_schedule = True
     _check_checkpoint(server_args)
+    _share_cpus_between_dp_ranks(int(getattr(server_args, "dp_size", 1) or 1))
     return None
 
 
@@ -85,6 +90,36 @@ def _check_checkpoint(server_args: Any) -> None:
         return
     log.warning("%s", checkpoint.no_tokenizer_message(tokenizer, "SGLang", "--skip-tokenizer-init"))
     server_args.skip_tokenizer_init = True
+
+
+def cpu_list(cpus: Iterable[int]) -> str:
+    """CPU ids as a list of ranges (``0-3,8,10-11``), the format of SGLANG_CPU_OMP_THREADS_BIND."""
+    parts: list[str] = []
+    ordered = sorted(set(cpus))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def _share_cpus_between_dp_ranks(dp_size: int) -> None:
+    """With ``--dp-size`` > 1, give SGLang's CPU schedulers their thread binding.
+
+    SGLang on the CPU binds each scheduler rank to a NUMA node and refuses more ranks than the
+    host has nodes unless ``SGLANG_CPU_OMP_THREADS_BIND`` lists one CPU group per rank
+    (sglang/srt/utils/numa_utils.py ``init_threads_binding``). Under atom-go the schedulers
+    compute nothing (each rank's atom-plugin runs the model), so when the variable is unset
+    every rank gets the CPUs this process may use; the server's children inherit it.
+    """
+    if dp_size <= 1 or os.environ.get(ENV_CPU_BIND):
+        return
+    cpus = cpu_list(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else f"0-{(os.cpu_count() or 1) - 1}"
+    os.environ[ENV_CPU_BIND] = "|".join([cpus] * dp_size)
+    log.info("atom-go serves SGLang with --dp-size %d: %s=%s", dp_size, ENV_CPU_BIND, os.environ[ENV_CPU_BIND])
 
 
 def _refuse_unsupported(grammar_manager: Any, req: Any, *args: Any, **kwargs: Any) -> None:

@@ -14,7 +14,7 @@ import functools
 import logging
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import torch
@@ -29,6 +29,7 @@ from sglang.srt.model_executor import model_runner as _model_runner
 from sglang.srt.model_executor.model_runner_components.layer_setup import ModelLayerInfo
 from sglang.srt.runtime_context import get_device, get_model, get_schedule
 
+from atom_go.devices import rank_devices, visible_devices_env
 from atom_go.sglang import ENV_AUTO_MTLS, ENV_DEVICE, ENV_ENGINE_ARGS, ENV_KV_SLOTS
 from atom_go.sglang.compat import check_req
 from atom_go.sglang.engine import RESERVED_SLOTS, SlotEngine, SlotEngineOptions
@@ -195,6 +196,43 @@ def unsupported_reason(req: Req) -> str | None:
     return top_logprobs_refusal(bool(req.return_logprob), getattr(req.logprob, "top_logprobs_num", 0))
 
 
+def engine_tensor_parallel_size(engine_args: Sequence[str]) -> int:
+    """atom-go's --tensor-parallel-size among atom-plugin engine flags (1 when not given)."""
+    size = 1
+    for i, arg in enumerate(engine_args):
+        name, eq, value = arg.partition("=")
+        if name.lstrip("-") != "tensor-parallel-size" or not name.startswith("-"):
+            continue
+        if not eq:
+            value = engine_args[i + 1] if i + 1 < len(engine_args) else ""
+        try:
+            size = int(value)
+        except ValueError:
+            raise ValueError(f"{ENV_ENGINE_ARGS}: --tensor-parallel-size needs a number, got {value!r}") from None
+    return size
+
+
+def dp_rank_device_env(
+    server_args: Any, gpu_id: int, engine_args: Sequence[str], device: str, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The device variables of this scheduler's atom-plugin under SGLang's ``--dp-size`` > 1.
+
+    SGLang's data-parallel controller starts one scheduler per rank with the GPU id
+    ``base_gpu_id + rank * tp_size * gpu_id_step`` (its tp_size is 1 under atom-go); atom-go's
+    plugin of rank ``r`` drives ``TP`` GPUs (``--tensor-parallel-size`` in ATOM_GO_ENGINE_ARGS),
+    so it sees ``base_gpu_id + (r*TP + i) * gpu_id_step`` for ``i < TP``
+    (:func:`atom_go.devices.visible_devices_env`). One rank, or the cpu backend: nothing.
+    """
+    dp_size = int(getattr(server_args, "dp_size", 1) or 1)
+    if dp_size <= 1 or device == "cpu":
+        return {}
+    first = int(getattr(server_args, "base_gpu_id", 0) or 0)
+    step = int(getattr(server_args, "gpu_id_step", 1) or 1)
+    rank = (gpu_id - first) // step
+    devices = rank_devices(rank, engine_tensor_parallel_size(engine_args), first, step)
+    return visible_devices_env(devices, environ)
+
+
 def _known_tokens(req: Req) -> list[int]:
     """Every token of req the host knows: the prompt, then the outputs."""
     return [*req.origin_input_ids, *req.output_ids]
@@ -219,6 +257,14 @@ class AtomGoTpModelWorker(_TpModelWorker):
         prefill_budget = max(int(sched.chunked_prefill_size or 0), int(sched.max_prefill_tokens or 0), 1)
         device = os.environ.get(ENV_DEVICE) or "auto"
         dtype = str(get_model().dtype or "auto")
+        engine_args = shlex.split(os.environ.get(ENV_ENGINE_ARGS, ""))
+        device_env = dp_rank_device_env(self.server_args, int(self.gpu_id), engine_args, device)
+        if device_env:
+            log.info(
+                "atom-go of the scheduler on GPU id %s sees devices %s",
+                self.gpu_id,
+                ", ".join(f"{k}={v}" for k, v in sorted(device_env.items())),
+            )
         options = SlotEngineOptions(
             model_path=get_model().model_path,
             device=device,
@@ -227,8 +273,9 @@ class AtomGoTpModelWorker(_TpModelWorker):
             max_model_len=int(self.model_config.context_len),
             max_num_seqs=max_running,
             max_num_batched_tokens=prefill_budget + max_running,
-            extra_args=shlex.split(os.environ.get(ENV_ENGINE_ARGS, "")),
+            extra_args=engine_args,
             auto_mtls=_truthy(ENV_AUTO_MTLS),
+            env=device_env,
         )
         self.atom = SlotEngine(options, logger=logging.getLogger("atom_go.sglang.plugin"))
         if self.atom.info.vocab_size != self.model_config.vocab_size:

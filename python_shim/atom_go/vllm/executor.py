@@ -26,9 +26,10 @@ from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, ModelRunne
 
 from atom_go import wire
 from atom_go.client import EngineClient
+from atom_go.devices import DEVICE_ENV_VARS, visible_devices_env
 from atom_go.plugin import PluginDiedError, PluginProcess
 from atom_go.vllm import mapping
-from atom_go.vllm.platform import ENV_DEVICE
+from atom_go.vllm.platform import ENV_DEVICE, ENV_VISIBLE_DEVICES
 
 logger = init_logger("vllm.atom_go")
 
@@ -40,6 +41,24 @@ _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: 
 
 def _truthy(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def plugin_device_env(assigned: list[int] | None, device: str) -> dict[str, str]:
+    """The device variables of this engine core's atom-plugin (see :mod:`atom_go.devices`).
+
+    ``assigned`` is vLLM's ``parallel_config.assigned_physical_gpu_ids``: with data parallelism
+    vLLM gives the engine core of local DP rank ``r`` the devices ``r*TP .. r*TP+TP-1`` (or its
+    slice of ``--device-ids``), numbered in ``ATOM_GO_VISIBLE_DEVICES`` (the platform's
+    device-control variable) when that is set, else logical devices, which index into a
+    ``CUDA_VISIBLE_DEVICES``/``HIP_VISIBLE_DEVICES`` the user set. None (one rank, no
+    ``--device-ids``) or the cpu backend: nothing is restricted.
+    """
+    if not assigned or device == "cpu":
+        return {}
+    if os.environ.get(ENV_VISIBLE_DEVICES, "").strip():
+        joined = ",".join(str(d) for d in assigned)
+        return {var: joined for var in DEVICE_ENV_VARS}
+    return visible_devices_env(assigned)
 
 
 def resolve_model_path(model: str, revision: str | None = None) -> str:
@@ -81,7 +100,20 @@ class AtomGoExecutor(Executor):
         tp = self.parallel_config.tensor_parallel_size
         if tp != 1:
             extra.insert(0, f"--tensor-parallel-size={tp}")
-        self.process = PluginProcess(auto_mtls=_truthy(ENV_AUTO_MTLS), logger=init_logger("vllm.atom_go.plugin"))
+        pc = self.parallel_config
+        # Non-MoE DP ranks run as independent engines (vLLM resets data_parallel_size to 1 in
+        # each); data_parallel_index keeps the rank, assigned_physical_gpu_ids its devices.
+        self.dp_index = int(getattr(pc, "data_parallel_index", 0) or 0)
+        device_env = plugin_device_env(getattr(pc, "assigned_physical_gpu_ids", None), device)
+        if device_env:
+            logger.info(
+                "atom-go of data-parallel rank %d sees devices %s",
+                self.dp_index,
+                ", ".join(f"{k}={v}" for k, v in sorted(device_env.items())),
+            )
+        self.process = PluginProcess(
+            auto_mtls=_truthy(ENV_AUTO_MTLS), env=device_env, logger=init_logger("vllm.atom_go.plugin")
+        )
         self.process.start()
         try:
             self.client = EngineClient(self.process)
@@ -107,9 +139,10 @@ class AtomGoExecutor(Executor):
             )
         self.process.add_death_callback(self._on_plugin_death)
         logger.info(
-            "atom-go %s (pid %d) loaded %s (%s, %s on %s): %d KV blocks of %d tokens",
+            "atom-go %s (pid %d, data-parallel rank %d) loaded %s (%s, %s on %s): %d KV blocks of %d tokens",
             self.info.engine_version,
             self.process.pid,
+            self.dp_index,
             model_path,
             self.info.architecture,
             self.info.dtype,
@@ -226,6 +259,14 @@ class AtomGoExecutor(Executor):
     def take_draft_token_ids(self) -> DraftTokenIds | None:
         return None
 
+    def execute_dummy_batch(self) -> None:
+        """An idle data-parallel rank's step: nothing to run.
+
+        vLLM's DPEngineCoreProc (MoE models only) keeps idle ranks stepping so that their
+        expert-parallel collectives meet the busy ranks'; atom-go's ranks share no collective
+        (each rank's tensor parallelism is inside its own plugin), so an idle rank runs nothing.
+        """
+
     # ------------------------------------------------------------------ the rest
 
     @property
@@ -237,6 +278,7 @@ class AtomGoExecutor(Executor):
         info = self.client.describe()
         return {
             "pid": self.process.pid,
+            "data_parallel_index": self.dp_index,
             "engine_version": info.engine_version,
             "architecture": info.architecture,
             "device": info.device,
@@ -261,6 +303,7 @@ class AtomGoExecutor(Executor):
             "get_supported_tasks": lambda: ("generate",),
             "update_max_model_len": self._update_max_model_len,
             "execute_model": self._step,
+            "execute_dummy_batch": self.execute_dummy_batch,
             "take_draft_token_ids": self.take_draft_token_ids,
             "check_health": self.check_health,
             "reset_mm_cache": lambda: None,

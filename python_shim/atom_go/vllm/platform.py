@@ -31,6 +31,8 @@ log = logging.getLogger("atom_go.vllm")
 # The engine's default KV block size (engine/config.go --block-size).
 DEFAULT_BLOCK_SIZE = 16
 ENV_DEVICE = "ATOM_GO_DEVICE"
+# The platform's device-control variable (vLLM numbers a DP rank's devices in it when it is set).
+ENV_VISIBLE_DEVICES = "ATOM_GO_VISIBLE_DEVICES"
 
 
 class AtomGoConfigError(ValueError):
@@ -83,7 +85,7 @@ class AtomGoPlatform(Platform):
     ray_device_key: str = ""
     simple_compile_backend: str = "eager"
     dist_backend: str = "gloo"
-    device_control_env_var: str = "ATOM_GO_VISIBLE_DEVICES"
+    device_control_env_var: str = ENV_VISIBLE_DEVICES
 
     @property
     def supported_dtypes(self) -> list[torch.dtype]:
@@ -173,15 +175,24 @@ class AtomGoPlatform(Platform):
         pc = vllm_config.parallel_config
         for name in (
             "pipeline_parallel_size",
-            "data_parallel_size",
             "decode_context_parallel_size",
             "prefill_context_parallel_size",
         ):
             value = getattr(pc, name, 1)
             if value != 1:
                 raise _refuse(f"{name}={value}", "atom-go's engine runs one model per process (use 1)")
+        if getattr(pc, "nnodes", 1) > 1 and getattr(pc, "nnodes_within_dp", 1) > 1:
+            raise _refuse(
+                f"--nnodes {pc.nnodes} (one model replica across hosts)",
+                "atom-go's tensor parallelism stays inside one host; scale across hosts with data "
+                "parallelism (docs/scaling.md)",
+            )
         # Tensor parallelism is atom-go's own: one engine process drives every GPU (or cpu rank)
         # and the executor passes the size on as --tensor-parallel-size.
+        # Data parallelism is vLLM's: each DP rank is an engine-core process with its own
+        # executor and atom-plugin (docs/scaling.md). atom-go serves dense models, which vLLM
+        # runs as independent ranks (no DP process group, no dummy batches); the executor gives
+        # each rank's plugin the rank's GPUs (atom_go.devices).
         if pc.tensor_parallel_size < 1:
             raise _refuse(f"tensor_parallel_size={pc.tensor_parallel_size}", "use 1 or more")
         if vllm_config.speculative_config is not None:
