@@ -46,6 +46,7 @@ func loadRef(t *testing.T, name string) refFile {
 func newTestEngine(t *testing.T, name string, edit func(*Config)) *Engine {
 	t.Helper()
 	cfg := DefaultConfig()
+	cfg.Device = "cpu" // the cpu engine's tests, also on a GPU machine (--device auto would take it); gpu tests edit it
 	cfg.Model = filepath.Join(testModels, name)
 	cfg.MaxNumBatchedTokens = 256
 	cfg.MaxNumSeqs = 64
