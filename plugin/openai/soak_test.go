@@ -24,7 +24,7 @@ import (
 // abandoned streams, plain requests, fan-outs and malformed bodies.
 const (
 	soakClients  = 64
-	soakRequests = 24
+	soakRequests = 120 // about half a minute a run on 2 cores: long enough for a slow leak to show
 )
 
 func TestSoak(t *testing.T) {
