@@ -37,6 +37,9 @@ type Config struct {
 	SlidingWindow    int
 	GenerationConfig GenerationConfig
 	MoE              MoEConfig
+	// Quantization is quantization_config.quant_method ("fp8", "compressed-tensors", ...; "" for
+	// an unquantized checkpoint): it picks the weight format (formats.For).
+	Quantization string
 }
 
 // MoEConfig is the sparse mixture-of-experts part of a config (config_moe.go); NumExperts is 0
@@ -91,6 +94,9 @@ type rawConfig struct {
 	EOSTokenID        json.RawMessage `json:"eos_token_id"`
 	SlidingWindow     jsonNum         `json:"sliding_window"`
 	UseSlidingWindow  *bool           `json:"use_sliding_window"`
+	Quantization      *struct {
+		QuantMethod string `json:"quant_method"`
+	} `json:"quantization_config"`
 	rawMoE
 }
 
@@ -170,6 +176,12 @@ func ParseConfig(b []byte) (*Config, error) {
 	num := func(dst *int, n jsonNum, field string) {
 		if err == nil {
 			_, err = n.intInto(dst, field)
+		}
+	}
+	if q := r.Quantization; q != nil {
+		c.Quantization = q.QuantMethod
+		if c.Quantization == "" || len(c.Quantization) > 64 {
+			return nil, fmt.Errorf("quantization_config.quant_method %q: not a quantization method", c.Quantization)
 		}
 	}
 	num(&c.HiddenSize, r.HiddenSize, "hidden_size")

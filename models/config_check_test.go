@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/atom-go/atom/ops"
 	"github.com/atom-go/atom/ops/cpu"
 )
 
@@ -209,6 +210,32 @@ func TestConfigFiles(t *testing.T) {
 		_, err = Load(ck, be, Options{MaxTokens: 8, MaxSeqs: 1})
 		require.ErrorContains(t, err, "missing tensor model.layers.2.")
 	})
+	for _, tc := range []struct{ name, quant, want string }{
+		{"fp8 checkpoint", `{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}`, `quantization_config: unsupported weight format "fp8"`},
+		{"compressed-tensors checkpoint", `{"quant_method": "compressed-tensors"}`, `unsupported weight format "compressed-tensors"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyCheckpoint(t, "llama-bf16")
+			editConfig(t, dir, func(c map[string]any) {
+				var q map[string]any
+				require.NoError(t, json.Unmarshal([]byte(tc.quant), &q))
+				c["quantization_config"] = q
+			})
+			ck, err := OpenCheckpoint(dir)
+			require.NoError(t, err)
+			defer ck.Close()
+			be := cpu.New(1)
+			defer be.Close()
+			_, err = Load(ck, be, Options{MaxTokens: 8, MaxSeqs: 1})
+			require.ErrorIs(t, err, ops.ErrUnsupportedWeight)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	for _, bad := range []string{`{}`, `{"quant_method": ""}`, `{"quant_method": "` + strings.Repeat("x", 65) + `"}`} {
+		_, err := ParseConfig([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,` +
+			`"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":384,"quantization_config":` + bad + `}`))
+		require.ErrorContains(t, err, "quantization_config.quant_method", bad)
+	}
 }
 
 // FuzzParseConfig feeds arbitrary config.json bytes to ParseConfig: errors are fine; panics are

@@ -100,16 +100,19 @@ func Load(ck *Checkpoint, be ops.Backend, opt Options) (Model, error) {
 	return m, nil
 }
 
-// buildRank builds shard's part of the model on be. The checkpoint's weights are read as they
-// are stored (formats.Unquantized); a quantized format is chosen here from the config's
-// quantization_config once one exists.
+// buildRank builds shard's part of the model on be, its linear layers in the weight format the
+// config's quantization_config names (refused, before any weight is read, where none serves it).
 func buildRank(ck *Checkpoint, be ops.Backend, opt Options, sh layers.Shard, b builder) (rankModel, error) {
+	format, err := formats.For(ck.Config.Quantization)
+	if err != nil {
+		return nil, fmt.Errorf("quantization_config: %w", err)
+	}
 	var total int64
 	for _, t := range ck.tensors {
 		total += int64(len(t.Data))
 	}
 	load := formats.NewLoader(ck, be, total, opt.Progress)
-	c := layers.NewContext(be, sh, load, formats.Unquantized{}, opt.MaxTokens, opt.MaxSeqs)
+	c := layers.NewContext(be, sh, load, format, opt.MaxTokens, opt.MaxSeqs)
 	m := b(c, ck.Config)
 	if err := c.Err(); err != nil {
 		return nil, err
