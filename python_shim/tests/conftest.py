@@ -11,6 +11,7 @@ from atom_go.plugin import PluginNotFoundError, find_plugin_binary
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MODEL = REPO / "testdata" / "models" / "qwen2-bf16"
+GGUF = REPO / "testdata" / "external" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"  # testdata/gguf/fetch.sh
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +28,16 @@ def model_dir() -> str:
     if not (MODEL / "config.json").is_file():
         pytest.fail(f"test checkpoint {MODEL} is missing")
     return str(MODEL)
+
+
+@pytest.fixture(scope="session")
+def gguf_file() -> str:
+    """The real SmolLM2 GGUF that `make fetch-testdata` installs (required in CI)."""
+    if not GGUF.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"{GGUF} is missing in CI: run testdata/gguf/fetch.sh")
+        pytest.skip(f"{GGUF} absent: run testdata/gguf/fetch.sh")
+    return str(GGUF)
 
 
 @pytest.fixture

@@ -26,8 +26,6 @@ from tests.test_vllm_e2e import MODEL_NAME, Server, _start, _stop, _wait_healthy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-GGUF = REPO / "testdata" / "external" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 PROMPTS = ["The capital of France is", "1 2 3 4 5 6"]
 CHAT = "What is 12 + 30? Answer briefly."
@@ -38,15 +36,6 @@ TEXTS = [
     "  spaces   and\ttabs\n\nnewlines ",
     "<|im_start|>user\nhi<|im_end|>",
 ]
-
-
-@pytest.fixture(scope="module")
-def gguf_file() -> str:
-    if not GGUF.is_file():
-        if os.environ.get("CI"):
-            pytest.fail(f"{GGUF} is missing in CI: run testdata/gguf/fetch.sh")
-        pytest.skip(f"{GGUF} absent: run testdata/gguf/fetch.sh")
-    return str(GGUF)
 
 
 @pytest.fixture(scope="module")

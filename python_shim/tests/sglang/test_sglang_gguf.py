@@ -9,27 +9,16 @@ GGUF of testdata/gguf/fetch.sh.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 
 import pytest
-from sglang_support import REPO, Reference, require_sglang
+from sglang_support import Reference, require_sglang
 from test_sglang_server import SGLANG_SERVE, Server, _ok, _start
 
 require_sglang()
 
-GGUF = REPO / "testdata" / "external" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 TEXTS = ("The capital of France is", "1 2 3 4 5 6")
-
-
-@pytest.fixture(scope="module")
-def gguf_file() -> str:
-    if not GGUF.is_file():
-        if os.environ.get("CI"):
-            pytest.fail(f"{GGUF} is missing in CI: run testdata/gguf/fetch.sh")
-        pytest.skip(f"{GGUF} absent: run testdata/gguf/fetch.sh")
-    return str(GGUF)
 
 
 @pytest.fixture(scope="module")
