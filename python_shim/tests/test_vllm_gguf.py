@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("vllm")
 pytest.importorskip("openai")
 
-from tests.test_vllm_e2e import MODEL_NAME, Server, _start, _stop, _wait_healthy
+from test_vllm_e2e import MODEL_NAME, Server, _start, _stop, _wait_healthy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 

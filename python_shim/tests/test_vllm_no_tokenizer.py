@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("vllm")
 openai = pytest.importorskip("openai")
 
-from tests.test_vllm_e2e import MODEL_NAME, Server, _start, _stop, _wait_healthy  # noqa: E402
+from test_vllm_e2e import MODEL_NAME, Server, _start, _stop, _wait_healthy  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
