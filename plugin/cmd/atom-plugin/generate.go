@@ -51,7 +51,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&p.IgnoreEOS, "ignore-eos", false, "keep generating past end-of-sequence tokens")
 	seed := fs.Int64("sample-seed", -1, "seed of this request's sampler (-1: from --seed)")
 	fs.Usage = func() {
-		usageOf(fs, "generate --model DIR (--prompt TEXT [--chat] | --prompt-ids 1,2,3) --max-tokens N [--json]")
+		usageOf(fs, "generate --model DIR|FILE.gguf (--prompt TEXT [--chat] | --prompt-ids 1,2,3) --max-tokens N [--json]")
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
