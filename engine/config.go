@@ -43,9 +43,13 @@ func DefaultConfig() Config {
 	return c
 }
 
+// ModelFlagUsage describes a --model flag: every command that takes one says that it may be a
+// GGUF file, which users otherwise only learn from the README.
+const ModelFlagUsage = "checkpoint directory (config.json + safetensors) or GGUF file"
+
 // Register binds every engine flag to c on fs, with its default and description.
 func (c *Config) Register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Model, "model", "", "checkpoint directory (config.json, *.safetensors, tokenizer files)")
+	fs.StringVar(&c.Model, "model", "", ModelFlagUsage+"; the tokenizer is read from it unless --tokenizer is given")
 	fs.StringVar(&c.Tokenizer, "tokenizer", "", "tokenizer directory when not the model directory")
 	fs.StringVar(&c.Device, "device", "auto", "backend: auto (gpu where the kernels load and a GPU is visible, else cpu), cpu or gpu")
 	fs.StringVar(&c.DType, "dtype", "auto", "weight dtype: auto (the checkpoint's), bfloat16, float16, float32")

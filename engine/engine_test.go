@@ -275,3 +275,13 @@ func goroutineDump() string {
 	buf := make([]byte, 1<<16)
 	return string(buf[:runtime.Stack(buf, true)])
 }
+
+// TestMaxTokensZeroStopsAtTheModelLength: MaxTokens 0 (unset) generates up to max_model_len
+// and finishes with "length" there, so no request is endless.
+func TestMaxTokensZeroStopsAtTheModelLength(t *testing.T) {
+	e := newTestEngine(t, "llama-bf16", func(c *Config) { c.MaxModelLen = 24 })
+	prompt := []int32{1, 2, 3, 4}
+	out := collect(t, e, Request{ID: "zero", PromptIDs: prompt, Params: greedy(0)})
+	require.Equal(t, "length", out.FinishReason)
+	require.Len(t, out.TokenIDs, 24-len(prompt))
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,7 +168,16 @@ func copyTo(src, dst string) error {
 // It returns nil and no error when the checkpoint has no tokenizer.
 func LoadTokenizer(model string) (*tokenizer.Tokenizer, error) {
 	gguf := ""
-	if st, err := os.Stat(model); err == nil && !st.IsDir() {
+	st, err := os.Stat(model)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Not "no tokenizer": the path itself is missing (a mistyped .gguf name, say).
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // named once: "PATH: no such file or directory"
+		}
+		return nil, fmt.Errorf("load tokenizer: %s: %w", model, err)
+	}
+	if err == nil && !st.IsDir() {
 		gguf = model
 	} else if !hasTokenizerJSON(model) {
 		if gguf, err = models.GGUFInDir(model); err != nil {

@@ -34,7 +34,9 @@ func DefaultSamplingParams() SamplingParams {
 const MaxLogprobs = 20
 
 // Normalize fills zero values that mean "unset" (N, TopP, RepetitionPenalty) and validates
-// every field, naming the first bad one.
+// every field, naming the first bad one. MaxTokens 0 is unset too: the request runs up to the
+// engine's max_model_len and finishes with "length" there, never later (the bridge's hosts send
+// 0 for "no limit"); the OpenAI server and `atom-plugin generate` refuse 0 as vLLM does.
 func (p *SamplingParams) Normalize(vocab int) error {
 	if p.N == 0 {
 		p.N = 1

@@ -2,7 +2,9 @@ package models
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -38,14 +40,34 @@ func (c *Checkpoint) allocOwned(n int) ([]byte, error) {
 // OpenCheckpoint reads config.json (and generation_config.json when present) and maps
 // model.safetensors or the shards named by model.safetensors.index.json. A path to a .gguf
 // file is opened with OpenGGUF; a directory without safetensors that holds one .gguf file
-// (GGUFInDir) loads its weights from that file, with config.json checked against it.
+// (GGUFInDir) loads its weights from that file, with config.json checked against it. The errors
+// name what is missing: the path itself (wrapping fs.ErrNotExist), or what a directory lacks.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() && filepath.Ext(dir) == ".gguf" {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// Said plainly ("PATH: no such file or directory"): looking for config.json inside a
+		// missing .gguf path used to report the config.json.
+		return nil, fmt.Errorf("open checkpoint: %s: %w", dir, pathErr(err))
+	case err != nil:
+		return nil, fmt.Errorf("open checkpoint: %w", err)
+	case !st.IsDir() && filepath.Ext(dir) == ".gguf":
 		return OpenGGUF(dir)
+	case !st.IsDir():
+		return nil, fmt.Errorf("open checkpoint %s: %s", dir, wantCheckpoint)
 	}
-	if file, err := GGUFInDir(dir); err != nil {
+	file, err := GGUFInDir(dir)
+	if err != nil {
 		return nil, err
-	} else if file != "" {
+	}
+	if _, cerr := os.Stat(filepath.Join(dir, "config.json")); errors.Is(cerr, fs.ErrNotExist) {
+		if file != "" {
+			return nil, fmt.Errorf("open checkpoint %s: %s has no config.json beside it: pass the .gguf file itself, "+
+				"or write the directory with `atom-plugin gguf-dir`: %w", dir, filepath.Base(file), cerr)
+		}
+		return nil, fmt.Errorf("open checkpoint %s: no config.json and no .gguf file: %s: %w", dir, wantCheckpoint, cerr)
+	}
+	if file != "" {
 		return openGGUFDir(dir, file)
 	}
 	cfg, err := LoadConfig(dir)
@@ -79,6 +101,19 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 	return ck, nil
 }
 
+// pathErr is the reason of a *fs.PathError (ENOENT: "no such file or directory"), so that
+// the message names the path once.
+func pathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// wantCheckpoint says what a model path must be.
+const wantCheckpoint = "want a checkpoint directory (config.json + *.safetensors) or a GGUF file (.gguf)"
+
 // shardFiles lists the safetensors files of a checkpoint directory.
 func shardFiles(dir string) ([]string, error) {
 	idxPath := filepath.Join(dir, "model.safetensors.index.json")
@@ -108,7 +143,7 @@ func shardFiles(dir string) ([]string, error) {
 	}
 	single := filepath.Join(dir, "model.safetensors")
 	if _, err := os.Stat(single); err != nil {
-		return nil, fmt.Errorf("open checkpoint %s: no model.safetensors or model.safetensors.index.json", dir)
+		return nil, fmt.Errorf("open checkpoint %s: config.json but no model.safetensors, model.safetensors.index.json or .gguf file: %s", dir, wantCheckpoint)
 	}
 	return []string{"model.safetensors"}, nil
 }

@@ -151,16 +151,21 @@ func (s *Server) LoadModel(req *pb.LoadModelRequest, stream pb.AtomEngine_LoadMo
 		e, err := engine.New(cfg, SlogFromHCLog(s.log))
 		done <- result{e, err}
 	}()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	// Progress of the weights is not reported by the engine yet: a heartbeat, whose interval
+	// doubles from 1 s up to 30 s so that a host printing each message (--handshake) shows a
+	// handful of lines for a long load rather than one a second.
+	wait := time.Second
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	var res result
 	for waiting := true; waiting; {
 		select {
 		case res = <-done:
 			waiting = false
-		case <-tick.C:
-			// Progress of the weights is not reported by the engine yet: a heartbeat.
+		case <-timer.C:
 			_ = progress("weights", 0.1, fmt.Sprintf("loading weights (%s)", time.Since(start).Round(time.Second)))
+			wait = nextHeartbeat(wait)
+			timer.Reset(wait)
 		}
 	}
 	if res.err != nil {
@@ -181,6 +186,10 @@ func (s *Server) LoadModel(req *pb.LoadModelRequest, stream pb.AtomEngine_LoadMo
 	return stream.Send(&pb.LoadProgress{Stage: "ready", Fraction: 1, Done: true, Info: s.info(),
 		Message: fmt.Sprintf("loaded in %s; backend %s", time.Since(start).Round(time.Millisecond), res.e.Backend())})
 }
+
+// nextHeartbeat is the wait after a LoadModel heartbeat that followed a wait of d: doubled, at
+// most 30 s.
+func nextHeartbeat(d time.Duration) time.Duration { return min(2*d, 30*time.Second) }
 
 // configFromRequest turns a LoadModelRequest into engine settings: the defaults, then the
 // request's non-zero fields, then its extra_args, all through the engine's flag set.

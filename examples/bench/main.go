@@ -64,7 +64,7 @@ func main() {
 func run(args []string) error {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&o.model, "model", "", "checkpoint directory")
+	fs.StringVar(&o.model, "model", "", "checkpoint directory (config.json + safetensors) or GGUF file")
 	fs.StringVar(&o.out, "out", "bench.json", "JSON results (read back by --report)")
 	fs.StringVar(&o.hfJSON, "hf-json", "", "results of hf_reference.py to merge into the table")
 	fs.StringVar(&o.md, "md", "", "also write the table as Markdown to this file")

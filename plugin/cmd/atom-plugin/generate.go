@@ -26,6 +26,9 @@ type generateResult struct {
 	Timing       map[string]any  `json:"timing"`
 }
 
+// defaultMaxTokens is generate's --max-tokens when the flag is left out.
+const defaultMaxTokens = 32
+
 // runGenerate is `atom-plugin generate`: load a model, run one prompt, print the result.
 func runGenerate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
@@ -38,8 +41,8 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	p := engine.DefaultSamplingParams()
 	p.Temperature = 0
-	p.MaxTokens = 32
-	fs.IntVar(&p.MaxTokens, "max-tokens", p.MaxTokens, "tokens to generate")
+	p.MaxTokens = defaultMaxTokens
+	fs.IntVar(&p.MaxTokens, "max-tokens", p.MaxTokens, "most tokens to generate, >= 1 (fewer when an end-of-sequence token or the model length comes first)")
 	fs.Float64Var(&p.Temperature, "temperature", p.Temperature, "sampling temperature; 0 is greedy")
 	fs.Float64Var(&p.TopP, "top-p", p.TopP, "nucleus sampling mass")
 	fs.IntVar(&p.TopK, "top-k", p.TopK, "sample among the k most likely tokens; 0 or -1: all")
@@ -48,9 +51,12 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&p.IgnoreEOS, "ignore-eos", false, "keep generating past end-of-sequence tokens")
 	seed := fs.Int64("sample-seed", -1, "seed of this request's sampler (-1: from --seed)")
 	fs.Usage = func() {
-		usageOf(fs, "generate --model DIR (--prompt TEXT [--chat] | --prompt-ids 1,2,3) --max-tokens N [--json]")
+		usageOf(fs, "generate --model DIR|FILE.gguf (--prompt TEXT [--chat] | --prompt-ids 1,2,3) --max-tokens N [--json]")
 	}
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := checkMaxTokens(p.MaxTokens, defaultMaxTokens); err != nil {
 		return err
 	}
 	if *seed >= 0 {
@@ -104,6 +110,16 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "\n[%d tokens, %s, finish_reason=%s, %.1f tokens/s]\n", len(res.TokenIDs),
 		total.Round(time.Millisecond), res.FinishReason, res.Timing["tokens_per_s"])
+	return nil
+}
+
+// checkMaxTokens refuses a --max-tokens below 1, as vLLM refuses max_tokens < 1 and serve
+// answers 400: the engine reads 0 as "up to the model length", which from the command line
+// looks like a generation without end. def is the flag's default, named in the message.
+func checkMaxTokens(n, def int) error {
+	if n < 1 {
+		return fmt.Errorf("--max-tokens must be >= 1, got %d: leave the flag out for the default (%d), or give N >= 1", n, def)
+	}
 	return nil
 }
 

@@ -27,17 +27,20 @@ func init() { subcommands["--handshake"] = runHandshake }
 func runHandshake(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("--handshake", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	model := fs.String("model", "", "checkpoint to load through LoadModel (none: stop after Describe)")
+	model := fs.String("model", "", engine.ModelFlagUsage+" to load through LoadModel (none: stop after Describe)")
 	device := fs.String("device", "auto", "device the plugin loads the model on: auto (gpu where one serves, else cpu), cpu or gpu")
-	maxTokens := fs.Int("max-tokens", 8, "tokens of the greedy generation")
+	maxTokens := fs.Int("max-tokens", 8, "tokens of the greedy generation, >= 1")
 	prompt := fs.String("prompt", "The capital of France is", "prompt text, when the model has a tokenizer")
 	timeout := fs.Duration("timeout", 5*time.Minute, "deadline of the whole check")
 	autoMTLS := fs.Bool("auto-mtls", envSwitch(engine.Env("ATOM_GO_AUTO_MTLS")),
 		"go-plugin AutoMTLS on the connection (default from ATOM_GO_AUTO_MTLS; off: the socket is in a private 0700 directory)")
 	fs.Usage = func() {
-		usageOf(fs, "--handshake [--model DIR] [--device auto|cpu|gpu] [--max-tokens N] [--auto-mtls]")
+		usageOf(fs, "--handshake [--model DIR|FILE.gguf] [--device auto|cpu|gpu] [--max-tokens N] [--auto-mtls]")
 	}
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := checkMaxTokens(*maxTokens, 8); err != nil {
 		return err
 	}
 	self, err := os.Executable()

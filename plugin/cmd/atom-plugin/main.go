@@ -3,7 +3,7 @@
 // without the cookie it prints go-plugin's explanation and exits 1; otherwise it runs a
 // subcommand:
 //
-//	atom-plugin generate --model DIR --prompt TEXT     offline smoke test
+//	atom-plugin generate --model DIR --prompt TEXT     offline smoke test (DIR or FILE.gguf, as for every --model)
 //	atom-plugin tokenize --model DIR --text TEXT       check a tokenizer
 //	atom-plugin gguf-dir FILE.gguf DIR                 a Hugging Face-style directory for a GGUF file
 //	atom-plugin serve --model DIR                      OpenAI-compatible HTTP server
@@ -79,11 +79,13 @@ Usage:
                                    write DIR/config.json and tokenizer files from the GGUF's metadata and
                                    link DIR/model.gguf to it: vllm serve DIR, sglang --model-path DIR
   atom-plugin replay [flags] FILE  replay a recording of a host's bridge calls (ATOM_GO_RECORD) and compare
-  atom-plugin --handshake [--model DIR] [--device cpu|gpu]
+  atom-plugin --handshake [--model DIR|FILE.gguf] [--device cpu|gpu]
                                    start this binary as a go-plugin host would, check the handshake,
-                                   health and Describe, optionally load DIR and stream 8 greedy tokens
+                                   health and Describe, optionally load the model and stream 8 greedy tokens
   atom-plugin --version            print the version
   atom-plugin COMMAND --help       the flags of COMMAND
+
+--model, everywhere: a checkpoint directory (config.json + safetensors) or a GGUF file.
 
 Engine flags (generate, serve):
 `, version)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/atom-go/atom/bridge"
 	"github.com/atom-go/atom/bridge/pb"
+	"github.com/atom-go/atom/engine"
 	"github.com/atom-go/atom/plugin"
 )
 
@@ -28,7 +29,7 @@ var errMismatch = errors.New("the replay differs from the recording")
 func runReplay(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modelPath := fs.String("model", "", "checkpoint to load instead of the recorded path")
+	modelPath := fs.String("model", "", engine.ModelFlagUsage+" to load instead of the recorded path")
 	device := fs.String("device", "", "backend to replay on: cpu or gpu (default: the recorded one)")
 	dtype := fs.String("dtype", "", "activations' dtype to replay in: bfloat16, float16 or float32 (default: the recorded one)")
 	var extra multiFlag
@@ -39,7 +40,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	logprobTol := fs.Float64("logprob-tol", -1, "logprob tolerance (default: the backends', docs/recording.md)")
 	tieTol := fs.Float64("tie-tol", -1, "near-tie tolerance of a flipped token (default: the backends')")
 	fs.Usage = func() {
-		usageOf(fs, "replay [--model DIR] [--device cpu|gpu] [--dtype float32] [--engine-arg=--enforce-eager] [--json] FILE")
+		usageOf(fs, "replay [--model DIR|FILE.gguf] [--device cpu|gpu] [--dtype float32] [--engine-arg=--enforce-eager] [--json] FILE")
 	}
 	// The file may come before the flags too.
 	var file string

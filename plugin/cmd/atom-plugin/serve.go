@@ -30,7 +30,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("port", 8000, "port to listen on (0: any free port, printed on start)")
 	name := fs.String("served-model-name", "", "model name clients use (default: the model path's base name)")
-	fs.Usage = func() { usageOf(fs, "serve --model DIR|FILE [--host H --port P --device cpu|gpu ...]") }
+	fs.Usage = func() { usageOf(fs, "serve --model DIR|FILE.gguf [--host H --port P --device cpu|gpu ...]") }
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

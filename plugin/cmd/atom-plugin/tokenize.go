@@ -18,13 +18,13 @@ import (
 func runTokenize(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	model := fs.String("model", "", "directory holding tokenizer.json (and tokenizer_config.json), or a GGUF file")
+	model := fs.String("model", "", engine.ModelFlagUsage+": its tokenizer.json (and tokenizer_config.json), or the GGUF's tokenizer")
 	text := fs.String("text", "", "text to encode (special tokens added as the tokenizer's post-processor says)")
 	messages := fs.String("messages", "", "JSON file with a list of {role, content}: render the chat template, then encode")
 	genPrompt := fs.Bool("add-generation-prompt", false, "with --messages: end with the assistant turn's header")
 	asJSON := fs.Bool("json", false, `print {"token_ids": [...], "text": "..."}`)
 	fs.Usage = func() {
-		usageOf(fs, "tokenize --model DIR (--text TEXT | --messages FILE.json [--add-generation-prompt]) [--json]")
+		usageOf(fs, "tokenize --model DIR|FILE.gguf (--text TEXT | --messages FILE.json [--add-generation-prompt]) [--json]")
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
