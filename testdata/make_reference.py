@@ -163,7 +163,12 @@ CASES = {
     # block at the edge of down_proj's columns (q|k|v and gate|up stack whole row blocks, as
     # vLLM requires), so this checkpoint does not split over TP 2 or 4: shards must be whole
     # blocks. The reference runs the DEQUANTIZED weights (fp8.float() * scale) in float32.
-    "llama-fp8": ("LlamaConfig", base(intermediate_size=120, tie_word_embeddings=True), torch.bfloat16, {"fp8_block": [8, 16]}),
+    "llama-fp8": (
+        "LlamaConfig",
+        base(intermediate_size=120, tie_word_embeddings=True),
+        torch.bfloat16,
+        {"fp8_block": [8, 16]},
+    ),
 }
 
 
