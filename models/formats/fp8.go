@@ -187,8 +187,8 @@ func (f BlockFP8) ignored(tensor string) bool {
 	return false
 }
 
-// scales returns scale rows [lo, hi) of si as float32 bytes, refusing non-finite or negative
-// scales by the tensor's name.
+// scales returns scale rows [lo, hi) of si as float32 bytes, refusing damaged scales (NaN,
+// infinite, zero or negative: a quantizer never writes them) by the tensor's name.
 func scales(si *TensorInfo, lo, hi, cols int) ([]byte, error) {
 	es := si.DType.Size()
 	b := si.Data[lo*cols*es : hi*cols*es]
@@ -197,7 +197,7 @@ func scales(si *TensorInfo, lo, hi, cols int) ([]byte, error) {
 	}
 	for i := 0; i < len(b); i += 4 {
 		v := math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || v < 0 {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || v <= 0 {
 			return nil, fmt.Errorf("%s: scale tensor %s has %v at %d", si.File, si.Name, v, lo*cols+i/4)
 		}
 	}

@@ -19,19 +19,31 @@ func fp8Tensor(name string, rows, cols int) *TensorInfo {
 	return &TensorInfo{Name: name, File: "mem", DType: ops.F8E4M3, Shape: []int{rows, cols}, Data: data}
 }
 
+// scaleTensor is rows x cols float32 scales 1, 2, 3, ...
+func scaleTensor(name string, rows, cols int) *TensorInfo {
+	t := f32Tensor(name, rows, cols)
+	for i := 0; i < len(t.Data); i += 4 {
+		binary.LittleEndian.PutUint32(t.Data[i:], math.Float32bits(float32(i/4+1)))
+	}
+	return t
+}
+
 // fp8Source: a [5, 4] (a partial row block at 2x2), b [4, 5] (a partial column block), c [2, 4],
-// each with its weight_scale_inv (0, 1, 2, ...), an f32 norm and hostile variants.
+// each with its weight_scale_inv (1, 2, 3, ...), an f32 norm and hostile variants.
 func fp8Source() memSource {
-	nan := f32Tensor("nan.weight_scale_inv", 1, 2)
+	nan := scaleTensor("nan.weight_scale_inv", 1, 2)
 	binary.LittleEndian.PutUint32(nan.Data[4:], math.Float32bits(float32(math.NaN())))
+	zero := scaleTensor("zero.weight_scale_inv", 1, 2)
+	binary.LittleEndian.PutUint32(zero.Data[0:], 0)
 	return memSource{
-		"a.weight": fp8Tensor("a.weight", 5, 4), "a.weight_scale_inv": f32Tensor("a.weight_scale_inv", 3, 2),
-		"b.weight": fp8Tensor("b.weight", 4, 5), "b.weight_scale_inv": f32Tensor("b.weight_scale_inv", 2, 3),
-		"c.weight": fp8Tensor("c.weight", 2, 4), "c.weight_scale_inv": f32Tensor("c.weight_scale_inv", 1, 2),
-		"bad.weight": fp8Tensor("bad.weight", 2, 4), "bad.weight_scale_inv": f32Tensor("bad.weight_scale_inv", 2, 2),
+		"a.weight": fp8Tensor("a.weight", 5, 4), "a.weight_scale_inv": scaleTensor("a.weight_scale_inv", 3, 2),
+		"b.weight": fp8Tensor("b.weight", 4, 5), "b.weight_scale_inv": scaleTensor("b.weight_scale_inv", 2, 3),
+		"c.weight": fp8Tensor("c.weight", 2, 4), "c.weight_scale_inv": scaleTensor("c.weight_scale_inv", 1, 2),
+		"bad.weight": fp8Tensor("bad.weight", 2, 4), "bad.weight_scale_inv": scaleTensor("bad.weight_scale_inv", 2, 2),
 		"f16.weight":           fp8Tensor("f16.weight", 2, 4),
 		"f16.weight_scale_inv": {Name: "f16.weight_scale_inv", File: "mem", DType: ops.F16, Shape: []int{1, 2}, Data: make([]byte, 4)},
 		"nan.weight":           fp8Tensor("nan.weight", 2, 4), "nan.weight_scale_inv": nan,
+		"zero.weight": fp8Tensor("zero.weight", 2, 4), "zero.weight_scale_inv": zero,
 		"noscale.weight": fp8Tensor("noscale.weight", 2, 4),
 		"skip.weight":    fp8Tensor("skip.weight", 2, 4),
 		"norm.weight":    f32Tensor("norm.weight", 2, 4),
@@ -59,13 +71,13 @@ func TestBlockFP8Load(t *testing.T) {
 		unquant bool
 	}{
 		{"whole, partial row block", LinearWeight{"a", Whole, []Part{part("a.weight", 0, 0, 5, 4)}}, []int{5, 4},
-			rowsOf(4, 0, 5), []int{3, 2}, []float32{0, 1, 2, 3, 4, 5}, false},
+			rowsOf(4, 0, 5), []int{3, 2}, []float32{1, 2, 3, 4, 5, 6}, false},
 		{"rows of the last rank", LinearWeight{"a", Rows, []Part{part("a.weight", 2, 5, 5, 4)}}, []int{3, 4},
-			rowsOf(4, 2, 5), []int{2, 2}, []float32{2, 3, 4, 5}, false},
+			rowsOf(4, 2, 5), []int{2, 2}, []float32{3, 4, 5, 6}, false},
 		{"columns with a partial block", LinearWeight{"b", Cols, []Part{part("b.weight", 2, 5, 4, 5)}}, []int{4, 3},
-			[]byte{2, 3, 4, 7, 8, 9, 12, 13, 14, 17, 18, 19}, []int{2, 2}, []float32{1, 2, 4, 5}, false},
+			[]byte{2, 3, 4, 7, 8, 9, 12, 13, 14, 17, 18, 19}, []int{2, 2}, []float32{2, 3, 5, 6}, false},
 		{"stacked", LinearWeight{"ac", Stacked, []Part{part("c.weight", 0, 2, 2, 4), part("a.weight", 0, 5, 5, 4)}}, []int{7, 4},
-			append(rowsOf(4, 0, 2), rowsOf(4, 0, 5)...), []int{4, 2}, []float32{0, 1, 0, 1, 2, 3, 4, 5}, false},
+			append(rowsOf(4, 0, 2), rowsOf(4, 0, 5)...), []int{4, 2}, []float32{1, 2, 1, 2, 3, 4, 5, 6}, false},
 		{"unquantized tensor", LinearWeight{"norm", Whole, []Part{part("norm.weight", 0, 0, 2, 4)}}, []int{2, 4},
 			nil, nil, nil, true},
 	} {
@@ -116,6 +128,7 @@ func TestBlockFP8Refuses(t *testing.T) {
 		{LinearWeight{"bad", Whole, []Part{part("bad.weight", 0, 0, 2, 4)}}, "tensor bad.weight_scale_inv has shape [2 2], the config implies [1 2]"},
 		{LinearWeight{"f16", Whole, []Part{part("f16.weight", 0, 0, 2, 4)}}, "scale tensor f16.weight_scale_inv is float16"},
 		{LinearWeight{"nan", Whole, []Part{part("nan.weight", 0, 0, 2, 4)}}, "scale tensor nan.weight_scale_inv has NaN"},
+		{LinearWeight{"zero", Whole, []Part{part("zero.weight", 0, 0, 2, 4)}}, "scale tensor zero.weight_scale_inv has 0 at 0"},
 		{LinearWeight{"noscale", Whole, []Part{part("noscale.weight", 0, 0, 2, 4)}}, "no tensor noscale.weight_scale_inv"},
 		{LinearWeight{"skip", Whole, []Part{part("skip.weight", 0, 0, 2, 4)}}, "tensor skip.weight is float8_e4m3fn but the quantization_config leaves it unquantized"},
 		{LinearWeight{"a", Whole, []Part{part("a.weight", 0, 0, 4, 5)}}, "tensor a.weight has shape [5 4], the config implies [4 5]"},
