@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/atom-go/atom/models/formats"
 	"github.com/atom-go/atom/ops"
 )
 
@@ -40,6 +41,9 @@ type Config struct {
 	// Quantization is quantization_config.quant_method ("fp8", "compressed-tensors", ...; "" for
 	// an unquantized checkpoint): it picks the weight format (formats.For).
 	Quantization string
+	// Quant is the whole quantization_config as the weight format reads it (Method ==
+	// Quantization; block size and ignored modules for fp8).
+	Quant formats.Spec
 }
 
 // MoEConfig is the sparse mixture-of-experts part of a config (config_moe.go); NumExperts is 0
@@ -94,9 +98,7 @@ type rawConfig struct {
 	EOSTokenID        json.RawMessage `json:"eos_token_id"`
 	SlidingWindow     jsonNum         `json:"sliding_window"`
 	UseSlidingWindow  *bool           `json:"use_sliding_window"`
-	Quantization      *struct {
-		QuantMethod string `json:"quant_method"`
-	} `json:"quantization_config"`
+	Quantization      *rawQuant       `json:"quantization_config"`
 	rawMoE
 }
 
@@ -182,6 +184,9 @@ func ParseConfig(b []byte) (*Config, error) {
 		c.Quantization = q.QuantMethod
 		if c.Quantization == "" || len(c.Quantization) > 64 {
 			return nil, fmt.Errorf("quantization_config.quant_method %q: not a quantization method", c.Quantization)
+		}
+		if c.Quant, err = q.spec(); err != nil {
+			return nil, fmt.Errorf("quantization_config: %w", err)
 		}
 	}
 	num(&c.HiddenSize, r.HiddenSize, "hidden_size")

@@ -211,7 +211,7 @@ func TestConfigFiles(t *testing.T) {
 		require.ErrorContains(t, err, "missing tensor model.layers.2.")
 	})
 	for _, tc := range []struct{ name, quant, want string }{
-		{"fp8 checkpoint", `{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}`, `quantization_config: unsupported weight format "fp8"`},
+		{"gptq checkpoint", `{"quant_method": "gptq", "bits": 4}`, `quantization_config: unsupported weight format "gptq"`},
 		{"compressed-tensors checkpoint", `{"quant_method": "compressed-tensors"}`, `unsupported weight format "compressed-tensors"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -103,7 +103,7 @@ func Load(ck *Checkpoint, be ops.Backend, opt Options) (Model, error) {
 // buildRank builds shard's part of the model on be, its linear layers in the weight format the
 // config's quantization_config names (refused, before any weight is read, where none serves it).
 func buildRank(ck *Checkpoint, be ops.Backend, opt Options, sh layers.Shard, b builder) (rankModel, error) {
-	format, err := formats.For(ck.Config.Quantization)
+	format, err := formats.For(ck.Config.Quant)
 	if err != nil {
 		return nil, fmt.Errorf("quantization_config: %w", err)
 	}

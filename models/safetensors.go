@@ -90,7 +90,7 @@ func (sf *safetensorsFile) parse() error {
 		if err := json.Unmarshal(msg, &e); err != nil {
 			return fmt.Errorf("%s: tensor %s: header entry: %w", sf.path, name, err)
 		}
-		dt, err := ops.ParseDType(e.DType)
+		dt, err := tensorDType(e.DType)
 		if err != nil {
 			return fmt.Errorf("%s: tensor %s: %w", sf.path, name, err)
 		}
@@ -130,4 +130,13 @@ func (sf *safetensorsFile) close() {
 		_ = syscall.Munmap(sf.mapping)
 		sf.mapping = nil
 	}
+}
+
+// tensorDType is a safetensors dtype: the 16- and 32-bit floats, and F8_E4M3 (float8_e4m3fn),
+// which only a quantized format's weights use (the unquantized format refuses it).
+func tensorDType(s string) (ops.DType, error) {
+	if s == "F8_E4M3" {
+		return ops.F8E4M3, nil
+	}
+	return ops.ParseDType(s)
 }

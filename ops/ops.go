@@ -18,12 +18,18 @@ const (
 	F32 DType = iota
 	F16
 	BF16
+	// F8E4M3 is float8_e4m3fn (safetensors F8_E4M3): a checkpoint's quantized weights only,
+	// never an activation or compute dtype (ParseDType does not accept it).
+	F8E4M3
 )
 
 // Size returns the bytes of one element.
 func (d DType) Size() int {
-	if d == F32 {
+	switch d {
+	case F32:
 		return 4
+	case F8E4M3:
+		return 1
 	}
 	return 2
 }
@@ -36,6 +42,8 @@ func (d DType) String() string {
 		return "float16"
 	case BF16:
 		return "bfloat16"
+	case F8E4M3:
+		return "float8_e4m3fn"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }

@@ -18,11 +18,18 @@ type WeightFormat uint8
 const (
 	// Unquantized weights are elements of WeightDesc.DType, without scales.
 	Unquantized WeightFormat = iota
+	// BlockFP8 weights are F8E4M3 elements [N, K] with float32 scales [ceil(N/bn), ceil(K/bk)]
+	// (Scales.Block = [bn, bk]): element (n, k) is float(q) * scale[n/bn, k/bk] (DeepSeek-V3's
+	// and Qwen3-FP8's weight_scale_inv, a dequantization multiplier despite its name).
+	BlockFP8
 )
 
 func (f WeightFormat) String() string {
-	if f == Unquantized {
+	switch f {
+	case Unquantized:
 		return "unquantized"
+	case BlockFP8:
+		return "fp8 block-scaled"
 	}
 	return fmt.Sprintf("format(%d)", uint8(f))
 }

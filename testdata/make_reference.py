@@ -157,6 +157,18 @@ CASES = {
         torch.float16,
         {},
     ),
+    # Block-scaled FP8 (DeepSeek-V3 / Qwen3-FP8 layout): every decoder Linear's weight stored
+    # as float8_e4m3fn with a float32 weight_scale_inv per 8x16 block (rows x columns); the
+    # embedding (tied LM head) and norms bf16. intermediate_size 120 = 7.5 x 16 leaves a partial
+    # block at the edge of down_proj's columns (q|k|v and gate|up stack whole row blocks, as
+    # vLLM requires), so this checkpoint does not split over TP 2 or 4: shards must be whole
+    # blocks. The reference runs the DEQUANTIZED weights (fp8.float() * scale) in float32.
+    "llama-fp8": (
+        "LlamaConfig",
+        base(intermediate_size=120, tie_word_embeddings=True),
+        torch.bfloat16,
+        {"fp8_block": [8, 16]},
+    ),
 }
 
 
@@ -233,9 +245,72 @@ def make(name: str, out_root: str) -> None:
                 p.copy_(0.3 * torch.randn_like(p))
     out = os.path.join(out_root, name)
     shutil.rmtree(out, ignore_errors=True)
+    if extra.get("fp8_block"):
+        ref_model = save_fp8(model, dtype, extra["fp8_block"], out)
+        write_refs(name, cfg, model_cls, ref_model, out, extra)
+        return
     model.to(dtype).save_pretrained(out, max_shard_size=extra.get("shard", "1GB"), safe_serialization=True)
     # Reference in float32 from the rounded weights actually saved.
     ref_model = model_cls.from_pretrained(out, torch_dtype=torch.float32).eval()
+    write_refs(name, cfg, model_cls, ref_model, out, extra)
+
+
+def quantize_fp8(w: torch.Tensor, bn: int, bk: int) -> tuple:
+    """Blockwise float8_e4m3fn quantization: scale = amax(block) / 448 per [bn, bk] block (partial
+    blocks at the edges), q = w / scale; returns (q, scale_inv float32, dequantized float32)."""
+    n, k = w.shape
+    sn, sk = -(-n // bn), -(-k // bk)
+    w = w.float()
+    scale = torch.empty(sn, sk)
+    for i in range(sn):
+        for j in range(sk):
+            amax = w[i * bn : (i + 1) * bn, j * bk : (j + 1) * bk].abs().max().clamp(min=1e-12)
+            scale[i, j] = amax / 448.0
+    full = scale.repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
+    q = (w / full).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return q, scale, q.float() * full
+
+
+def save_fp8(model: torch.nn.Module, dtype: torch.dtype, block: list, out: str) -> torch.nn.Module:
+    """Writes the checkpoint with every decoder Linear in block-scaled fp8 and returns the float32
+    model whose weights are the dequantized ones (what transformers' dequantized forward runs)."""
+    from safetensors.torch import save_file
+
+    bn, bk = block
+    tensors, deq = {}, {}
+    for pname, p in model.state_dict().items():
+        if pname.startswith("model.layers.") and pname.endswith("_proj.weight"):
+            q, s, d = quantize_fp8(p, bn, bk)
+            tensors[pname] = q.contiguous()
+            tensors[pname[: -len("weight")] + "weight_scale_inv"] = s.contiguous()
+            deq[pname] = d
+        else:
+            tensors[pname] = p.detach().to(dtype).contiguous()
+            deq[pname] = tensors[pname].float()
+    if model.config.tie_word_embeddings:
+        del tensors["lm_head.weight"]  # tied: stored once, as save_pretrained does
+    os.makedirs(out, exist_ok=True)
+    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    model.config.torch_dtype = dtype
+    model.config.architectures = [type(model).__name__]
+    model.config.save_pretrained(out)
+    model.generation_config.save_pretrained(out)
+    with open(os.path.join(out, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [bn, bk],
+    }
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    ref_model = type(model)(model.config).float().eval()
+    ref_model.load_state_dict(deq)
+    return ref_model
+
+
+def write_refs(name: str, cfg, model_cls, ref_model: torch.nn.Module, out: str, extra: dict) -> None:
     refs = {"architecture": cfg.architectures[0] if cfg.architectures else model_cls.__name__}
     refs["transformers_version"] = transformers.__version__
     refs["torch_version"] = torch.__version__

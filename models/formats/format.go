@@ -76,12 +76,3 @@ func (Unquantized) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
 func (Unquantized) LoadExperts(l *Loader, w ExpertWeight) (ops.Tensor, error) {
 	return l.StackExperts(w)
 }
-
-// For returns the format of a checkpoint whose config names quant (its
-// quantization_config.quant_method; "" for none).
-func For(quant string) (Format, error) {
-	if quant == "" {
-		return Unquantized{}, nil
-	}
-	return nil, fmt.Errorf("%w %q (supported: unquantized)", ops.ErrUnsupportedWeight, quant)
-}

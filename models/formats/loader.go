@@ -81,6 +81,9 @@ func (l *Loader) Info(name string, shape ...int) (*TensorInfo, error) {
 // Upload hands data (all of ti, or a shard of it, in parts) to the backend as a weight of
 // shape described by d, and reports progress.
 func (l *Loader) Upload(ti *TensorInfo, shape []int, d ops.WeightDesc, data ...[]byte) (ops.Tensor, error) {
+	if d.Format == ops.Unquantized && d.DType == ops.F8E4M3 {
+		return nil, fmt.Errorf("%s: tensor %s is %v, which needs an fp8 quantization_config", ti.File, ti.Name, d.DType)
+	}
 	t, err := l.be.Weight(ti.Name, d, shape, data...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ti.File, err)

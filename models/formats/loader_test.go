@@ -122,12 +122,17 @@ func TestLoaderRefuses(t *testing.T) {
 	}
 }
 
-// TestFormatFor: only unquantized checkpoints have a format yet.
+// TestFormatFor: unquantized and block-scaled fp8 have formats; the rest are refused.
 func TestFormatFor(t *testing.T) {
-	f, err := For("")
+	f, err := For(Spec{})
 	require.NoError(t, err)
 	require.Equal(t, "unquantized", f.Name())
-	_, err = For("fp8")
+	f, err = For(Spec{Method: "fp8", Block: [2]int{128, 128}})
+	require.NoError(t, err)
+	require.Equal(t, BlockFP8{Block: [2]int{128, 128}}, f)
+	_, err = For(Spec{Method: "fp8"})
+	require.ErrorIs(t, err, ops.ErrUnsupportedWeight)
+	_, err = For(Spec{Method: "awq"})
 	require.ErrorIs(t, err, ops.ErrUnsupportedWeight)
 }
 

@@ -57,10 +57,32 @@ func (b *Backend) Name() string { return "cpu" }
 // Weight wraps checkpoint bytes of an unquantized weight; 16-bit weights stay 16-bit and are
 // widened row by row.
 func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
+	if d.Format == ops.BlockFP8 {
+		t, err := b.fp8Weight(d, shape, raw)
+		if err != nil {
+			return nil, fmt.Errorf("weight %s: %w", name, err)
+		}
+		return t, nil
+	}
 	dt, err := d.PlainDType()
+	if err == nil && dt != ops.F32 && dt != ops.F16 && dt != ops.BF16 {
+		err = fmt.Errorf("%w: unquantized %v", ops.ErrUnsupportedWeight, dt)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
+	data := b.joined(raw)
+	t, err := newWeight(dt, shape, data)
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// joined returns a weight's parts as one slice: a single part as it is (it may be the
+// memory-mapped checkpoint), several (a fused q|k|v or gate|up) copied into bytes the backend
+// owns, off the heap like Buffer's.
+func (b *Backend) joined(raw [][]byte) []byte {
 	var data []byte
 	switch len(raw) {
 	case 0:
@@ -76,11 +98,7 @@ func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]by
 			data = append(data, p...)
 		}
 	}
-	t, err := newWeight(dt, shape, data)
-	if err != nil {
-		return nil, fmt.Errorf("weight %s: %w", name, err)
-	}
-	return t, nil
+	return data
 }
 
 // Buffer allocates a float32 activation buffer, outside the Go heap (ownedBytes).

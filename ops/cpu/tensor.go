@@ -17,6 +17,7 @@ type Tensor struct {
 	shape []int
 	f32   []float32
 	u16   []uint16
+	fp8   *fp8Data // an F8E4M3 block-scaled weight
 }
 
 // Shape returns the dimensions.
@@ -46,6 +47,8 @@ func (t *Tensor) at(i int) float32 {
 		return math.Float32frombits(uint32(t.u16[i]) << 16)
 	case ops.F16:
 		return f16Table[t.u16[i]]
+	case ops.F8E4M3:
+		return t.fp8.at(i/t.cols(), i%t.cols())
 	}
 	return t.f32[i]
 }
@@ -66,6 +69,8 @@ func (t *Tensor) row(r int, dst []float32) []float32 {
 		for i, u := range src {
 			dst[i] = f16Table[u]
 		}
+	case ops.F8E4M3:
+		t.fp8.row(r, dst[:n])
 	}
 	return dst[:n]
 }
