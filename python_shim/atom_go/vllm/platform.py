@@ -171,7 +171,6 @@ class AtomGoPlatform(Platform):
         model_config = vllm_config.model_config
         if model_config is None:
             return
-        warn_if_no_tokenizer(model_config)
         pc = vllm_config.parallel_config
         for name in (
             "pipeline_parallel_size",
@@ -209,6 +208,7 @@ class AtomGoPlatform(Platform):
             cls.verify_quantization(str(model_config.quantization))
         if model_config.runner_type != "generate":
             raise _refuse(f"runner {model_config.runner_type!r}", "atom-go only generates text")
+        warn_if_no_tokenizer(model_config)  # after the refusals: a refused setup needs no warning
         cache_config = vllm_config.cache_config
         if cache_config.cache_dtype not in ("auto", None):
             raise _refuse(f"--kv-cache-dtype {cache_config.cache_dtype}", "atom-go keeps the KV cache in its own dtype")
