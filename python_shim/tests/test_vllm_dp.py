@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import test_vllm_e2e
-from test_vllm_e2e import MODEL_NAME, Server, _poll, _start, _stop, _wait_healthy
+from test_vllm_e2e import MODEL_NAME, Server, _poll, _serve_until_done, _start
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -48,16 +48,7 @@ def dp_server(plugin_binary: str, model_dir: str, tmp_path_factory: pytest.TempP
         "--max-num-seqs",
         "8",
     )
-    srv = Server(proc, url, log, 0.0)
-    try:
-        _wait_healthy(srv)
-        srv.startup_s = time.monotonic() - t0
-        print(f"\nvllm serve --data-parallel-size {DP} on atom-go started in {srv.startup_s:.1f} s")
-        yield srv
-    finally:
-        _stop(proc)
-        if os.environ.get("ATOM_GO_KEEP_LOGS"):
-            print(srv.log_text()[-20000:])
+    yield from _serve_until_done(Server(proc, url, log, 0.0), t0, f"vllm serve --data-parallel-size {DP}")
 
 
 def _plugins(srv: Server) -> dict[int, int]:

@@ -146,14 +146,19 @@ def server(plugin_binary: str, model_dir: str, tmp_path_factory: pytest.TempPath
     t0 = time.monotonic()
     # No VLLM_PLUGINS: installed, atom-go serves `vllm serve MODEL` by itself.
     proc, url = _start({"ATOM_GO_PLUGIN": plugin_binary}, model_dir, log)
-    srv = Server(proc, url, log, 0.0)
+    yield from _serve_until_done(Server(proc, url, log, 0.0), t0, "vllm serve")
+
+
+def _serve_until_done(srv: Server, t0: float, what: str) -> Iterator[Server]:
+    """A module fixture's body: wait until srv is healthy, yield it, stop it (its log printed
+    with ATOM_GO_KEEP_LOGS)."""
     try:
         _wait_healthy(srv)
         srv.startup_s = time.monotonic() - t0
-        print(f"\nvllm serve on atom-go started in {srv.startup_s:.1f} s")
+        print(f"\n{what} on atom-go started in {srv.startup_s:.1f} s")
         yield srv
     finally:
-        _stop(proc)
+        _stop(srv.proc)
         if os.environ.get("ATOM_GO_KEEP_LOGS"):
             print(srv.log_text()[-20000:])
 
