@@ -128,7 +128,7 @@ func TestAutoFallsBackOnlyForModelsTheGPUCannotServe(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{fmt.Errorf("layer 3: %w", gpu.ErrMoENotImplemented), true},
+		{fmt.Errorf("layer 3: %w", ops.ErrUnsupportedMoE), true},
 		{fmt.Errorf("cache: %w", ops.ErrUnsupportedKVCache), true},
 		{fmt.Errorf("q_proj: %w", ops.ErrUnsupportedWeight), true},
 		{errors.New("out of memory"), false},

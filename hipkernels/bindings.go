@@ -79,6 +79,18 @@ type fns struct {
 	prefillTileRows  func(dt, numHeads, numKVHeads, headDim int32, rows *int32) int32
 	prefillAttention func(dt int32, out, q, kCache, vCache, queryStart, seqLens, blockTables uintptr, btStride int32,
 		tiles uintptr, numTiles, numHeads, numKVHeads, headDim, blockSize int32, scale float32, s uintptr) int32
+
+	// mixture of experts (moe.cu)
+	moeRoute     func(dt int32, logits, ids, weights uintptr, rows, experts, topk, renormalize int32, s uintptr) int32
+	moeTileRows  func(dt, slots int32, rows *int32) int32
+	moeWorkspace func(maxSlots, experts int32, sorted, tiles *int32) int32
+	moeAlign     func(ids uintptr, slots, experts, tileRows int32, sorted, tiles, numTiles, s uintptr) int32
+	moeGateUp    func(dt int32, act, x, w13, sorted, tiles, numTiles uintptr, tileRows, slots, experts, topk, hidden,
+		inter int32, s uintptr) int32
+	moeDown func(dt int32, y, act, w2, weights, sorted, tiles, numTiles uintptr, tileRows, slots, experts, topk, hidden,
+		inter int32, s uintptr) int32
+	moeSum func(dt int32, out, y, ids uintptr, rows, topk, hidden int32, shared, sharedGate uintptr, gateStride int32,
+		s uintptr) int32
 }
 
 type binding struct {
@@ -147,5 +159,12 @@ func (f *fns) table() []binding {
 		{&f.sampleWork, "atomk_sample_work_bytes"},
 		{&f.prefillTileRows, "atomk_prefill_attention_tile_rows"},
 		{&f.prefillAttention, "atomk_prefill_attention"},
+		{&f.moeRoute, "atomk_moe_route"},
+		{&f.moeTileRows, "atomk_moe_tile_rows"},
+		{&f.moeWorkspace, "atomk_moe_workspace"},
+		{&f.moeAlign, "atomk_moe_align"},
+		{&f.moeGateUp, "atomk_moe_gate_up"},
+		{&f.moeDown, "atomk_moe_down"},
+		{&f.moeSum, "atomk_moe_sum"},
 	}
 }

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define ATOMK_ABI_VERSION 3
+#define ATOMK_ABI_VERSION 4
 
 /* Element types; the numbers match ops.DType in Go. */
 enum { ATOMK_F32 = 0, ATOMK_F16 = 1, ATOMK_BF16 = 2 };
@@ -268,6 +268,38 @@ int atomk_gemm_residual(void* handle, void* stream, int dtype, int wdtype, void*
  * atomk_gemm_bias. */
 int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, int wdtype, void* out, const void* scaled, const float* sums,
                            int count, float eps, const void* w, const void* bias, int m, int n, int k, int* fused);
+
+/* Mixture of experts (moe.cu): vLLM's fused_moe as five launches with no host round trip.
+ * A "slot" is one (token, chosen expert) pair, numbered token * topk + j. */
+#define ATOMK_MOE_MAX_EXPERTS 512
+#define ATOMK_MOE_MAX_TOPK 16
+/* ids and weights [rows, topk] = the topk largest of softmax(logits [rows, experts]) in float32,
+ * in descending probability (ties: the lower id first), divided by their sum when renormalize. */
+int atomk_moe_route(int dtype, const void* logits, int32_t* ids, float* weights, int rows, int experts, int topk,
+                    int renormalize, void* stream);
+/* The tile rows (8 or 64) of a call of `slots` slots in dtype: what atomk_moe_align pads each
+ * expert's run to and the expert GEMMs take per block (host only, nothing queued). */
+int atomk_moe_tile_rows(int dtype, int slots, int* rows);
+/* The int32 elements of sorted and tile_expert that calls of up to max_slots slots need. */
+int atomk_moe_workspace(int max_slots, int experts, int* sorted_len, int* tiles_len);
+/* The token grouping of vLLM's moe_align_block_size: each expert's slots (ids [slots], each
+ * < experts) in a run padded to whole tiles of tile_rows, runs in expert order: sorted holds the
+ * slot ids (padding: slots), tile_expert the expert of each tile, *num_tiles (device) their count. */
+int atomk_moe_align(const int32_t* ids, int slots, int experts, int tile_rows, int32_t* sorted, int32_t* tile_expert,
+                    int32_t* num_tiles, void* stream);
+/* act[slot, :inter] = silu(x[t] · gate_eᵀ) * (x[t] · up_eᵀ) over the tiles atomk_moe_align left, t = slot /
+ * topk, e the tile's expert, w13 [experts, 2*inter, hidden] (each expert's gate rows, then its up rows). */
+int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const int32_t* sorted,
+                      const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
+                      int hidden, int inter, void* stream);
+/* y[slot, :hidden] = weights[slot] * (act[slot] · down_eᵀ), w2 [experts, hidden, inter]. */
+int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const float* weights, const int32_t* sorted,
+                   const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
+                   int hidden, int inter, void* stream);
+/* out[t] = Σ_j y[t*topk + j] over the token's experts in ascending id (ids [rows, topk]), plus
+ * sigmoid(shared_gate[t * gate_stride]) * shared[t] when shared is not NULL. */
+int atomk_moe_sum(int dtype, void* out, const void* y, const int32_t* ids, int rows, int topk, int hidden,
+                  const void* shared, const void* shared_gate, int gate_stride, void* stream);
 
 #ifdef __cplusplus
 }

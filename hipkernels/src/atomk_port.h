@@ -65,6 +65,8 @@ typedef __hip_bfloat16 atomk_bf16;
 
 // A full-wavefront exchange; HIP's __shfl_xor works on the whole 64-lane wavefront.
 #define ATOMK_SHFL_XOR(v, m) __shfl_xor((v), (m))
+// Lane src's v, broadcast to the wavefront.
+#define ATOMK_SHFL(v, src) __shfl((v), (src))
 
 #else
 // ---------------------------------------------------------------- CUDA
@@ -125,6 +127,7 @@ typedef __nv_bfloat16 atomk_bf16;
 #define gpuGraphExecDestroy cudaGraphExecDestroy
 
 #define ATOMK_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#define ATOMK_SHFL(v, src) __shfl_sync(0xffffffffu, (v), (src))
 
 #endif
 

@@ -2,7 +2,8 @@
 // 16-byte loads, the unpacking of 16-bit pairs, the three inputs (x as given, the SwiGLU of the
 // fused gate|up output, the residual stream already times the norm weight, its sum of squares
 // known) and the two outputs.
-// Included by gemv.cu only (kept apart to keep each file readable).
+// Included by gemv.cu (kept apart to keep it readable) and by moe.cu, whose skinny expert
+// kernel streams weights the same way.
 #ifndef ATOMK_GEMV_INPUT_H
 #define ATOMK_GEMV_INPUT_H
 

@@ -32,9 +32,17 @@ type reference struct {
 
 // logprobTolerance is how far a top logprob may be from the float32 reference. With bf16
 // activations (8-bit mantissa) the cpu backend itself, with its outputs rounded to bf16 at the
-// same points, is up to 0.073 off on these checkpoints; f16 rounding gives 0.008.
-func logprobTolerance(dt ops.DType) float64 {
-	if dt == ops.BF16 {
+// same points, is up to 0.073 off on these checkpoints; f16 rounding gives 0.008. A MoE
+// checkpoint in bf16 gets more: its router's top-k is discontinuous, so where two experts'
+// probabilities are nearly tied the rounding of the hidden state can swap one of a token's
+// experts for another, moving that layer's output by a whole expert's contribution
+// (qwen3_moe-bf16: 2 of 39 steps off by 0.27 and 0.39, greedy 39/39). The float32 pass of the
+// MoE checkpoints, which rounds nothing, is their exactness check (0.0000).
+func logprobTolerance(dt ops.DType, moe bool) float64 {
+	switch {
+	case dt == ops.BF16 && moe:
+		return 0.5
+	case dt == ops.BF16:
 		return 0.1
 	}
 	return 3e-2
@@ -83,8 +91,11 @@ func TestModelsMatchTransformersReference(t *testing.T) {
 			continue // no gpu kernels for quantized weights yet: Load refuses them (ErrUnsupportedWeight)
 		}
 		dts := []ops.DType{ck.Config.DType}
-		if ck.Config.DType == ops.F32 {
+		switch {
+		case ck.Config.DType == ops.F32:
 			dts = append(dts, ops.BF16) // an f32 checkpoint converted to bf16 on upload
+		case ck.Config.MoE.NumExperts > 0:
+			dts = append(dts, ops.F32) // the expert kernels without 16-bit rounding: as exact as the cpu
 		}
 		ck.Close()
 		for _, dt := range dts {
@@ -103,11 +114,6 @@ func runReference(t *testing.T, dir string, dt ops.DType) {
 	defer ck.Close()
 	be := newGPU(t, dt)
 	m, err := models.Load(ck, be, models.Options{MaxTokens: 64, MaxSeqs: 1})
-	if ck.Config.MoE.NumExperts > 0 {
-		// Until the MoE kernels exist the load must be refused, before any expert is uploaded.
-		require.ErrorIs(t, err, ErrMoENotImplemented)
-		t.Skip("MoE is not implemented on the gpu backend yet")
-	}
 	require.NoError(t, err)
 	c := ck.Config
 	const bs, blocks = 4, 32
@@ -129,14 +135,19 @@ func runReference(t *testing.T, dir string, dt ops.DType) {
 					t.Errorf("case %d step %d: greedy token %d, reference %d (margin %.3f)", ci, si, argmax(lp), st.Token, st.Margin)
 				}
 			}
+			stepErr := 0.0
 			for k, id := range st.TopIDs {
-				maxErr = math.Max(maxErr, math.Abs(st.TopLogprobs[k]-lp[id]))
+				stepErr = math.Max(stepErr, math.Abs(st.TopLogprobs[k]-lp[id]))
 			}
+			if stepErr > logprobTolerance(dt, false) {
+				t.Logf("case %d step %d: top logprob off by %.4f (margin %.3f)", ci, si, stepErr, st.Margin)
+			}
+			maxErr = math.Max(maxErr, stepErr)
 			ctx += len(input)
 			input = []int32{st.Token} // teacher-forced, as in models/reference_test.go
 		}
 	}
-	tol := logprobTolerance(dt)
+	tol := logprobTolerance(dt, ck.Config.MoE.NumExperts > 0)
 	record("%-44s %-8v max |dlogprob| %.4f (limit %.2f), greedy %d/%d", "model "+filepath.Base(dir), dt, maxErr, tol, checked-mismatches, checked)
 	require.LessOrEqual(t, maxErr, tol, "largest top-logprob error")
 }
@@ -158,7 +169,7 @@ func singleSeq(ctx, n, blockSize, blocks int) *ops.AttnMetadata {
 // step mixing decodes with a second prefill chunk) on the gpu and the cpu backend and compares
 // the logits of every sequence.
 func TestModelBatchMatchesCPU(t *testing.T) {
-	for _, name := range []string{"qwen3-bf16", "llama-linear-f16", "qwen2-bf16"} {
+	for _, name := range []string{"qwen3-bf16", "llama-linear-f16", "qwen2-bf16", "qwen3_moe-bf16", "qwen2_moe-bf16", "mixtral-f16"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join("../../testdata/models", name)
 			ck, err := models.OpenCheckpoint(dir)

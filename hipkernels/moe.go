@@ -1,0 +1,85 @@
+package hipkernels
+
+// MoEArgs are the operands of one mixture-of-experts pass over Slots (token, expert) slots
+// (see the atomk_moe_* functions in src/atomk.h): the routing of MoERoute, the grouping of
+// MoEAlign and the expert weights.
+type MoEArgs struct {
+	IDs      Ptr // int32 [tokens, TopK]: the experts chosen for each token
+	Weights  Ptr // float32 [tokens, TopK]: their routing weights
+	Sorted   Ptr // int32: the slots grouped by expert (MoEAlign's output)
+	Tiles    Ptr // int32: the expert of each tile
+	NumTiles Ptr // int32 [1], on the device
+	TileRows int // from MoETileRows
+	Slots    int // tokens * TopK
+	Experts  int
+	TopK     int
+	Hidden   int
+	Inter    int
+}
+
+// MoERoute queues ids and weights [rows, topk] = the topk largest of softmax(logits [rows,
+// experts]) in float32, in descending probability (ties: the lower id first), divided by
+// their sum when renormalize.
+func (l *Lib) MoERoute(dt DType, logits, ids, weights Ptr, rows, experts, topk int, renormalize bool, s Stream) error {
+	rn := int32(0)
+	if renormalize {
+		rn = 1
+	}
+	return l.call("atomk_moe_route", func() int32 {
+		return l.f.moeRoute(int32(dt), uintptr(logits), uintptr(ids), uintptr(weights), int32(rows), int32(experts), int32(topk), rn, uintptr(s))
+	})
+}
+
+// MoETileRows returns the tile rows (8 or 64) that a pass of slots slots in dt groups them by.
+func (l *Lib) MoETileRows(dt DType, slots int) (int, error) {
+	o := getOuts()
+	defer outPool.Put(o)
+	err := l.call("atomk_moe_tile_rows", func() int32 { return l.f.moeTileRows(int32(dt), int32(slots), &o.a) })
+	return int(o.a), err
+}
+
+// MoEWorkspace returns the int32 elements of MoEArgs.Sorted and MoEArgs.Tiles that passes of up
+// to maxSlots slots need.
+func (l *Lib) MoEWorkspace(maxSlots, experts int) (sorted, tiles int, err error) {
+	o := getOuts()
+	defer outPool.Put(o)
+	err = l.call("atomk_moe_workspace", func() int32 { return l.f.moeWorkspace(int32(maxSlots), int32(experts), &o.a, &o.b) })
+	return int(o.a), int(o.b), err
+}
+
+// MoEAlign queues the grouping of a's slots by expert into a.Sorted, a.Tiles and a.NumTiles.
+func (l *Lib) MoEAlign(a *MoEArgs, s Stream) error {
+	return l.call("atomk_moe_align", func() int32 {
+		return l.f.moeAlign(uintptr(a.IDs), int32(a.Slots), int32(a.Experts), int32(a.TileRows), uintptr(a.Sorted),
+			uintptr(a.Tiles), uintptr(a.NumTiles), uintptr(s))
+	})
+}
+
+// MoEGateUp queues act[slot] = silu(x[token] · gateᵀ) * (x[token] · upᵀ) of each slot's expert,
+// w13 [experts, 2*inter, hidden].
+func (l *Lib) MoEGateUp(dt DType, act, x, w13 Ptr, a *MoEArgs, s Stream) error {
+	return l.call("atomk_moe_gate_up", func() int32 {
+		return l.f.moeGateUp(int32(dt), uintptr(act), uintptr(x), uintptr(w13), uintptr(a.Sorted), uintptr(a.Tiles),
+			uintptr(a.NumTiles), int32(a.TileRows), int32(a.Slots), int32(a.Experts), int32(a.TopK), int32(a.Hidden),
+			int32(a.Inter), uintptr(s))
+	})
+}
+
+// MoEDown queues y[slot] = weight[slot] · (act[slot] · downᵀ) of each slot's expert, w2
+// [experts, hidden, inter].
+func (l *Lib) MoEDown(dt DType, y, act, w2 Ptr, a *MoEArgs, s Stream) error {
+	return l.call("atomk_moe_down", func() int32 {
+		return l.f.moeDown(int32(dt), uintptr(y), uintptr(act), uintptr(w2), uintptr(a.Weights), uintptr(a.Sorted),
+			uintptr(a.Tiles), uintptr(a.NumTiles), int32(a.TileRows), int32(a.Slots), int32(a.Experts), int32(a.TopK),
+			int32(a.Hidden), int32(a.Inter), uintptr(s))
+	})
+}
+
+// MoESum queues out[t] = Σ_j y[t*topk + j] over token t's experts in ascending id, plus
+// sigmoid(sharedGate[t*gateStride]) · shared[t] where shared is not 0.
+func (l *Lib) MoESum(dt DType, out, y Ptr, a *MoEArgs, rows int, shared, sharedGate Ptr, gateStride int, s Stream) error {
+	return l.call("atomk_moe_sum", func() int32 {
+		return l.f.moeSum(int32(dt), uintptr(out), uintptr(y), uintptr(a.IDs), int32(rows), int32(a.TopK), int32(a.Hidden),
+			uintptr(shared), uintptr(sharedGate), int32(gateStride), uintptr(s))
+	})
+}

@@ -1,0 +1,440 @@
+// moe.cu: the sparse mixture-of-experts block of vLLM's fused_moe, in five launches that need no
+// host round trip (so a MoE decode step captures into a CUDA graph):
+//   1. route:   softmax over the E router logits of each token in float32, the k largest
+//               probabilities (lower expert id first on ties), optionally renormalised;
+//   2. align:   the token-grouping of vLLM's moe_align_block_size: the (token, expert) slots
+//               counted per expert, each expert's run padded to whole tiles of kTile rows,
+//               the slot ids sorted by expert and the expert of every tile, on one block;
+//   3. gate_up: act[slot] = silu(x[t] · gate_eᵀ) * (x[t] · up_eᵀ), the SiLU-and-mul in the
+//               epilogue (each block computes matching gate and up columns);
+//   4. down:    y[slot] = w[slot] · (act[slot] · down_eᵀ), the routing weight in the epilogue;
+//   5. sum:     out[t] = Σ_j y[t, j] over the token's k experts in ascending id (the order the
+//               cpu reference and transformers' index_add use), plus the sigmoid-gated shared
+//               expert where the family has one.
+// Steps 3 and 4 run one of two kernels over the tiles step 2 made. The tensor-core one (CUDA,
+// 16-bit) takes 64-row tiles: a grouped GEMM with mma.sync m16n8k16 whose A rows are gathered
+// through the sorted slot ids. The skinny one takes 8-row tiles, for decode-sized batches: each
+// warp streams a few weight rows of its tile's expert once and multiplies the tile's rows with
+// them, so a batch-1 step reads only the k chosen experts' weights. It also serves f32 and HIP.
+// Only tiles below the count step 2 wrote do work; the grids are sized for the most tiles the
+// slot count allows, so a launch's shape depends on the batch size alone.
+#include <math.h>
+#include <stdint.h>
+
+#include "gemv_input.h"
+
+#if defined(ATOMK_CUDA)
+#include "atomk_mma.h"
+#endif
+
+namespace {
+
+constexpr int kRouteThreads = 128;  // one warp per token row
+constexpr int kMaxExpertsPerLane = ATOMK_MOE_MAX_EXPERTS / ATOMK_WARP_SIZE;
+constexpr int kAlignThreads = 1024;
+constexpr int kSkinnyRows = 8;     // tile rows of the skinny kernel
+constexpr int kMmaRows = 64;       // tile rows of the tensor-core kernel
+constexpr int kSkinnyThreads = 256;
+constexpr int kSkinnyWarps = kSkinnyThreads / ATOMK_WARP_SIZE;
+constexpr int kSumThreads = 256;
+
+// Whether (v, i) ranks before (u, j): the larger probability, the lower id on a tie; an empty
+// candidate (id -1) never ranks first, any real one does (so a row of NaNs still yields k
+// distinct ids, as on the cpu).
+__device__ __forceinline__ bool ranks_before(float v, int i, float u, int j) {
+    if (i < 0) return false;
+    if (j < 0) return true;
+    if (v > u) return true;
+    if (u > v) return false;
+    return i < j;  // equal, or a NaN: the lower id
+}
+
+// One warp per row: lane l holds experts l, l + W, l + 2W, ...
+template <typename T>
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const T* __restrict__ logits, int32_t* __restrict__ ids,
+                                                                  float* __restrict__ weights, int rows, int experts,
+                                                                  int topk, int renormalize) {
+    ATOMK_PDL_ENTER();
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE;
+    const int row = blockIdx.x * (kRouteThreads / ATOMK_WARP_SIZE) + threadIdx.x / ATOMK_WARP_SIZE;
+    if (row >= rows) return;
+    const T* lr = logits + (size_t)row * experts;
+    float p[kMaxExpertsPerLane];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+        const int e = lane + i * ATOMK_WARP_SIZE;
+        p[i] = e < experts ? atomk_to_float(lr[e]) : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+    mx = atomk_warp_max(mx);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+        const int e = lane + i * ATOMK_WARP_SIZE;
+        p[i] = e < experts ? expf(p[i] - mx) : 0.f;
+        s += p[i];
+    }
+    s = atomk_warp_sum(s);
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) p[i] /= s;
+
+    uint32_t taken = 0;
+    int my_id = 0;
+    float my_w = 0.f;
+    for (int j = 0; j < topk; ++j) {
+        float bv = 0.f;
+        int bi = -1;
+#pragma unroll
+        for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+            const int e = lane + i * ATOMK_WARP_SIZE;
+            if (e < experts && !(taken >> i & 1u) && ranks_before(p[i], e, bv, bi)) {
+                bv = p[i];
+                bi = e;
+            }
+        }
+#pragma unroll
+        for (int m = ATOMK_WARP_SIZE / 2; m > 0; m /= 2) {
+            const float ov = ATOMK_SHFL_XOR(bv, m);
+            const int oi = ATOMK_SHFL_XOR(bi, m);
+            if (ranks_before(ov, oi, bv, bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (bi % ATOMK_WARP_SIZE == lane) taken |= 1u << (bi / ATOMK_WARP_SIZE);
+        if (lane == j) {
+            my_id = bi;
+            my_w = bv;
+        }
+    }
+    if (renormalize) {
+        // Summed in the order the k winners were chosen, as the reference does.
+        float sum = 0.f;
+        for (int j = 0; j < topk; ++j) sum += ATOMK_SHFL(my_w, j);
+        my_w /= sum;
+    }
+    if (lane < topk) {
+        ids[(size_t)row * topk + lane] = my_id;
+        weights[(size_t)row * topk + lane] = my_w;
+    }
+}
+
+// The most tiles `slots` slots over `experts` experts can fill in runs padded to `tile` rows: every
+// non-empty expert adds at most one partly filled tile.
+int max_tiles(int slots, int experts, int tile) { return slots / tile + (slots < experts ? slots : experts); }
+
+// One block: counts per expert, padded offsets (a block-wide scan), tile experts, sorted slots.
+__global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const int32_t* __restrict__ ids, int slots, int experts,
+                                                                  int tile, int32_t* __restrict__ sorted,
+                                                                  int32_t* __restrict__ tile_expert,
+                                                                  int32_t* __restrict__ num_tiles) {
+    __shared__ int count[ATOMK_MOE_MAX_EXPERTS];
+    __shared__ int offset[ATOMK_MOE_MAX_EXPERTS + 1];
+    __shared__ int cursor[ATOMK_MOE_MAX_EXPERTS];
+    ATOMK_PDL_ENTER();
+    const int tid = threadIdx.x;
+    for (int e = tid; e < experts; e += blockDim.x) count[e] = cursor[e] = 0;
+    __syncthreads();
+    for (int s = tid; s < slots; s += blockDim.x) atomicAdd(&count[ids[s]], 1);
+    __syncthreads();
+    // Inclusive scan of the padded counts into offset[1..E] (Hillis-Steele, E <= blockDim).
+    const int padded = tid < experts ? (count[tid] + tile - 1) / tile * tile : 0;
+    if (tid < experts) offset[tid + 1] = padded;
+    if (tid == 0) offset[0] = 0;
+    __syncthreads();
+    for (int d = 1; d < experts; d *= 2) {
+        const int add = tid < experts && tid >= d ? offset[tid + 1 - d] : 0;
+        __syncthreads();
+        if (tid < experts) offset[tid + 1] += add;
+        __syncthreads();
+    }
+    const int total = offset[experts];
+    if (tid == 0) *num_tiles = total / tile;
+    if (tid < experts)
+        for (int t = offset[tid] / tile; t < offset[tid + 1] / tile; ++t) tile_expert[t] = tid;
+    for (int p = tid; p < total; p += blockDim.x) sorted[p] = slots;  // padding: no slot
+    __syncthreads();
+    for (int s = tid; s < slots; s += blockDim.x) {
+        const int e = ids[s];
+        sorted[offset[e] + atomicAdd(&cursor[e], 1)] = s;
+    }
+}
+
+// ---- the skinny kernel ----
+
+// The floats of one 16-byte chunk (8 16-bit values or 4 floats).
+template <typename T> struct Chunk {
+    static constexpr int N = 16 / sizeof(T);
+    static __device__ __forceinline__ void unpack(const uint4& v, float f[N]) {
+        if constexpr (sizeof(T) == 4) {
+            f[0] = __uint_as_float(v.x);
+            f[1] = __uint_as_float(v.y);
+            f[2] = __uint_as_float(v.z);
+            f[3] = __uint_as_float(v.w);
+        } else {
+            unpack8<T>(v, f);
+        }
+    }
+};
+
+// One block: kSkinnyWarps warps, each owning R rows of the tile's expert weight (gate_up: R/2
+// act columns, their gate row and their up row), lanes splitting K in 16-byte chunks; the tile's
+// up to kSkinnyRows slots each multiply the rows (rows past the slot count are padding).
+// GATE_UP: w = w13 [E, 2I, H], x rows = tokens (slot / topk), out = act [slots, I].
+// Otherwise: w = w2 [E, H, I], x = act, out = y [slots, H] times weights[slot].
+template <typename T, bool GATE_UP>
+__global__ void __launch_bounds__(kSkinnyThreads) moe_skinny_kernel(T* __restrict__ out, const T* __restrict__ x,
+                                                                    const T* __restrict__ w, const float* __restrict__ weights,
+                                                                    const int32_t* __restrict__ sorted,
+                                                                    const int32_t* __restrict__ tile_expert,
+                                                                    const int32_t* __restrict__ num_tiles, int slots,
+                                                                    int topk, int hidden, int inter) {
+    constexpr int R = 4, CE = Chunk<T>::N;
+    ATOMK_PDL_ENTER();
+    const int tile = blockIdx.y;
+    if (tile >= *num_tiles) return;
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
+    const int e = tile_expert[tile];
+    const int n_out = GATE_UP ? inter : hidden;  // output columns
+    const int k = GATE_UP ? hidden : inter;
+    const int kc = k / CE;                       // chunks per row
+    constexpr int cols = GATE_UP ? R / 2 : R;     // output columns per warp
+    const int col0 = (blockIdx.x * kSkinnyWarps + warp) * cols;
+    if (col0 >= n_out) return;
+    const uint4* wrow[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        int row;
+        if constexpr (GATE_UP)
+            row = (r < cols ? 0 : inter) + min(col0 + r % cols, n_out - 1);
+        else
+            row = min(col0 + r, n_out - 1);
+        const size_t rows_per_expert = GATE_UP ? 2 * (size_t)inter : (size_t)hidden;
+        wrow[r] = reinterpret_cast<const uint4*>(w + ((size_t)e * rows_per_expert + row) * k);
+    }
+    int slot[kSkinnyRows];
+    const uint4* xrow[kSkinnyRows];
+    int m = 0;  // real slots of the tile (they come first)
+#pragma unroll
+    for (int i = 0; i < kSkinnyRows; ++i) {
+        slot[i] = sorted[tile * kSkinnyRows + i];
+        if (slot[i] < slots) m = i + 1;
+        const int xr = slot[i] < slots ? (GATE_UP ? slot[i] / topk : slot[i]) : 0;
+        xrow[i] = reinterpret_cast<const uint4*>(x + (size_t)xr * k);
+    }
+    float acc[kSkinnyRows][R];
+#pragma unroll
+    for (int i = 0; i < kSkinnyRows; ++i)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
+    for (int c = lane; c < kc; c += ATOMK_WARP_SIZE) {
+        float wf[R][CE];
+#pragma unroll
+        for (int r = 0; r < R; ++r) Chunk<T>::unpack(load_stream(wrow[r] + c), wf[r]);
+#pragma unroll
+        for (int i = 0; i < kSkinnyRows; ++i) {
+            if (i >= m) break;
+            float xf[CE];
+            Chunk<T>::unpack(load_cached(xrow[i] + c), xf);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int q = 0; q < CE; ++q) acc[i][r] = fmaf(xf[q], wf[r][q], acc[i][r]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kSkinnyRows; ++i) {
+        if (i >= m) break;
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[i][r] = atomk_warp_sum(acc[i][r]);
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < cols; ++r) {
+                const int col = col0 + r;
+                if (col >= n_out) break;
+                float v;
+                if constexpr (GATE_UP) {
+                    const float g = acc[i][r], u = acc[i][r + cols];
+                    v = g / (1.f + expf(-g)) * u;
+                } else {
+                    v = acc[i][r] * weights[slot[i]];
+                }
+                out[(size_t)slot[i] * n_out + col] = atomk_from_float<T>(v);
+            }
+        }
+    }
+}
+
+// ---- the sum over a token's experts ----
+
+// One block per token row: out[t] = Σ_j y[t*k + j] in ascending expert id (+ sigmoid(gate)·shared).
+template <typename T>
+__global__ void __launch_bounds__(kSumThreads) moe_sum_kernel(T* __restrict__ out, const T* __restrict__ y,
+                                                              const int32_t* __restrict__ ids, int topk, int hidden,
+                                                              const T* __restrict__ shared, const T* __restrict__ shared_gate,
+                                                              int gate_stride) {
+    __shared__ int order[ATOMK_MOE_MAX_TOPK];
+    ATOMK_PDL_ENTER();
+    const int t = blockIdx.x;
+    const int32_t* tid_ids = ids + (size_t)t * topk;
+    if (threadIdx.x < topk) {
+        const int mine = tid_ids[threadIdx.x];
+        int rank = 0;
+        for (int j = 0; j < topk; ++j) rank += tid_ids[j] < mine || (tid_ids[j] == mine && j < (int)threadIdx.x);
+        order[rank] = threadIdx.x;
+    }
+    __syncthreads();
+    float scale = 0.f;
+    if (shared) {
+        const float g = atomk_to_float(shared_gate[(size_t)t * gate_stride]);
+        scale = 1.f / (1.f + expf(-g));
+    }
+    for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+        float s = 0.f;
+        for (int r = 0; r < topk; ++r) s += atomk_to_float(y[((size_t)t * topk + order[r]) * hidden + c]);
+        if (shared) s += scale * atomk_to_float(shared[(size_t)t * hidden + c]);
+        out[(size_t)t * hidden + c] = atomk_from_float<T>(s);
+    }
+}
+
+}  // namespace
+
+#if defined(ATOMK_CUDA)
+#include "moe_mma.h"
+#endif
+
+namespace {
+
+// Whether the tensor-core kernel serves dtype in this build.
+bool moe_mma_supported(int dtype) {
+#if defined(ATOMK_CUDA)
+    return dtype == ATOMK_BF16 || dtype == ATOMK_F16;
+#else
+    (void)dtype;
+    return false;
+#endif
+}
+
+// Slots from which the tensor-core kernel takes over from the skinny one (at a 64-row tile an
+// expert's weights are read once per 64 of its slots, at an 8-row tile once per 8).
+constexpr int kMmaMinSlots = 256;
+
+int check_moe_shape(const char* op, int slots, int experts, int topk, int hidden, int inter, int tile) {
+    if (slots < 0 || experts < 1 || experts > ATOMK_MOE_MAX_EXPERTS || topk < 1 || topk > ATOMK_MOE_MAX_TOPK ||
+        topk > experts || hidden < 8 || inter < 8 || hidden % 8 || inter % 8 ||
+        (tile != kSkinnyRows && tile != kMmaRows))
+        return atomk_fail(ATOMK_ERR_INVALID, "%s: %d slots, %d experts, top-%d, hidden %d, expert width %d, tile %d", op,
+                          slots, experts, topk, hidden, inter, tile);
+    return ATOMK_OK;
+}
+
+}  // namespace
+
+int atomk_moe_route(int dtype, const void* logits, int32_t* ids, float* weights, int rows, int experts, int topk,
+                    int renormalize, void* stream) {
+    if (rows < 0 || experts < 1 || experts > ATOMK_MOE_MAX_EXPERTS || topk < 1 || topk > ATOMK_MOE_MAX_TOPK || topk > experts)
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_moe_route: %d rows, top-%d of %d experts", rows, topk, experts);
+    if (rows == 0) return ATOMK_OK;
+    const int per_block = kRouteThreads / ATOMK_WARP_SIZE;
+    ATOMK_DISPATCH(dtype, "atomk_moe_route",
+                   atomk_launch(moe_route_kernel<T>, dim3((rows + per_block - 1) / per_block), dim3(kRouteThreads), 0,
+                                ATOMK_STREAM(stream), static_cast<const T*>(logits), ids, weights, rows, experts, topk,
+                                renormalize));
+    ATOMK_LAUNCHED("moe_route_kernel");
+    return ATOMK_OK;
+}
+
+int atomk_moe_tile_rows(int dtype, int slots, int* rows) {
+    *rows = moe_mma_supported(dtype) && slots >= kMmaMinSlots ? kMmaRows : kSkinnyRows;
+    return ATOMK_OK;
+}
+
+int atomk_moe_workspace(int max_slots, int experts, int* sorted_len, int* tiles_len) {
+    if (max_slots < 0 || experts < 1 || experts > ATOMK_MOE_MAX_EXPERTS)
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_moe_workspace: %d slots, %d experts", max_slots, experts);
+    const int a = max_tiles(max_slots, experts, kSkinnyRows), b = max_tiles(max_slots, experts, kMmaRows);
+    *sorted_len = a * kSkinnyRows > b * kMmaRows ? a * kSkinnyRows : b * kMmaRows;
+    *tiles_len = a > b ? a : b;
+    return ATOMK_OK;
+}
+
+int atomk_moe_align(const int32_t* ids, int slots, int experts, int tile_rows, int32_t* sorted, int32_t* tile_expert,
+                    int32_t* num_tiles, void* stream) {
+    if (int st = check_moe_shape("atomk_moe_align", slots, experts, 1, 8, 8, tile_rows)) return st;
+    atomk_launch(moe_align_kernel, dim3(1), dim3(kAlignThreads), 0, ATOMK_STREAM(stream), ids, slots, experts, tile_rows,
+                 sorted, tile_expert, num_tiles);
+    ATOMK_LAUNCHED("moe_align_kernel");
+    return ATOMK_OK;
+}
+
+namespace {
+
+// Launches the gate_up (GATE_UP) or down GEMM of one call on the kernel its tile rows select.
+template <bool GATE_UP>
+int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w, const float* weights, const int32_t* sorted,
+             const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk, int hidden,
+             int inter, void* stream) {
+    if (int st = check_moe_shape(op, slots, experts, topk, hidden, inter, tile_rows)) return st;
+    if (slots == 0) return ATOMK_OK;
+    const int tiles = max_tiles(slots, experts, tile_rows);
+    const int n_out = GATE_UP ? inter : hidden;
+    if (tile_rows == kMmaRows) {
+#if defined(ATOMK_CUDA)
+        if (!moe_mma_supported(dtype)) return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: dtype %d on 64-row tiles", op, dtype);
+        const int cols = GATE_UP ? kMmaCols / 2 : kMmaCols;
+        const dim3 grid((n_out + cols - 1) / cols, tiles);
+        if (dtype == ATOMK_BF16)
+            atomk_launch(moe_mma_kernel<atomk_bf16, GATE_UP>, grid, dim3(kMmaThreads), 0, ATOMK_STREAM(stream),
+                         static_cast<atomk_bf16*>(out), static_cast<const atomk_bf16*>(x),
+                         static_cast<const atomk_bf16*>(w), weights, sorted, tile_expert, num_tiles, slots, topk, hidden,
+                         inter);
+        else
+            atomk_launch(moe_mma_kernel<atomk_f16, GATE_UP>, grid, dim3(kMmaThreads), 0, ATOMK_STREAM(stream),
+                         static_cast<atomk_f16*>(out), static_cast<const atomk_f16*>(x), static_cast<const atomk_f16*>(w),
+                         weights, sorted, tile_expert, num_tiles, slots, topk, hidden, inter);
+        ATOMK_LAUNCHED("moe_mma_kernel");
+        return ATOMK_OK;
+#else
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: 64-row tiles need the CUDA build", op);
+#endif
+    }
+    const int cols_per_block = kSkinnyWarps * (GATE_UP ? 2 : 4);
+    const dim3 grid((n_out + cols_per_block - 1) / cols_per_block, tiles);
+    ATOMK_DISPATCH(dtype, op,
+                   atomk_launch(moe_skinny_kernel<T, GATE_UP>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),
+                                static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w), weights, sorted,
+                                tile_expert, num_tiles, slots, topk, hidden, inter));
+    ATOMK_LAUNCHED("moe_skinny_kernel");
+    return ATOMK_OK;
+}
+
+}  // namespace
+
+int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const int32_t* sorted,
+                      const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
+                      int hidden, int inter, void* stream) {
+    return moe_gemm<true>("atomk_moe_gate_up", dtype, act, x, w13, nullptr, sorted, tile_expert, num_tiles, tile_rows,
+                          slots, experts, topk, hidden, inter, stream);
+}
+
+int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const float* weights, const int32_t* sorted,
+                   const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
+                   int hidden, int inter, void* stream) {
+    return moe_gemm<false>("atomk_moe_down", dtype, y, act, w2, weights, sorted, tile_expert, num_tiles, tile_rows, slots,
+                           experts, topk, hidden, inter, stream);
+}
+
+int atomk_moe_sum(int dtype, void* out, const void* y, const int32_t* ids, int rows, int topk, int hidden,
+                  const void* shared, const void* shared_gate, int gate_stride, void* stream) {
+    if (rows < 0 || topk < 1 || topk > ATOMK_MOE_MAX_TOPK || hidden < 1 || (shared && (!shared_gate || gate_stride < 1)))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_moe_sum: %d rows, top-%d, hidden %d, gate stride %d", rows, topk, hidden,
+                          gate_stride);
+    if (rows == 0) return ATOMK_OK;
+    ATOMK_DISPATCH(dtype, "atomk_moe_sum",
+                   atomk_launch(moe_sum_kernel<T>, dim3(rows), dim3(kSumThreads), 0, ATOMK_STREAM(stream),
+                                static_cast<T*>(out), static_cast<const T*>(y), ids, topk, hidden,
+                                static_cast<const T*>(shared), static_cast<const T*>(shared_gate), gate_stride));
+    ATOMK_LAUNCHED("moe_sum_kernel");
+    return ATOMK_OK;
+}
