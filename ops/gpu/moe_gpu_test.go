@@ -77,10 +77,10 @@ func TestMoERoute(t *testing.T) {
 // tokens; shared adds Qwen2-MoE's gated shared expert; hot >= 0 makes every token choose that
 // expert (one expert receives all).
 type moeCase struct {
-	name                              string
+	name                               string
 	experts, topk, hidden, inter, rows int
-	shared                            bool
-	hot                               int
+	shared                             bool
+	hot                                int
 }
 
 var moeCases = []moeCase{
