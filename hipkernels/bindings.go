@@ -81,7 +81,9 @@ type fns struct {
 		tiles uintptr, numTiles, numHeads, numKVHeads, headDim, blockSize int32, scale float32, s uintptr) int32
 
 	// mixture of experts (moe.cu)
-	moeRoute     func(dt int32, logits, ids, weights uintptr, rows, experts, topk, renormalize int32, s uintptr) int32
+	moeRoute      func(dt int32, logits, ids, weights uintptr, rows, experts, topk, renormalize int32, s uintptr) int32
+	moeRouteAlign func(dt int32, logits, ids, weights uintptr, rows, experts, topk, renormalize, tileRows int32, sorted,
+		tiles, numTiles, s uintptr) int32
 	moeTileRows  func(dt, slots int32, rows *int32) int32
 	moeWorkspace func(maxSlots, experts int32, sorted, tiles *int32) int32
 	moeAlign     func(ids uintptr, slots, experts, tileRows int32, sorted, tiles, numTiles, s uintptr) int32
@@ -160,6 +162,7 @@ func (f *fns) table() []binding {
 		{&f.prefillTileRows, "atomk_prefill_attention_tile_rows"},
 		{&f.prefillAttention, "atomk_prefill_attention"},
 		{&f.moeRoute, "atomk_moe_route"},
+		{&f.moeRouteAlign, "atomk_moe_route_align"},
 		{&f.moeTileRows, "atomk_moe_tile_rows"},
 		{&f.moeWorkspace, "atomk_moe_workspace"},
 		{&f.moeAlign, "atomk_moe_align"},

@@ -30,6 +30,19 @@ func (l *Lib) MoERoute(dt DType, logits, ids, weights Ptr, rows, experts, topk i
 	})
 }
 
+// MoERouteAlign queues MoERoute of rows tokens (into a.IDs and a.Weights) then MoEAlign of
+// their slots (a.Slots = rows * a.TopK), in one launch for decode-sized batches.
+func (l *Lib) MoERouteAlign(dt DType, logits Ptr, rows int, renormalize bool, a *MoEArgs, s Stream) error {
+	rn := int32(0)
+	if renormalize {
+		rn = 1
+	}
+	return l.call("atomk_moe_route_align", func() int32 {
+		return l.f.moeRouteAlign(int32(dt), uintptr(logits), uintptr(a.IDs), uintptr(a.Weights), int32(rows), int32(a.Experts),
+			int32(a.TopK), rn, int32(a.TileRows), uintptr(a.Sorted), uintptr(a.Tiles), uintptr(a.NumTiles), uintptr(s))
+	})
+}
+
 // MoETileRows returns the tile rows (8 or 64) that a pass of slots slots in dt groups them by.
 func (l *Lib) MoETileRows(dt DType, slots int) (int, error) {
 	o := getOuts()

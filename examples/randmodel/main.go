@@ -131,8 +131,16 @@ func main() {
 	dtype := flag.String("dtype", "bfloat16", "bfloat16, float16 or float32")
 	shardGB := flag.Float64("shard-gb", 4, "shard size in GB")
 	seed := flag.Uint64("seed", 1, "random seed")
+	layers := flag.Int("layers", 0, "decoder layers (0: the shape's); fewer keep every width, for a machine whose memory cannot hold the whole checkpoint")
 	flag.Parse()
 	s, ok := shapes[*name]
+	if *layers < 0 || (ok && *layers > s.Layers) {
+		fmt.Fprintf(os.Stderr, "randmodel: --layers %d: want 1 to %d (0: all)\n", *layers, s.Layers)
+		os.Exit(2)
+	}
+	if *layers > 0 {
+		s.Layers = *layers
+	}
 	if !ok || *out == "" {
 		keys := make([]string, 0, len(shapes))
 		for k := range shapes {

@@ -277,6 +277,11 @@ int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, int wdtype, vo
  * in descending probability (ties: the lower id first), divided by their sum when renormalize. */
 int atomk_moe_route(int dtype, const void* logits, int32_t* ids, float* weights, int rows, int experts, int topk,
                     int renormalize, void* stream);
+/* atomk_moe_route then atomk_moe_align of its rows * topk slots, in one launch for decode-sized
+ * batches. */
+int atomk_moe_route_align(int dtype, const void* logits, int32_t* ids, float* weights, int rows, int experts, int topk,
+                          int renormalize, int tile_rows, int32_t* sorted, int32_t* tile_expert, int32_t* num_tiles,
+                          void* stream);
 /* The tile rows (8 or 64) of a call of `slots` slots in dtype: what atomk_moe_align pads each
  * expert's run to and the expert GEMMs take per block (host only, nothing queued). */
 int atomk_moe_tile_rows(int dtype, int slots, int* rows);

@@ -32,6 +32,7 @@ namespace {
 constexpr int kRouteThreads = 128;  // one warp per token row
 constexpr int kMaxExpertsPerLane = ATOMK_MOE_MAX_EXPERTS / ATOMK_WARP_SIZE;
 constexpr int kAlignThreads = 1024;
+constexpr int kRouteAlignRows = kAlignThreads / ATOMK_WARP_SIZE;  // rows one route-and-group launch takes
 constexpr int kSkinnyRows = 8;     // tile rows of the skinny kernel
 constexpr int kMmaRows = 64;       // tile rows of the tensor-core kernel
 constexpr int kSkinnyThreads = 256;
@@ -49,15 +50,11 @@ __device__ __forceinline__ bool ranks_before(float v, int i, float u, int j) {
     return i < j;  // equal, or a NaN: the lower id
 }
 
-// One warp per row: lane l holds experts l, l + W, l + 2W, ...
+// Routes one row on one warp: lane l holds experts l, l + W, l + 2W, ...
 template <typename T>
-__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const T* __restrict__ logits, int32_t* __restrict__ ids,
-                                                                  float* __restrict__ weights, int rows, int experts,
-                                                                  int topk, int renormalize) {
-    ATOMK_PDL_ENTER();
+__device__ __forceinline__ void route_row(const T* __restrict__ logits, int32_t* __restrict__ ids,
+                                          float* __restrict__ weights, int row, int experts, int topk, int renormalize) {
     const int lane = threadIdx.x % ATOMK_WARP_SIZE;
-    const int row = blockIdx.x * (kRouteThreads / ATOMK_WARP_SIZE) + threadIdx.x / ATOMK_WARP_SIZE;
-    if (row >= rows) return;
     const T* lr = logits + (size_t)row * experts;
     float p[kMaxExpertsPerLane];
     float mx = -INFINITY;
@@ -120,19 +117,27 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const T* __res
     }
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const T* __restrict__ logits, int32_t* __restrict__ ids,
+                                                                  float* __restrict__ weights, int rows, int experts,
+                                                                  int topk, int renormalize) {
+    ATOMK_PDL_ENTER();
+    const int row = blockIdx.x * (kRouteThreads / ATOMK_WARP_SIZE) + threadIdx.x / ATOMK_WARP_SIZE;
+    if (row < rows) route_row(logits, ids, weights, row, experts, topk, renormalize);
+}
+
 // The most tiles `slots` slots over `experts` experts can fill in runs padded to `tile` rows: every
 // non-empty expert adds at most one partly filled tile.
 int max_tiles(int slots, int experts, int tile) { return slots / tile + (slots < experts ? slots : experts); }
 
-// One block: counts per expert, padded offsets (a block-wide scan), tile experts, sorted slots.
-__global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const int32_t* __restrict__ ids, int slots, int experts,
-                                                                  int tile, int32_t* __restrict__ sorted,
-                                                                  int32_t* __restrict__ tile_expert,
-                                                                  int32_t* __restrict__ num_tiles) {
+// The grouping on one block: counts per expert, padded offsets (a block-wide scan), tile
+// experts, sorted slots. ids may have been written by this block (after a barrier).
+__device__ __forceinline__ void align_block(const int32_t* ids, int slots, int experts, int tile,
+                                            int32_t* __restrict__ sorted, int32_t* __restrict__ tile_expert,
+                                            int32_t* __restrict__ num_tiles) {
     __shared__ int count[ATOMK_MOE_MAX_EXPERTS];
     __shared__ int offset[ATOMK_MOE_MAX_EXPERTS + 1];
     __shared__ int cursor[ATOMK_MOE_MAX_EXPERTS];
-    ATOMK_PDL_ENTER();
     const int tid = threadIdx.x;
     for (int e = tid; e < experts; e += blockDim.x) count[e] = cursor[e] = 0;
     __syncthreads();
@@ -159,6 +164,30 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const int32_t*
         const int e = ids[s];
         sorted[offset[e] + atomicAdd(&cursor[e], 1)] = s;
     }
+}
+
+__global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const int32_t* __restrict__ ids, int slots, int experts,
+                                                                  int tile, int32_t* __restrict__ sorted,
+                                                                  int32_t* __restrict__ tile_expert,
+                                                                  int32_t* __restrict__ num_tiles) {
+    ATOMK_PDL_ENTER();
+    align_block(ids, slots, experts, tile, sorted, tile_expert, num_tiles);
+}
+
+// Decode batches (rows <= kRouteAlignRows) route and group in one launch: a warp per row, then
+// the block groups the slots it wrote.
+template <typename T>
+__global__ void __launch_bounds__(kAlignThreads) moe_route_align_kernel(const T* __restrict__ logits, int32_t* ids,
+                                                                        float* __restrict__ weights, int rows, int experts,
+                                                                        int topk, int renormalize, int tile,
+                                                                        int32_t* __restrict__ sorted,
+                                                                        int32_t* __restrict__ tile_expert,
+                                                                        int32_t* __restrict__ num_tiles) {
+    ATOMK_PDL_ENTER();
+    const int warp = threadIdx.x / ATOMK_WARP_SIZE;
+    if (warp < rows) route_row(logits, ids, weights, warp, experts, topk, renormalize);
+    __syncthreads();
+    align_block(ids, rows * topk, experts, tile, sorted, tile_expert, num_tiles);
 }
 
 // ---- the skinny kernel ----
@@ -190,7 +219,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) moe_skinny_kernel(T* __restric
                                                                     const int32_t* __restrict__ tile_expert,
                                                                     const int32_t* __restrict__ num_tiles, int slots,
                                                                     int topk, int hidden, int inter) {
-    constexpr int R = 4, CE = Chunk<T>::N;
+    constexpr int R = 4, U = 4, CE = Chunk<T>::N;
     ATOMK_PDL_ENTER();
     const int tile = blockIdx.y;
     if (tile >= *num_tiles) return;
@@ -228,19 +257,34 @@ __global__ void __launch_bounds__(kSkinnyThreads) moe_skinny_kernel(T* __restric
     for (int i = 0; i < kSkinnyRows; ++i)
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
-    for (int c = lane; c < kc; c += ATOMK_WARP_SIZE) {
-        float wf[R][CE];
+    // U chunks of each of the R rows are loaded before any is used: U·R 16-byte loads in flight
+    // per lane, which a batch-1 step (one slot a tile) needs to approach the copy bandwidth.
+    for (int c0 = lane; c0 < kc; c0 += U * ATOMK_WARP_SIZE) {
+        uint4 wv[U][R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) Chunk<T>::unpack(load_stream(wrow[r] + c), wf[r]);
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int i = 0; i < kSkinnyRows; ++i) {
-            if (i >= m) break;
-            float xf[CE];
-            Chunk<T>::unpack(load_cached(xrow[i] + c), xf);
+            for (int r = 0; r < R; ++r) {
+                const int c = c0 + u * ATOMK_WARP_SIZE;
+                wv[u][r] = c < kc ? load_stream(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+            }
 #pragma unroll
-            for (int r = 0; r < R; ++r)
+        for (int u = 0; u < U; ++u) {
+            const int c = c0 + u * ATOMK_WARP_SIZE;
+            if (c >= kc) break;
+            float wf[R][CE];
 #pragma unroll
-                for (int q = 0; q < CE; ++q) acc[i][r] = fmaf(xf[q], wf[r][q], acc[i][r]);
+            for (int r = 0; r < R; ++r) Chunk<T>::unpack(wv[u][r], wf[r]);
+#pragma unroll
+            for (int i = 0; i < kSkinnyRows; ++i) {
+                if (i >= m) break;
+                float xf[CE];
+                Chunk<T>::unpack(load_cached(xrow[i] + c), xf);
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int q = 0; q < CE; ++q) acc[i][r] = fmaf(xf[q], wf[r][q], acc[i][r]);
+            }
         }
     }
 #pragma unroll
@@ -342,6 +386,24 @@ int atomk_moe_route(int dtype, const void* logits, int32_t* ids, float* weights,
                                 ATOMK_STREAM(stream), static_cast<const T*>(logits), ids, weights, rows, experts, topk,
                                 renormalize));
     ATOMK_LAUNCHED("moe_route_kernel");
+    return ATOMK_OK;
+}
+
+int atomk_moe_route_align(int dtype, const void* logits, int32_t* ids, float* weights, int rows, int experts, int topk,
+                          int renormalize, int tile_rows, int32_t* sorted, int32_t* tile_expert, int32_t* num_tiles,
+                          void* stream) {
+    if (rows > kRouteAlignRows) {
+        if (int st = atomk_moe_route(dtype, logits, ids, weights, rows, experts, topk, renormalize, stream)) return st;
+        return atomk_moe_align(ids, rows * topk, experts, tile_rows, sorted, tile_expert, num_tiles, stream);
+    }
+    if (rows < 0 || experts < 1 || experts > ATOMK_MOE_MAX_EXPERTS || topk < 1 || topk > ATOMK_MOE_MAX_TOPK || topk > experts)
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_moe_route_align: %d rows, top-%d of %d experts", rows, topk, experts);
+    if (int st = check_moe_shape("atomk_moe_route_align", rows * topk, experts, topk, 8, 8, tile_rows)) return st;
+    ATOMK_DISPATCH(dtype, "atomk_moe_route_align",
+                   atomk_launch(moe_route_align_kernel<T>, dim3(1), dim3(kAlignThreads), 0, ATOMK_STREAM(stream),
+                                static_cast<const T*>(logits), ids, weights, rows, experts, topk, renormalize, tile_rows,
+                                sorted, tile_expert, num_tiles));
+    ATOMK_LAUNCHED("moe_route_align_kernel");
     return ATOMK_OK;
 }
 

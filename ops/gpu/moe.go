@@ -19,8 +19,9 @@ const moeChunkSlots = 8192
 type moeRouting struct {
 	b        *Backend
 	spec     ops.MoESpec
-	rows     int // tokens the last MoERoute routed
-	chunk    int // tokens per pass of the expert kernels
+	rows     int  // tokens the last MoERoute routed
+	chunk    int  // tokens per pass of the expert kernels
+	grouped  bool // MoERoute grouped the rows too (one chunk: MoEExperts skips MoEAlign)
 	ids, w   devBuf
 	sorted   devBuf
 	tiles    devBuf
@@ -99,8 +100,26 @@ func (b *Backend) MoERoute(route ops.MoERouting, logits ops.Tensor) {
 	if lt.cols() != s.Experts || rows > s.MaxTokens {
 		shapeErr("MoERoute", "logits %v for %d experts, %d tokens", lt.shape, s.Experts, s.MaxTokens)
 	}
-	r.rows = rows
-	b.must("MoERoute", b.lib.MoERoute(b.kdt, lt.ptr, r.ids.ptr, r.w.ptr, rows, s.Experts, s.TopK, s.Renormalize, b.stream))
+	r.rows, r.grouped = rows, rows <= r.chunk
+	if !r.grouped {
+		b.must("MoERoute", b.lib.MoERoute(b.kdt, lt.ptr, r.ids.ptr, r.w.ptr, rows, s.Experts, s.TopK, s.Renormalize, b.stream))
+		return
+	}
+	// One chunk: the grouping MoEExperts needs is made in the same launch (at decode sizes a
+	// launch saved is worth a few percent of the step).
+	a := r.pass(0, rows)
+	b.must("MoERoute", b.lib.MoERouteAlign(b.kdt, lt.ptr, rows, s.Renormalize, a, b.stream))
+}
+
+// pass sets r.args for the chunk of n tokens from token t0, at the tile rows its size takes.
+func (r *moeRouting) pass(t0, n int) *hipkernels.MoEArgs {
+	s, k := r.spec, r.spec.TopK
+	tile, err := r.b.lib.MoETileRows(r.b.kdt, n*k)
+	r.b.must("MoE", err)
+	r.args = hipkernels.MoEArgs{IDs: r.ids.ptr + hipkernels.Ptr(4*t0*k), Weights: r.w.ptr + hipkernels.Ptr(4*t0*k),
+		Sorted: r.sorted.ptr, Tiles: r.tiles.ptr, NumTiles: r.numTiles.ptr, TileRows: tile, Slots: n * k,
+		Experts: s.Experts, TopK: k, Hidden: s.Hidden, Inter: s.Inter}
+	return &r.args
 }
 
 // MoEExperts queues, chunk by chunk, the grouping, the gate|up and down expert kernels and the
@@ -108,7 +127,7 @@ func (b *Backend) MoERoute(route ops.MoERouting, logits ops.Tensor) {
 func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w13, w2, shared, sharedGate ops.Tensor) {
 	r, o, xt, gu, dn := route.(*moeRouting), out.(*Tensor), x.(*Tensor), w13.(*Tensor), w2.(*Tensor)
 	s := r.spec
-	h, inter, k := s.Hidden, s.Inter, s.TopK
+	h, inter := s.Hidden, s.Inter
 	if xt.rows() != r.rows || o.rows() < r.rows || xt.cols() != h || o.cols() != h ||
 		!shapeIs(gu.shape, s.Experts, 2*inter, h) || !shapeIs(dn.shape, s.Experts, h, inter) {
 		shapeErr("MoEExperts", "out %v, x %v, w13 %v, w2 %v for %d routed rows of %+v", o.shape, xt.shape, gu.shape, dn.shape, r.rows, s)
@@ -123,16 +142,13 @@ func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w13, w2, s
 		sp, gp, gateCols = st.ptr, gt.ptr, gt.cols()
 	}
 	es := hipkernels.Ptr(b.dt.Size())
-	a := &r.args
 	for t0 := 0; t0 < r.rows; t0 += r.chunk {
 		n := min(r.chunk, r.rows-t0)
-		tile, err := b.lib.MoETileRows(b.kdt, n*k)
-		b.must("MoEExperts", err)
-		*a = hipkernels.MoEArgs{IDs: r.ids.ptr + hipkernels.Ptr(4*t0*k), Weights: r.w.ptr + hipkernels.Ptr(4*t0*k),
-			Sorted: r.sorted.ptr, Tiles: r.tiles.ptr, NumTiles: r.numTiles.ptr, TileRows: tile, Slots: n * k,
-			Experts: s.Experts, TopK: k, Hidden: h, Inter: inter}
+		a := r.pass(t0, n)
 		off := hipkernels.Ptr(t0*h) * es
-		b.must("MoEExperts", b.lib.MoEAlign(a, b.stream))
+		if !r.grouped {
+			b.must("MoEExperts", b.lib.MoEAlign(a, b.stream))
+		}
 		b.must("MoEExperts", b.lib.MoEGateUp(b.kdt, r.act.ptr, xt.ptr+off, gu.ptr, a, b.stream))
 		b.must("MoEExperts", b.lib.MoEDown(b.kdt, r.y.ptr, r.act.ptr, dn.ptr, a, b.stream))
 		var spc, gpc hipkernels.Ptr
