@@ -43,7 +43,7 @@ func (l *Lib) MoERouteAlign(dt DType, logits Ptr, rows int, renormalize bool, a 
 	})
 }
 
-// MoETileRows returns the tile rows (8 or 64) that a pass of slots slots in dt groups them by.
+// MoETileRows returns the tile rows (4 or 64) that a pass of slots slots in dt groups them by.
 func (l *Lib) MoETileRows(dt DType, slots int) (int, error) {
 	o := getOuts()
 	defer outPool.Put(o)

@@ -44,6 +44,29 @@ func measureForward(o options, res *Result, x cost) error {
 	const bs = 16
 	ctx := o.prompt + o.output/2
 	perSeq := (ctx + o.replays + 1 + bs) / bs // room for the chain's steps past ctx
+	// Every sequence of a decode batch has blocks of its own (shared ones would sit in L2 and
+	// flatter the attention): a batch whose KV does not fit beside the weights (a 61 GB MoE
+	// on an 80 GB card at 256) is left to the engine phase, whose KV cache is sized to memory.
+	free, _, err := be.Lib().MemInfo()
+	if err != nil {
+		return err
+	}
+	const reserve = 3 << 30 // graphs, workspaces, the logits of the largest batch
+	var conc []int
+	for _, c := range o.conc {
+		if kv := float64((c*perSeq+1)*bs) * x.kvPerToken; kv <= float64(free)-reserve {
+			conc = append(conc, c)
+		} else {
+			logf("runner phase: decode batch %d skipped: its %.1f GB of KV cache does not fit in the %.1f GB free", c, kv/1e9, float64(free)/1e9)
+		}
+	}
+	if len(conc) == 0 {
+		return fmt.Errorf("runner phase: no decode batch of %v fits in the %.1f GB free", o.conc, float64(free)/1e9)
+	}
+	maxConc = 1
+	for _, c := range conc {
+		maxConc = max(maxConc, c)
+	}
 	r, err := engine.NewRunner(m, be, limits, maxConc*perSeq+1, bs)
 	if err != nil {
 		return err
@@ -83,7 +106,7 @@ func measureForward(o options, res *Result, x cost) error {
 		}
 		return median(ts), nil
 	}
-	for _, c := range o.conc {
+	for _, c := range conc {
 		g0, _ := r.StepCounts()
 		ms, err := timeRun(decode(c), 20)
 		if err != nil {
@@ -110,7 +133,7 @@ func measureForward(o options, res *Result, x cost) error {
 	if err := r.CaptureGraphs(nil, 0); err != nil { // drop the graphs: eager from here on
 		return err
 	}
-	for i, c := range o.conc {
+	for i, c := range conc {
 		ms, err := timeRun(decode(c), 10)
 		if err != nil {
 			return fmt.Errorf("eager decode batch %d: %w", c, err)

@@ -282,7 +282,7 @@ int atomk_moe_route(int dtype, const void* logits, int32_t* ids, float* weights,
 int atomk_moe_route_align(int dtype, const void* logits, int32_t* ids, float* weights, int rows, int experts, int topk,
                           int renormalize, int tile_rows, int32_t* sorted, int32_t* tile_expert, int32_t* num_tiles,
                           void* stream);
-/* The tile rows (8 or 64) of a call of `slots` slots in dtype: what atomk_moe_align pads each
+/* The tile rows (4 or 64) of a call of `slots` slots in dtype: what atomk_moe_align pads each
  * expert's run to and the expert GEMMs take per block (host only, nothing queued). */
 int atomk_moe_tile_rows(int dtype, int slots, int* rows);
 /* The int32 elements of sorted and tile_expert that calls of up to max_slots slots need. */

@@ -13,7 +13,7 @@
 //               expert where the family has one.
 // Steps 3 and 4 run one of two kernels over the tiles step 2 made. The tensor-core one (CUDA,
 // 16-bit) takes 64-row tiles: a grouped GEMM with mma.sync m16n8k16 whose A rows are gathered
-// through the sorted slot ids. The skinny one takes 8-row tiles, for decode-sized batches: each
+// through the sorted slot ids. The skinny one takes 4-row tiles, for decode-sized batches: each
 // warp streams a few weight rows of its tile's expert once and multiplies the tile's rows with
 // them, so a batch-1 step reads only the k chosen experts' weights. It also serves f32 and HIP.
 // Only tiles below the count step 2 wrote do work; the grids are sized for the most tiles the
@@ -33,7 +33,7 @@ constexpr int kRouteThreads = 128;  // one warp per token row
 constexpr int kMaxExpertsPerLane = ATOMK_MOE_MAX_EXPERTS / ATOMK_WARP_SIZE;
 constexpr int kAlignThreads = 1024;
 constexpr int kRouteAlignRows = kAlignThreads / ATOMK_WARP_SIZE;  // rows one route-and-group launch takes
-constexpr int kSkinnyRows = 8;     // tile rows of the skinny kernel
+constexpr int kSkinnyRows = 4;     // tile rows of the skinny kernel
 constexpr int kMmaRows = 64;       // tile rows of the tensor-core kernel
 constexpr int kSkinnyThreads = 256;
 constexpr int kSkinnyWarps = kSkinnyThreads / ATOMK_WARP_SIZE;
@@ -213,7 +213,7 @@ template <typename T> struct Chunk {
 // GATE_UP: w = w13 [E, 2I, H], x rows = tokens (slot / topk), out = act [slots, I].
 // Otherwise: w = w2 [E, H, I], x = act, out = y [slots, H] times weights[slot].
 template <typename T, bool GATE_UP>
-__global__ void __launch_bounds__(kSkinnyThreads) moe_skinny_kernel(T* __restrict__ out, const T* __restrict__ x,
+__global__ void __launch_bounds__(kSkinnyThreads, 2) moe_skinny_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                     const T* __restrict__ w, const float* __restrict__ weights,
                                                                     const int32_t* __restrict__ sorted,
                                                                     const int32_t* __restrict__ tile_expert,
@@ -272,18 +272,19 @@ __global__ void __launch_bounds__(kSkinnyThreads) moe_skinny_kernel(T* __restric
         for (int u = 0; u < U; ++u) {
             const int c = c0 + u * ATOMK_WARP_SIZE;
             if (c >= kc) break;
-            float wf[R][CE];
-#pragma unroll
-            for (int r = 0; r < R; ++r) Chunk<T>::unpack(wv[u][r], wf[r]);
+            // Unpacked where used (cheap shifts) rather than held: registers decide occupancy.
 #pragma unroll
             for (int i = 0; i < kSkinnyRows; ++i) {
                 if (i >= m) break;
                 float xf[CE];
                 Chunk<T>::unpack(load_cached(xrow[i] + c), xf);
 #pragma unroll
-                for (int r = 0; r < R; ++r)
+                for (int r = 0; r < R; ++r) {
+                    float wf[CE];
+                    Chunk<T>::unpack(wv[u][r], wf);
 #pragma unroll
-                    for (int q = 0; q < CE; ++q) acc[i][r] = fmaf(xf[q], wf[r][q], acc[i][r]);
+                    for (int q = 0; q < CE; ++q) acc[i][r] = fmaf(xf[q], wf[q], acc[i][r]);
+                }
             }
         }
     }
@@ -361,7 +362,7 @@ bool moe_mma_supported(int dtype) {
 }
 
 // Slots from which the tensor-core kernel takes over from the skinny one (at a 64-row tile an
-// expert's weights are read once per 64 of its slots, at an 8-row tile once per 8).
+X
 constexpr int kMmaMinSlots = 256;
 
 int check_moe_shape(const char* op, int slots, int experts, int topk, int hidden, int inter, int tile) {

@@ -215,5 +215,24 @@ func BenchmarkMoEExperts(bb *testing.B) {
 			bb.ReportMetric(bytes/ms/1e6, "GB/s")
 			bb.ReportMetric(2*3*float64(rows*k*in*h)/ms/1e9, "TFLOP/s")
 		})
+		// The stages alone, on the grouping of one routing (the expert kernels' GB/s count the
+		// distinct experts' gate|up or down bytes).
+		mr := r.(*moeRouting)
+		b.MoERoute(r, logits)
+		a := mr.args
+		lib, dt, st := b.lib, b.kdt, b.stream
+		gb := func(frac float64) func(*testing.B, float64) {
+			return func(bb *testing.B, ms float64) { bb.ReportMetric(frac*bytes/ms/1e6, "GB/s") }
+		}
+		benchDevice(bb, b, fmt.Sprintf("rows=%d/route", rows), func() { b.MoERoute(r, logits) }, nil)
+		benchDevice(bb, b, fmt.Sprintf("rows=%d/gate_up", rows), func() {
+			require.NoError(bb, lib.MoEGateUp(dt, mr.act.ptr, x.ptr, w13.ptr, &a, st))
+		}, gb(2.0/3))
+		benchDevice(bb, b, fmt.Sprintf("rows=%d/down", rows), func() {
+			require.NoError(bb, lib.MoEDown(dt, mr.y.ptr, mr.act.ptr, w2.ptr, &a, st))
+		}, gb(1.0/3))
+		benchDevice(bb, b, fmt.Sprintf("rows=%d/sum", rows), func() {
+			require.NoError(bb, lib.MoESum(dt, out.ptr, mr.y.ptr, &a, rows, 0, 0, 0, st))
+		}, nil)
 	}
 }
