@@ -84,13 +84,13 @@ type fns struct {
 	moeRoute      func(dt int32, logits, ids, weights uintptr, rows, experts, topk, renormalize int32, s uintptr) int32
 	moeRouteAlign func(dt int32, logits, ids, weights uintptr, rows, experts, topk, renormalize, tileRows int32, sorted,
 		tiles, numTiles, s uintptr) int32
-	moeTileRows  func(dt, slots int32, rows *int32) int32
+	moeTileRows  func(dt, slots, experts int32, rows *int32) int32
 	moeWorkspace func(maxSlots, experts int32, sorted, tiles *int32) int32
 	moeAlign     func(ids uintptr, slots, experts, tileRows int32, sorted, tiles, numTiles, s uintptr) int32
-	moeGateUp    func(dt int32, act, x, w13, sorted, tiles, numTiles uintptr, tileRows, slots, experts, topk, hidden,
+	moeGateUp    func(dt int32, act, x, w13, ids, sorted, tiles, numTiles uintptr, tileRows, slots, experts, topk, hidden,
 		inter int32, s uintptr) int32
-	moeDown func(dt int32, y, act, w2, weights, sorted, tiles, numTiles uintptr, tileRows, slots, experts, topk, hidden,
-		inter int32, s uintptr) int32
+	moeDown func(dt int32, y, act, w2, weights, ids, sorted, tiles, numTiles uintptr, tileRows, slots, experts, topk,
+		hidden, inter int32, s uintptr) int32
 	moeSum func(dt int32, out, y, ids uintptr, rows, topk, hidden int32, shared, sharedGate uintptr, gateStride int32,
 		s uintptr) int32
 }

@@ -43,11 +43,12 @@ func (l *Lib) MoERouteAlign(dt DType, logits Ptr, rows int, renormalize bool, a 
 	})
 }
 
-// MoETileRows returns the tile rows (4 or 64) that a pass of slots slots in dt groups them by.
-func (l *Lib) MoETileRows(dt DType, slots int) (int, error) {
+// MoETileRows returns the tile rows (4 or 64) that a pass of slots slots over experts experts
+// in dt groups them by, or 1 where the slots go one by one with no grouping.
+func (l *Lib) MoETileRows(dt DType, slots, experts int) (int, error) {
 	o := getOuts()
 	defer outPool.Put(o)
-	err := l.call("atomk_moe_tile_rows", func() int32 { return l.f.moeTileRows(int32(dt), int32(slots), &o.a) })
+	err := l.call("atomk_moe_tile_rows", func() int32 { return l.f.moeTileRows(int32(dt), int32(slots), int32(experts), &o.a) })
 	return int(o.a), err
 }
 
@@ -72,7 +73,7 @@ func (l *Lib) MoEAlign(a *MoEArgs, s Stream) error {
 // w13 [experts, 2*inter, hidden].
 func (l *Lib) MoEGateUp(dt DType, act, x, w13 Ptr, a *MoEArgs, s Stream) error {
 	return l.call("atomk_moe_gate_up", func() int32 {
-		return l.f.moeGateUp(int32(dt), uintptr(act), uintptr(x), uintptr(w13), uintptr(a.Sorted), uintptr(a.Tiles),
+		return l.f.moeGateUp(int32(dt), uintptr(act), uintptr(x), uintptr(w13), uintptr(a.IDs), uintptr(a.Sorted), uintptr(a.Tiles),
 			uintptr(a.NumTiles), int32(a.TileRows), int32(a.Slots), int32(a.Experts), int32(a.TopK), int32(a.Hidden),
 			int32(a.Inter), uintptr(s))
 	})
@@ -82,7 +83,7 @@ func (l *Lib) MoEGateUp(dt DType, act, x, w13 Ptr, a *MoEArgs, s Stream) error {
 // [experts, hidden, inter].
 func (l *Lib) MoEDown(dt DType, y, act, w2 Ptr, a *MoEArgs, s Stream) error {
 	return l.call("atomk_moe_down", func() int32 {
-		return l.f.moeDown(int32(dt), uintptr(y), uintptr(act), uintptr(w2), uintptr(a.Weights), uintptr(a.Sorted),
+		return l.f.moeDown(int32(dt), uintptr(y), uintptr(act), uintptr(w2), uintptr(a.Weights), uintptr(a.IDs), uintptr(a.Sorted),
 			uintptr(a.Tiles), uintptr(a.NumTiles), int32(a.TileRows), int32(a.Slots), int32(a.Experts), int32(a.TopK),
 			int32(a.Hidden), int32(a.Inter), uintptr(s))
 	})

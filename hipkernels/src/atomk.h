@@ -282,9 +282,10 @@ int atomk_moe_route(int dtype, const void* logits, int32_t* ids, float* weights,
 int atomk_moe_route_align(int dtype, const void* logits, int32_t* ids, float* weights, int rows, int experts, int topk,
                           int renormalize, int tile_rows, int32_t* sorted, int32_t* tile_expert, int32_t* num_tiles,
                           void* stream);
-/* The tile rows (4 or 64) of a call of `slots` slots in dtype: what atomk_moe_align pads each
- * expert's run to and the expert GEMMs take per block (host only, nothing queued). */
-int atomk_moe_tile_rows(int dtype, int slots, int* rows);
+/* The tile rows (1, 4 or 64) of a call of `slots` slots over `experts` experts in dtype: what
+ * atomk_moe_align pads each expert's run to and the expert GEMMs take per block; 1: no grouping,
+ * each slot on its own (host only, nothing queued). */
+int atomk_moe_tile_rows(int dtype, int slots, int experts, int* rows);
 /* The int32 elements of sorted and tile_expert that calls of up to max_slots slots need. */
 int atomk_moe_workspace(int max_slots, int experts, int* sorted_len, int* tiles_len);
 /* The token grouping of vLLM's moe_align_block_size: each expert's slots (ids [slots], each
@@ -293,14 +294,15 @@ int atomk_moe_workspace(int max_slots, int experts, int* sorted_len, int* tiles_
 int atomk_moe_align(const int32_t* ids, int slots, int experts, int tile_rows, int32_t* sorted, int32_t* tile_expert,
                     int32_t* num_tiles, void* stream);
 /* act[slot, :inter] = silu(x[t] · gate_eᵀ) * (x[t] · up_eᵀ) over the tiles atomk_moe_align left, t = slot /
- * topk, e the tile's expert, w13 [experts, 2*inter, hidden] (each expert's gate rows, then its up rows). */
-int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const int32_t* sorted,
+ * topk, e the tile's expert, w13 [experts, 2*inter, hidden] (each expert's gate rows, then its up rows);
+ * with tile_rows 1 over every slot, e = ids[slot]. */
+int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const int32_t* ids, const int32_t* sorted,
                       const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
                       int hidden, int inter, void* stream);
 /* y[slot, :hidden] = weights[slot] * (act[slot] · down_eᵀ), w2 [experts, hidden, inter]. */
-int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const float* weights, const int32_t* sorted,
-                   const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
-                   int hidden, int inter, void* stream);
+int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const float* weights, const int32_t* ids,
+                   const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
+                   int experts, int topk, int hidden, int inter, void* stream);
 /* out[t] = Σ_j y[t*topk + j] over the token's experts in ascending id (ids [rows, topk]), plus
  * sigmoid(shared_gate[t * gate_stride]) * shared[t] when shared is not NULL. */
 int atomk_moe_sum(int dtype, void* out, const void* y, const int32_t* ids, int rows, int topk, int hidden,

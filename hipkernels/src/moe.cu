@@ -21,6 +21,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "atomk_vec.h"
 #include "gemv_input.h"
 
 #if defined(ATOMK_CUDA)
@@ -37,7 +38,7 @@ constexpr int kSkinnyRows = 4;     // tile rows of the skinny kernel
 constexpr int kMmaRows = 64;       // tile rows of the tensor-core kernel
 constexpr int kSkinnyThreads = 256;
 constexpr int kSkinnyWarps = kSkinnyThreads / ATOMK_WARP_SIZE;
-constexpr int kSumThreads = 256;
+constexpr int kSumThreads = 128;
 
 // Whether (v, i) ranks before (u, j): the larger probability, the lower id on a tie; an empty
 // candidate (id -1) never ranks first, any real one does (so a row of NaNs still yields k
@@ -212,9 +213,12 @@ template <typename T> struct Chunk {
 // up to kSkinnyRows slots each multiply the rows (rows past the slot count are padding).
 // GATE_UP: w = w13 [E, 2I, H], x rows = tokens (slot / topk), out = act [slots, I].
 // Otherwise: w = w2 [E, H, I], x = act, out = y [slots, H] times weights[slot].
-template <typename T, bool GATE_UP>
+// DIRECT: no grouping (the smallest batches, whose slots rarely share an expert): block row
+// blockIdx.y is slot blockIdx.y alone, of expert ids[slot].
+template <typename T, bool GATE_UP, bool DIRECT>
 __global__ void __launch_bounds__(kSkinnyThreads, 2) moe_skinny_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                     const T* __restrict__ w, const float* __restrict__ weights,
+                                                                    const int32_t* __restrict__ ids,
                                                                     const int32_t* __restrict__ sorted,
                                                                     const int32_t* __restrict__ tile_expert,
                                                                     const int32_t* __restrict__ num_tiles, int slots,
@@ -222,9 +226,9 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2) moe_skinny_kernel(T* __rest
     constexpr int R = 4, U = 4, CE = Chunk<T>::N;
     ATOMK_PDL_ENTER();
     const int tile = blockIdx.y;
-    if (tile >= *num_tiles) return;
+    if (!DIRECT && tile >= *num_tiles) return;
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
-    const int e = tile_expert[tile];
+    const int e = DIRECT ? ids[tile] : tile_expert[tile];
     const int n_out = GATE_UP ? inter : hidden;  // output columns
     const int k = GATE_UP ? hidden : inter;
     const int kc = k / CE;                       // chunks per row
@@ -247,7 +251,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2) moe_skinny_kernel(T* __rest
     int m = 0;  // real slots of the tile (they come first)
 #pragma unroll
     for (int i = 0; i < kSkinnyRows; ++i) {
-        slot[i] = sorted[tile * kSkinnyRows + i];
+        slot[i] = DIRECT ? (i == 0 ? tile : slots) : sorted[tile * kSkinnyRows + i];
         if (slot[i] < slots) m = i + 1;
         const int xr = slot[i] < slots ? (GATE_UP ? slot[i] / topk : slot[i]) : 0;
         xrow[i] = reinterpret_cast<const uint4*>(x + (size_t)xr * k);
@@ -313,34 +317,60 @@ __global__ void __launch_bounds__(kSkinnyThreads, 2) moe_skinny_kernel(T* __rest
 
 // ---- the sum over a token's experts ----
 
-// One block per token row: out[t] = Σ_j y[t*k + j] in ascending expert id (+ sigmoid(gate)·shared).
+// Thread (chunk c, token t): columns c·N .. c·N+N-1 (one 16-byte chunk) of out[t] = Σ_j y[t*k + j]
+// in ascending expert id (+ sigmoid(gate)·shared). The k chunks of y are loaded at once; the
+// order comes from each expert's rank among the token's (distinct) ids.
 template <typename T>
 __global__ void __launch_bounds__(kSumThreads) moe_sum_kernel(T* __restrict__ out, const T* __restrict__ y,
                                                               const int32_t* __restrict__ ids, int topk, int hidden,
                                                               const T* __restrict__ shared, const T* __restrict__ shared_gate,
                                                               int gate_stride) {
-    __shared__ int order[ATOMK_MOE_MAX_TOPK];
+    constexpr int CE = Chunk<T>::N, K = ATOMK_MOE_MAX_TOPK;
     ATOMK_PDL_ENTER();
-    const int t = blockIdx.x;
-    const int32_t* tid_ids = ids + (size_t)t * topk;
-    if (threadIdx.x < topk) {
-        const int mine = tid_ids[threadIdx.x];
-        int rank = 0;
-        for (int j = 0; j < topk; ++j) rank += tid_ids[j] < mine || (tid_ids[j] == mine && j < (int)threadIdx.x);
-        order[rank] = threadIdx.x;
+    const int t = blockIdx.y, c = blockIdx.x * kSumThreads + threadIdx.x;
+    if (c * CE >= hidden) return;
+    int id[K];
+    uint4 yv[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+        if (j < topk) {
+            id[j] = ids[(size_t)t * topk + j];
+            yv[j] = load_cached(reinterpret_cast<const uint4*>(y + ((size_t)t * topk + j) * hidden) + c);
+        }
+    int rank[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+        rank[j] = 0;
+#pragma unroll
+        for (int q = 0; q < K; ++q)
+            if (j < topk && q < topk) rank[j] += id[q] < id[j];
     }
-    __syncthreads();
-    float scale = 0.f;
+    float s[CE];
+#pragma unroll
+    for (int i = 0; i < CE; ++i) s[i] = 0.f;
+#pragma unroll
+    for (int r = 0; r < K; ++r) {
+        if (r >= topk) break;
+        uint4 v = make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < K; ++j)
+            if (j < topk && rank[j] == r) v = yv[j];
+        float f[CE];
+        Chunk<T>::unpack(v, f);
+#pragma unroll
+        for (int i = 0; i < CE; ++i) s[i] += f[i];
+    }
     if (shared) {
-        const float g = atomk_to_float(shared_gate[(size_t)t * gate_stride]);
-        scale = 1.f / (1.f + expf(-g));
+        const float scale = 1.f / (1.f + expf(-atomk_to_float(shared_gate[(size_t)t * gate_stride])));
+        float f[CE];
+        Chunk<T>::unpack(load_cached(reinterpret_cast<const uint4*>(shared + (size_t)t * hidden) + c), f);
+#pragma unroll
+        for (int i = 0; i < CE; ++i) s[i] += scale * f[i];
     }
-    for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
-        float s = 0.f;
-        for (int r = 0; r < topk; ++r) s += atomk_to_float(y[((size_t)t * topk + order[r]) * hidden + c]);
-        if (shared) s += scale * atomk_to_float(shared[(size_t)t * hidden + c]);
-        out[(size_t)t * hidden + c] = atomk_from_float<T>(s);
-    }
+    Vec<T> o;
+#pragma unroll
+    for (int i = 0; i < CE; ++i) o.v[i] = atomk_from_float<T>(s[i]);
+    *reinterpret_cast<Vec<T>*>(out + (size_t)t * hidden + (size_t)c * CE) = o;
 }
 
 }  // namespace
@@ -362,13 +392,17 @@ bool moe_mma_supported(int dtype) {
 }
 
 // Slots from which the tensor-core kernel takes over from the skinny one (at a 64-row tile an
-X
+// expert's weights are read once per 64 of its slots, at a 4-row tile once per 4).
 constexpr int kMmaMinSlots = 256;
+// Slots up to which, when they are at most a quarter of the experts (so that few of them share
+// one), the skinny kernels take the slots one by one with no grouping launch at all: a batch-1
+// step's MoE is then route, gate_up, down and sum, each a short launch across the whole GPU.
+constexpr int kDirectMaxSlots = 32;
 
 int check_moe_shape(const char* op, int slots, int experts, int topk, int hidden, int inter, int tile) {
     if (slots < 0 || experts < 1 || experts > ATOMK_MOE_MAX_EXPERTS || topk < 1 || topk > ATOMK_MOE_MAX_TOPK ||
         topk > experts || hidden < 8 || inter < 8 || hidden % 8 || inter % 8 ||
-        (tile != kSkinnyRows && tile != kMmaRows))
+        (tile != 1 && tile != kSkinnyRows && tile != kMmaRows))
         return atomk_fail(ATOMK_ERR_INVALID, "%s: %d slots, %d experts, top-%d, hidden %d, expert width %d, tile %d", op,
                           slots, experts, topk, hidden, inter, tile);
     return ATOMK_OK;
@@ -393,6 +427,7 @@ int atomk_moe_route(int dtype, const void* logits, int32_t* ids, float* weights,
 int atomk_moe_route_align(int dtype, const void* logits, int32_t* ids, float* weights, int rows, int experts, int topk,
                           int renormalize, int tile_rows, int32_t* sorted, int32_t* tile_expert, int32_t* num_tiles,
                           void* stream) {
+    if (tile_rows == 1) return atomk_moe_route(dtype, logits, ids, weights, rows, experts, topk, renormalize, stream);
     if (rows > kRouteAlignRows) {
         if (int st = atomk_moe_route(dtype, logits, ids, weights, rows, experts, topk, renormalize, stream)) return st;
         return atomk_moe_align(ids, rows * topk, experts, tile_rows, sorted, tile_expert, num_tiles, stream);
@@ -408,8 +443,11 @@ int atomk_moe_route_align(int dtype, const void* logits, int32_t* ids, float* we
     return ATOMK_OK;
 }
 
-int atomk_moe_tile_rows(int dtype, int slots, int* rows) {
-    *rows = moe_mma_supported(dtype) && slots >= kMmaMinSlots ? kMmaRows : kSkinnyRows;
+int atomk_moe_tile_rows(int dtype, int slots, int experts, int* rows) {
+    if (slots <= kDirectMaxSlots && 4 * slots <= experts)
+        *rows = 1;
+    else
+        *rows = moe_mma_supported(dtype) && slots >= kMmaMinSlots ? kMmaRows : kSkinnyRows;
     return ATOMK_OK;
 }
 
@@ -425,6 +463,7 @@ int atomk_moe_workspace(int max_slots, int experts, int* sorted_len, int* tiles_
 int atomk_moe_align(const int32_t* ids, int slots, int experts, int tile_rows, int32_t* sorted, int32_t* tile_expert,
                     int32_t* num_tiles, void* stream) {
     if (int st = check_moe_shape("atomk_moe_align", slots, experts, 1, 8, 8, tile_rows)) return st;
+    if (tile_rows == 1) return ATOMK_OK;  // the direct kernels need no grouping
     atomk_launch(moe_align_kernel, dim3(1), dim3(kAlignThreads), 0, ATOMK_STREAM(stream), ids, slots, experts, tile_rows,
                  sorted, tile_expert, num_tiles);
     ATOMK_LAUNCHED("moe_align_kernel");
@@ -435,8 +474,8 @@ namespace {
 
 // Launches the gate_up (GATE_UP) or down GEMM of one call on the kernel its tile rows select.
 template <bool GATE_UP>
-int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w, const float* weights, const int32_t* sorted,
-             const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk, int hidden,
+int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w, const float* weights, const int32_t* ids,
+             const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk, int hidden,
              int inter, void* stream) {
     if (int st = check_moe_shape(op, slots, experts, topk, hidden, inter, tile_rows)) return st;
     if (slots == 0) return ATOMK_OK;
@@ -463,39 +502,49 @@ int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w,
 #endif
     }
     const int cols_per_block = kSkinnyWarps * (GATE_UP ? 2 : 4);
-    const dim3 grid((n_out + cols_per_block - 1) / cols_per_block, tiles);
-    ATOMK_DISPATCH(dtype, op,
-                   atomk_launch(moe_skinny_kernel<T, GATE_UP>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),
-                                static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w), weights, sorted,
-                                tile_expert, num_tiles, slots, topk, hidden, inter));
+    const dim3 grid((n_out + cols_per_block - 1) / cols_per_block, tile_rows == 1 ? slots : tiles);
+    if (tile_rows == 1) {
+        ATOMK_DISPATCH(dtype, op,
+                       atomk_launch(moe_skinny_kernel<T, GATE_UP, true>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),
+                                    static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w), weights, ids,
+                                    sorted, tile_expert, num_tiles, slots, topk, hidden, inter));
+    } else {
+        ATOMK_DISPATCH(dtype, op,
+                       atomk_launch(moe_skinny_kernel<T, GATE_UP, false>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),
+                                    static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w), weights, ids,
+                                    sorted, tile_expert, num_tiles, slots, topk, hidden, inter));
+    }
     ATOMK_LAUNCHED("moe_skinny_kernel");
     return ATOMK_OK;
 }
 
 }  // namespace
 
-int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const int32_t* sorted,
+int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const int32_t* ids, const int32_t* sorted,
                       const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
                       int hidden, int inter, void* stream) {
-    return moe_gemm<true>("atomk_moe_gate_up", dtype, act, x, w13, nullptr, sorted, tile_expert, num_tiles, tile_rows,
+    return moe_gemm<true>("atomk_moe_gate_up", dtype, act, x, w13, nullptr, ids, sorted, tile_expert, num_tiles, tile_rows,
                           slots, experts, topk, hidden, inter, stream);
 }
 
-int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const float* weights, const int32_t* sorted,
-                   const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
-                   int hidden, int inter, void* stream) {
-    return moe_gemm<false>("atomk_moe_down", dtype, y, act, w2, weights, sorted, tile_expert, num_tiles, tile_rows, slots,
-                           experts, topk, hidden, inter, stream);
+int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const float* weights, const int32_t* ids,
+                   const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
+                   int experts, int topk, int hidden, int inter, void* stream) {
+    return moe_gemm<false>("atomk_moe_down", dtype, y, act, w2, weights, ids, sorted, tile_expert, num_tiles, tile_rows,
+                           slots, experts, topk, hidden, inter, stream);
 }
 
 int atomk_moe_sum(int dtype, void* out, const void* y, const int32_t* ids, int rows, int topk, int hidden,
                   const void* shared, const void* shared_gate, int gate_stride, void* stream) {
-    if (rows < 0 || topk < 1 || topk > ATOMK_MOE_MAX_TOPK || hidden < 1 || (shared && (!shared_gate || gate_stride < 1)))
+    if (rows < 0 || topk < 1 || topk > ATOMK_MOE_MAX_TOPK || hidden < 8 || hidden % 8 ||
+        (shared && (!shared_gate || gate_stride < 1)))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_moe_sum: %d rows, top-%d, hidden %d, gate stride %d", rows, topk, hidden,
                           gate_stride);
     if (rows == 0) return ATOMK_OK;
     ATOMK_DISPATCH(dtype, "atomk_moe_sum",
-                   atomk_launch(moe_sum_kernel<T>, dim3(rows), dim3(kSumThreads), 0, ATOMK_STREAM(stream),
+                   atomk_launch(moe_sum_kernel<T>,
+                                dim3((hidden / Chunk<T>::N + kSumThreads - 1) / kSumThreads, rows), dim3(kSumThreads), 0,
+                                ATOMK_STREAM(stream),
                                 static_cast<T*>(out), static_cast<const T*>(y), ids, topk, hidden,
                                 static_cast<const T*>(shared), static_cast<const T*>(shared_gate), gate_stride));
     ATOMK_LAUNCHED("moe_sum_kernel");

@@ -114,7 +114,7 @@ func (b *Backend) MoERoute(route ops.MoERouting, logits ops.Tensor) {
 // pass sets r.args for the chunk of n tokens from token t0, at the tile rows its size takes.
 func (r *moeRouting) pass(t0, n int) *hipkernels.MoEArgs {
 	s, k := r.spec, r.spec.TopK
-	tile, err := r.b.lib.MoETileRows(r.b.kdt, n*k)
+	tile, err := r.b.lib.MoETileRows(r.b.kdt, n*k, s.Experts)
 	r.b.must("MoE", err)
 	r.args = hipkernels.MoEArgs{IDs: r.ids.ptr + hipkernels.Ptr(4*t0*k), Weights: r.w.ptr + hipkernels.Ptr(4*t0*k),
 		Sorted: r.sorted.ptr, Tiles: r.tiles.ptr, NumTiles: r.numTiles.ptr, TileRows: tile, Slots: n * k,

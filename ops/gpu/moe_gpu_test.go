@@ -141,7 +141,7 @@ func runMoECase(t *testing.T, b *Backend, c *cpu.Backend, tc moeCase) {
 		b.MoEExperts(out.g, x.g, gr, w13.g, w2.g, nil, nil)
 		c.MoEExperts(out.c, x.c, cr, w13.c, w2.c, nil, nil)
 	}
-	tile, err := b.lib.MoETileRows(b.kdt, min(tc.rows, gr.(*moeRouting).chunk)*tc.topk)
+	tile, err := b.lib.MoETileRows(b.kdt, min(tc.rows, gr.(*moeRouting).chunk)*tc.topk, tc.experts)
 	require.NoError(t, err)
 	compare(t, fmt.Sprintf("MoEExperts %s (tile %d)", tc.name, tile), dt, read(b, out.g), out.c.Float32())
 }
