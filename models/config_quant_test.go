@@ -25,9 +25,8 @@ func TestFP8QuantizationConfig(t *testing.T) {
 	require.Equal(t, formats.Spec{Method: "gptq"}, c.Quant)
 	for _, tc := range []struct{ q, want string }{
 		{`{"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128]}`, `fmt "e5m2": only e4m3`},
-		{`{"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]}`, `activation_scheme "static"`},
+		{`{"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]}`, `dynamic activations only`},
 		{`{"quant_method": "fp8", "activation_scheme": "weird", "weight_block_size": [128, 128]}`, `activation_scheme "weird"`},
-		{`{"quant_method": "fp8"}`, "without weight_block_size"},
 		{`{"quant_method": "fp8", "weight_block_size": [128]}`, "want two sizes"},
 		{`{"quant_method": "fp8", "weight_block_size": [128, 0]}`, "sizes must be in"},
 		{`{"quant_method": "fp8", "weight_block_size": [-1, 128]}`, "sizes must be in"},

@@ -22,7 +22,19 @@ const (
 	// (Scales.Block = [bn, bk]): element (n, k) is float(q) * scale[n/bn, k/bk] (DeepSeek-V3's
 	// and Qwen3-FP8's weight_scale_inv, a dequantization multiplier despite its name).
 	BlockFP8
+	// ChannelFP8 weights are F8E4M3 elements [N, K] with one float32 scale per row (output
+	// channel): Scales.Shape = [N], Scales.Block = [1, K]; element (n, k) is float(q) *
+	// scale[n]. Per-channel checkpoints (compressed-tensors strategy "channel") load as they
+	// are; per-tensor ones (strategy "tensor", quant_method "fp8" without a block size) repeat
+	// each part's scale over its rows, so a fused q|k|v or gate|up whose parts were quantized
+	// with different scales stays exact (vLLM requantizes them to the largest scale instead; a
+	// GPU kernel that wants one scalar may do that at load, where all the rows' scales are
+	// equal it loses nothing).
+	ChannelFP8
 )
+
+// IsFP8 reports whether f is one of the FP8 formats (F8E4M3 elements with float32 scales).
+func (f WeightFormat) IsFP8() bool { return f == BlockFP8 || f == ChannelFP8 }
 
 func (f WeightFormat) String() string {
 	switch f {
@@ -30,6 +42,8 @@ func (f WeightFormat) String() string {
 		return "unquantized"
 	case BlockFP8:
 		return "fp8 block-scaled"
+	case ChannelFP8:
+		return "fp8 per-channel"
 	}
 	return fmt.Sprintf("format(%d)", uint8(f))
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 
 	"github.com/atom-go/atom/ops"
@@ -16,6 +17,20 @@ type Spec struct {
 	Method string
 	Block  [2]int
 	Ignore []string
+	// Groups are the per-tensor / per-channel fp8 schemes (compressed-tensors' config_groups;
+	// one group targeting every Linear for quant_method "fp8" without a block size).
+	Groups []FP8Group
+}
+
+// FP8Group is one per-tensor or per-channel fp8 scheme and the modules it covers.
+type FP8Group struct {
+	Name string
+	// Targets are "Linear" (every linear layer), module names or "re:" patterns.
+	Targets []string
+	// Channel: one weight_scale per output row ([N, 1]); otherwise one per tensor.
+	Channel bool
+	// StaticInput: each layer has an input_scale (static per-tensor activation quantization).
+	StaticInput bool
 }
 
 // For returns the format of a checkpoint whose quantization_config is s (Method "" for none).
@@ -23,13 +38,16 @@ func For(s Spec) (Format, error) {
 	switch s.Method {
 	case "":
 		return Unquantized{}, nil
-	case "fp8":
-		if s.Block[0] <= 0 || s.Block[1] <= 0 {
+	case "fp8", "compressed-tensors":
+		if len(s.Groups) > 0 {
+			return ScaledFP8{Groups: s.Groups, Ignore: s.Ignore}, nil
+		}
+		if s.Method != "fp8" || s.Block[0] <= 0 || s.Block[1] <= 0 {
 			return nil, fmt.Errorf("%w fp8 without a weight_block_size", ops.ErrUnsupportedWeight)
 		}
 		return BlockFP8{Block: s.Block, Ignore: s.Ignore}, nil
 	}
-	return nil, fmt.Errorf("%w %q (supported: unquantized, fp8 block-scaled)", ops.ErrUnsupportedWeight, s.Method)
+	return nil, fmt.Errorf("%w %q (supported: unquantized, fp8 block-scaled, per-tensor and per-channel fp8, compressed-tensors fp8)", ops.ErrUnsupportedWeight, s.Method)
 }
 
 // BlockFP8 is the block-scaled FP8 format of DeepSeek-V3 and Qwen3-FP8 checkpoints
@@ -54,27 +72,29 @@ type fp8Part struct {
 
 // Load reads the weight's parts and their scales, cut as the layout says.
 func (f BlockFP8) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
-	if len(w.Parts) == 0 || w.Layout != Stacked && len(w.Parts) != 1 {
-		return nil, fmt.Errorf("%s: %d parts for layout %d", w.Name, len(w.Parts), w.Layout)
+	g, err := f.gather(l, w)
+	if err != nil {
+		return nil, err
 	}
-	quantized := 0
-	for _, p := range w.Parts {
-		ti, err := l.src.Tensor(p.Name)
-		if err != nil {
-			return nil, err
-		}
-		if ti.DType == ops.F8E4M3 {
-			quantized++
-			if f.ignored(p.Name) {
-				return nil, fmt.Errorf("%s: tensor %s is %v but the quantization_config leaves it unquantized", ti.File, p.Name, ti.DType)
-			}
-		}
-	}
-	if quantized == 0 {
+	if g == nil {
 		return Unquantized{}.Load(l, w)
 	}
-	if quantized != len(w.Parts) {
-		return nil, fmt.Errorf("%s: cannot stack fp8 and unquantized parts", w.Name)
+	return f.upload(l, g.info, g.shape, g.q, g.s)
+}
+
+// gathered is one linear weight's fp8 codes and float32 scales, cut for the rank, in parts.
+type gathered struct {
+	info  *TensorInfo
+	shape []int
+	q, s  [][]byte
+}
+
+// gather cuts the weight's parts and their scales as the layout says; nil (and no error) when
+// every part is stored unquantized.
+func (f BlockFP8) gather(l *Loader, w LinearWeight) (*gathered, error) {
+	quantized, err := countFP8(l, w, f.ignored)
+	if err != nil || quantized == 0 {
+		return nil, err
 	}
 	bn, bk := f.Block[0], f.Block[1]
 	parts := make([]fp8Part, len(w.Parts))
@@ -87,6 +107,9 @@ func (f BlockFP8) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
 			return nil, fmt.Errorf("%s: fp8 tensor %s has shape %v, want 2 dimensions", wi.File, p.Name, wi.Shape)
 		}
 		sname := strings.TrimSuffix(p.Name, "weight") + "weight_scale_inv"
+		if !l.Has(sname) {
+			return nil, fmt.Errorf("%s: fp8 tensor %s has no scale tensor %s", wi.File, p.Name, sname)
+		}
 		si, err := l.Info(sname, ceilDiv(wi.Shape[0], bn), ceilDiv(wi.Shape[1], bk))
 		if err != nil {
 			return nil, err
@@ -102,7 +125,7 @@ func (f BlockFP8) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
 	n, k := parts[0].w.Shape[0], parts[0].w.Shape[1]
 	switch w.Layout {
 	case Whole, Rows, Stacked:
-		return f.loadRows(l, w.Name, parts)
+		return f.rows(w.Name, parts)
 	case Cols:
 		p := parts[0]
 		if err := f.cut(w.Name, p.w.Name, "columns", p.lo, p.hi, k, bk); err != nil {
@@ -115,13 +138,38 @@ func (f BlockFP8) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
 			return nil, err
 		}
 		s = cutCols(s, sn, sk, p.lo/bk, ceilDiv(p.hi, bk), 4)
-		return f.upload(l, p.w, []int{n, p.hi - p.lo}, [][]byte{q}, [][]byte{s})
+		return &gathered{info: p.w, shape: []int{n, p.hi - p.lo}, q: [][]byte{q}, s: [][]byte{s}}, nil
 	}
 	return nil, fmt.Errorf("%s: unknown layout %d", w.Name, w.Layout)
 }
 
-// loadRows stacks rows [lo, hi) of every part and the scale rows that cover them.
-func (f BlockFP8) loadRows(l *Loader, name string, parts []fp8Part) (ops.Tensor, error) {
+// countFP8 checks a linear weight's parts and counts those stored as fp8: an fp8 part the
+// config leaves unquantized is refused, and so is a fused weight of fp8 and 16-bit parts.
+func countFP8(l *Loader, w LinearWeight, ignored func(string) bool) (int, error) {
+	if len(w.Parts) == 0 || w.Layout != Stacked && len(w.Parts) != 1 {
+		return 0, fmt.Errorf("%s: %d parts for layout %d", w.Name, len(w.Parts), w.Layout)
+	}
+	quantized := 0
+	for _, p := range w.Parts {
+		ti, err := l.src.Tensor(p.Name)
+		if err != nil {
+			return 0, err
+		}
+		if ti.DType == ops.F8E4M3 {
+			quantized++
+			if ignored(p.Name) {
+				return 0, fmt.Errorf("%s: tensor %s is %v but the quantization_config leaves it unquantized", ti.File, p.Name, ti.DType)
+			}
+		}
+	}
+	if quantized != 0 && quantized != len(w.Parts) {
+		return 0, fmt.Errorf("%s: cannot stack fp8 and unquantized parts", w.Name)
+	}
+	return quantized, nil
+}
+
+// rows stacks rows [lo, hi) of every part and the scale rows that cover them.
+func (f BlockFP8) rows(name string, parts []fp8Part) (*gathered, error) {
 	bn, bk := f.Block[0], f.Block[1]
 	k := parts[0].w.Shape[1]
 	rows := 0
@@ -146,7 +194,7 @@ func (f BlockFP8) loadRows(l *Loader, name string, parts []fp8Part) (ops.Tensor,
 		}
 		s = append(s, sb)
 	}
-	return f.upload(l, parts[0].w, []int{rows, k}, q, s)
+	return &gathered{info: parts[0].w, shape: []int{rows, k}, q: q, s: s}, nil
 }
 
 // cut checks that [lo, hi) of a dimension of size n starts and ends on block boundaries (or at
@@ -171,15 +219,58 @@ func (f BlockFP8) upload(l *Loader, wi *TensorInfo, shape []int, q, s [][]byte) 
 	return l.Upload(info, shape, d, q...)
 }
 
-// LoadExperts refuses: fp8 mixture-of-experts weights are not served yet.
-func (BlockFP8) LoadExperts(_ *Loader, w ExpertWeight) (ops.Tensor, error) {
-	return nil, fmt.Errorf("%s: %w: fp8 mixture-of-experts weights are not served yet", w.Name, ops.ErrUnsupportedWeight)
+// LoadExperts stacks every expert's fp8 weight (Qwen3-MoE-FP8, DeepSeek-V3: each expert's
+// gate, up and down projections with their weight_scale_inv) into [E, rows, cols] beside
+// scales [E, ceil(rows/bn), ceil(cols/bk)], each expert cut as one linear weight of the layout
+// (whole blocks only). Experts stored in 16 or 32 bits stack as they are.
+func (f BlockFP8) LoadExperts(l *Loader, w ExpertWeight) (ops.Tensor, error) {
+	if len(w.Experts) == 0 || w.Layout != Stacked && w.Layout != Cols {
+		return nil, fmt.Errorf("%s: %d experts in layout %d", w.Name, len(w.Experts), w.Layout)
+	}
+	var first *gathered
+	var q, s [][]byte
+	for e, parts := range w.Experts {
+		g, err := f.gather(l, LinearWeight{Name: w.Name, Layout: w.Layout, Parts: parts})
+		if err != nil {
+			return nil, fmt.Errorf("%s: expert %d: %w", w.Name, e, err)
+		}
+		if g == nil {
+			if e == 0 {
+				return l.StackExperts(w)
+			}
+			return nil, fmt.Errorf("%s: expert %d is unquantized, expert 0 fp8", w.Name, e)
+		}
+		if first == nil {
+			first = g
+		}
+		if g.shape[0] != first.shape[0] || g.shape[1] != first.shape[1] {
+			return nil, fmt.Errorf("%s: expert %d is %v, expert 0 %v", w.Name, e, g.shape, first.shape)
+		}
+		q, s = append(q, g.q...), append(s, g.s...)
+	}
+	shape := []int{len(w.Experts), first.shape[0], first.shape[1]}
+	d := ops.WeightDesc{Format: ops.BlockFP8, DType: ops.F8E4M3, Scales: &ops.WeightScales{DType: ops.F32,
+		Shape: []int{shape[0], ceilDiv(shape[1], f.Block[0]), ceilDiv(shape[2], f.Block[1])}, Block: []int{f.Block[0], f.Block[1]}, Raw: s}}
+	info := &TensorInfo{Name: w.Name, File: first.info.File, DType: ops.F8E4M3, Shape: shape}
+	return l.Upload(info, shape, d, q...)
 }
 
 // ignored reports whether the quantization_config leaves the tensor's module unquantized.
-func (f BlockFP8) ignored(tensor string) bool {
+func (f BlockFP8) ignored(tensor string) bool { return matchAny(f.Ignore, tensor) }
+
+// matchAny reports whether a tensor's module (its name less ".weight") matches one of the
+// modules: "re:" entries are regular expressions matched from the start of the name (Python's
+// re.match, as compressed-tensors and vLLM apply them); plain ones match the module, a trailing
+// part of its name ("lm_head", "mlp.gate") or a leading one ("model.layers.0.mlp").
+func matchAny(modules []string, tensor string) bool {
 	mod := strings.TrimSuffix(tensor, ".weight")
-	for _, m := range f.Ignore {
+	for _, m := range modules {
+		if p, ok := strings.CutPrefix(m, "re:"); ok {
+			if re, err := regexp.Compile("^(?:" + p + ")"); err == nil && re.MatchString(mod) {
+				return true
+			}
+			continue
+		}
 		if mod == m || strings.HasSuffix(mod, "."+m) || strings.HasPrefix(mod, m+".") {
 			return true
 		}

@@ -57,7 +57,7 @@ func (b *Backend) Name() string { return "cpu" }
 // Weight wraps checkpoint bytes of an unquantized weight; 16-bit weights stay 16-bit and are
 // widened row by row.
 func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
-	if d.Format == ops.BlockFP8 {
+	if d.Format.IsFP8() {
 		t, err := b.fp8Weight(d, shape, raw)
 		if err != nil {
 			return nil, fmt.Errorf("weight %s: %w", name, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/atom-go/atom/ops"
 )
@@ -51,33 +52,65 @@ func (f *fp8Data) at(r, c int) float32 {
 	return f8Table[f.q[r*f.k+c]] * f.scale[(r/f.bn)*f.sk+c/f.bk]
 }
 
-// fp8Weight checks a BlockFP8 descriptor against the shape and wraps its bytes.
+// fp8Weight checks an FP8 descriptor (BlockFP8, ChannelFP8) against the shape and wraps its
+// bytes. A per-channel weight is a block-scaled one whose blocks are single rows ([1, k]). A
+// 3-D block-scaled weight (a MoE layer's stacked experts [E, n, k], scales [E, sn, sk]) is
+// dequantized to float32 here, once: the MoE ops read float32 experts, and the reference only
+// has to be exact, not small.
 func (b *Backend) fp8Weight(d ops.WeightDesc, shape []int, raw [][]byte) (*Tensor, error) {
 	sc := d.Scales
-	if d.DType != ops.F8E4M3 || sc == nil || sc.DType != ops.F32 || len(sc.Block) != 2 || len(shape) != 2 {
-		return nil, fmt.Errorf("%w: fp8 block-scaled needs float8_e4m3fn elements [n, k] and float32 scales with a 2-D block (got %v, shape %v)",
-			ops.ErrUnsupportedWeight, d.DType, shape)
+	if d.DType != ops.F8E4M3 || sc == nil || sc.DType != ops.F32 || len(sc.Block) != 2 || len(shape) != 2 && len(shape) != 3 {
+		return nil, fmt.Errorf("%w: %v needs float8_e4m3fn elements [n, k] and float32 scales with a 2-D block (got %v, shape %v)",
+			ops.ErrUnsupportedWeight, d.Format, d.DType, shape)
 	}
-	n, k, bn, bk := shape[0], shape[1], sc.Block[0], sc.Block[1]
-	if n < 0 || k <= 0 || bn <= 0 || bk <= 0 {
+	e, n, k, bn, bk := 1, shape[len(shape)-2], shape[len(shape)-1], sc.Block[0], sc.Block[1]
+	if len(shape) == 3 {
+		e = shape[0]
+	}
+	if e < 0 || n < 0 || k <= 0 || bn <= 0 || bk <= 0 {
 		return nil, fmt.Errorf("fp8 shape %v, block %v", shape, sc.Block)
 	}
 	want := []int{(n + bn - 1) / bn, (k + bk - 1) / bk}
+	switch {
+	case d.Format == ops.ChannelFP8:
+		if len(shape) != 2 || bn != 1 || bk != k {
+			return nil, fmt.Errorf("fp8 per-channel shape %v with block %v (want [1 %d])", shape, sc.Block, k)
+		}
+		want = []int{n}
+	case len(shape) == 3:
+		want = append([]int{e}, want...)
+	}
 	if !slices.Equal(sc.Shape, want) {
 		return nil, fmt.Errorf("fp8 scales %v for shape %v and block %v (want %v)", sc.Shape, shape, sc.Block, want)
 	}
 	q := b.joined(raw)
-	if len(q) != n*k {
-		return nil, fmt.Errorf("%d bytes for fp8 shape %v (want %d)", len(q), shape, n*k)
+	if len(q) != e*n*k {
+		return nil, fmt.Errorf("%d bytes for fp8 shape %v (want %d)", len(q), shape, e*n*k)
 	}
-	scale := make([]float32, 0, want[0]*want[1])
+	nscales := 1
+	for _, v := range want {
+		nscales *= v
+	}
+	scale := make([]float32, 0, nscales)
 	for _, p := range sc.Raw {
 		for i := 0; i+4 <= len(p); i += 4 {
 			scale = append(scale, math.Float32frombits(binary.LittleEndian.Uint32(p[i:])))
 		}
 	}
-	if len(scale) != want[0]*want[1] {
+	if len(scale) != nscales {
 		return nil, fmt.Errorf("%d fp8 scales for %v", len(scale), want)
 	}
-	return &Tensor{dt: ops.F8E4M3, shape: []int{n, k}, fp8: &fp8Data{q: q, scale: scale, bn: bn, bk: bk, k: k, sk: want[1]}}, nil
+	sn, sk := (n+bn-1)/bn, (k+bk-1)/bk
+	if len(shape) == 2 {
+		return &Tensor{dt: ops.F8E4M3, shape: []int{n, k}, fp8: &fp8Data{q: q, scale: scale, bn: bn, bk: bk, k: k, sk: sk}}, nil
+	}
+	out := b.ownedBytes(4 * e * n * k)
+	f := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(out))), e*n*k)
+	for x := 0; x < e; x++ {
+		ex := fp8Data{q: q[x*n*k : (x+1)*n*k], scale: scale[x*sn*sk : (x+1)*sn*sk], bn: bn, bk: bk, k: k, sk: sk}
+		for r := 0; r < n; r++ {
+			ex.row(r, f[(x*n+r)*k:(x*n+r+1)*k])
+		}
+	}
+	return newWeight(ops.F32, shape, out)
 }

@@ -1,0 +1,208 @@
+package formats
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/atom-go/atom/ops"
+)
+
+// ScaledFP8 is per-tensor and per-channel FP8: compressed-tensors checkpoints (llm-compressor's
+// FP8 and FP8_DYNAMIC schemes: config_groups whose weights are 8-bit float with strategy
+// "tensor" or "channel") and quant_method "fp8" without a weight_block_size (AutoFP8). Each
+// quantized linear weight [N, K] is F8E4M3 beside weight_scale (one value, or [N, 1] per
+// channel) and, for static activations, input_scale (one value); element (n, k) is
+// float(q) · scale[n]. Modules the config ignores (ignore, ignored_layers,
+// modules_to_not_convert) or no group targets stay in their 16-bit dtype.
+//
+// Every weight goes to the backend as ops.ChannelFP8, one scale per row: a per-tensor scale is
+// repeated over the part's rows, so a fused q|k|v or gate|up whose parts have different scales
+// dequantizes each part exactly with its own (vLLM requantizes the parts to the largest one).
+// input_scale is read and checked (finite, positive) but not handed on: the cpu reference does
+// not quantize activations, and the GPU kernels that do are not written yet.
+type ScaledFP8 struct {
+	Groups []FP8Group
+	Ignore []string
+}
+
+// Name returns "fp8-scaled".
+func (ScaledFP8) Name() string { return "fp8-scaled" }
+
+// Load reads the weight's parts and their scales, cut as the layout says.
+func (f ScaledFP8) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
+	quantized, err := countFP8(l, w, func(t string) bool { return matchAny(f.Ignore, t) })
+	if err != nil {
+		return nil, err
+	}
+	if quantized == 0 {
+		return Unquantized{}.Load(l, w)
+	}
+	var first *TensorInfo
+	var q, s [][]byte
+	rows, k := 0, 0
+	for _, p := range w.Parts {
+		wi, err := l.Info(p.Name, p.Shape...)
+		if err != nil {
+			return nil, err
+		}
+		if len(wi.Shape) != 2 {
+			return nil, fmt.Errorf("%s: fp8 tensor %s has shape %v, want 2 dimensions", wi.File, p.Name, wi.Shape)
+		}
+		n, cols := wi.Shape[0], wi.Shape[1]
+		g, ok := f.group(p.Name)
+		if !ok {
+			return nil, fmt.Errorf("%s: tensor %s is %v but no quantization_config group targets it", wi.File, p.Name, wi.DType)
+		}
+		perRow, err := f.scales(l, wi, g)
+		if err != nil {
+			return nil, err
+		}
+		lo, hi := p.Lo, p.Hi
+		switch w.Layout {
+		case Whole:
+			lo, hi = 0, n
+		case Cols:
+			if lo < 0 || lo > hi || hi > cols {
+				return nil, fmt.Errorf("%s: columns [%d, %d) of %s %v", w.Name, lo, hi, p.Name, wi.Shape)
+			}
+			q = append(q, cutCols(wi.Data, n, cols, lo, hi, 1))
+			s = append(s, f32Bytes(perRow))
+			first, rows, k = wi, n, hi-lo
+			continue
+		}
+		if lo < 0 || lo > hi || hi > n {
+			return nil, fmt.Errorf("%s: rows [%d, %d) of %s %v", w.Name, lo, hi, p.Name, wi.Shape)
+		}
+		if first == nil {
+			first, k = wi, cols
+		} else if cols != k {
+			return nil, fmt.Errorf("%s: cannot fuse %s %v with %s %v", w.Name, p.Name, wi.Shape, first.Name, first.Shape)
+		}
+		q = append(q, wi.Data[lo*cols:hi*cols])
+		s = append(s, f32Bytes(perRow[lo:hi]))
+		rows += hi - lo
+	}
+	shape := []int{rows, k}
+	d := ops.WeightDesc{Format: ops.ChannelFP8, DType: ops.F8E4M3, Scales: &ops.WeightScales{
+		DType: ops.F32, Shape: []int{rows}, Block: []int{1, k}, Raw: s}}
+	info := &TensorInfo{Name: w.Name, File: first.File, DType: ops.F8E4M3, Shape: shape}
+	return l.Upload(info, shape, d, q...)
+}
+
+// group returns the first group (in config order) whose targets cover the tensor's module.
+func (f ScaledFP8) group(tensor string) (FP8Group, bool) {
+	for _, g := range f.Groups {
+		for _, t := range g.Targets {
+			if t == "Linear" || matchAny([]string{t}, tensor) {
+				return g, true
+			}
+		}
+	}
+	return FP8Group{}, false
+}
+
+// scales reads a weight's weight_scale (and checks its input_scale for a static group) and
+// returns one scale per row of the whole weight.
+func (f ScaledFP8) scales(l *Loader, wi *TensorInfo, g FP8Group) ([]float32, error) {
+	prefix := strings.TrimSuffix(wi.Name, "weight")
+	n := wi.Shape[0]
+	want, what := []int{1}, "one value (per-tensor)"
+	if g.Channel {
+		want, what = []int{n, 1}, fmt.Sprintf("[%d, 1] (per-channel)", n)
+	}
+	ws, err := scaleValues(l, wi, prefix+"weight_scale", want, what)
+	if err != nil {
+		return nil, err
+	}
+	if g.StaticInput {
+		if _, err := scaleValues(l, wi, prefix+"input_scale", []int{1}, "one value (static per-tensor activations)"); err != nil {
+			return nil, err
+		}
+	}
+	if !g.Channel {
+		perRow := make([]float32, n)
+		for i := range perRow {
+			perRow[i] = ws[0]
+		}
+		return perRow, nil
+	}
+	return ws, nil
+}
+
+// scaleValues reads a scale tensor of want's elements (trailing and leading 1s optional:
+// [], [1], [N], [N, 1] are all written by some quantizer) as float32, refusing a missing
+// tensor, another shape or dtype, and a value that is NaN, infinite, zero or negative.
+func scaleValues(l *Loader, wi *TensorInfo, name string, want []int, what string) ([]float32, error) {
+	if !l.Has(name) {
+		return nil, fmt.Errorf("%s: fp8 tensor %s has no scale tensor %s", wi.File, wi.Name, name)
+	}
+	si, err := l.src.Tensor(name)
+	if err != nil {
+		return nil, err
+	}
+	if !sameElems(si.Shape, want) {
+		return nil, fmt.Errorf("%s: scale tensor %s has shape %v, want %s", si.File, name, si.Shape, what)
+	}
+	es := si.DType.Size()
+	count := 1
+	for _, d := range want {
+		count *= d
+	}
+	if si.DType != ops.F32 && si.DType != ops.BF16 && si.DType != ops.F16 || len(si.Data) != count*es {
+		return nil, fmt.Errorf("%s: scale tensor %s is %v (%d bytes), want %d float32, bfloat16 or float16 values", si.File, name, si.DType, len(si.Data), count)
+	}
+	out := make([]float32, count)
+	for i := range out {
+		switch si.DType {
+		case ops.F32:
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(si.Data[4*i:]))
+		case ops.BF16:
+			out[i] = ops.BF16ToFloat32(binary.LittleEndian.Uint16(si.Data[2*i:]))
+		default:
+			out[i] = ops.F16ToFloat32(binary.LittleEndian.Uint16(si.Data[2*i:]))
+		}
+		if v := float64(out[i]); math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+			return nil, fmt.Errorf("%s: scale tensor %s has %v at %d", si.File, name, out[i], i)
+		}
+	}
+	return out, nil
+}
+
+// sameElems reports whether shape is want up to dimensions of size 1.
+func sameElems(shape, want []int) bool {
+	strip := func(s []int) []int {
+		var out []int
+		for _, d := range s {
+			if d != 1 {
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	a, b := strip(shape), strip(want)
+	if len(a) != len(b) || len(shape) > 2 {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// f32Bytes encodes float32 values little-endian.
+func f32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+// LoadExperts refuses: per-tensor and per-channel fp8 experts are not served yet.
+func (ScaledFP8) LoadExperts(_ *Loader, w ExpertWeight) (ops.Tensor, error) {
+	return nil, fmt.Errorf("%s: %w: per-tensor / per-channel fp8 mixture-of-experts weights are not served yet", w.Name, ops.ErrUnsupportedWeight)
+}
