@@ -42,7 +42,10 @@ func For(s Spec) (Format, error) {
 		if len(s.Groups) > 0 {
 			return ScaledFP8{Groups: s.Groups, Ignore: s.Ignore}, nil
 		}
-		if s.Method != "fp8" || s.Block[0] <= 0 || s.Block[1] <= 0 {
+		if s.Method != "fp8" {
+			return nil, fmt.Errorf("%w compressed-tensors without fp8 config_groups", ops.ErrUnsupportedWeight)
+		}
+		if s.Block[0] <= 0 || s.Block[1] <= 0 {
 			return nil, fmt.Errorf("%w fp8 without a weight_block_size", ops.ErrUnsupportedWeight)
 		}
 		return BlockFP8{Block: s.Block, Ignore: s.Ignore}, nil
