@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import zlib
 
@@ -169,6 +170,38 @@ CASES = {
         torch.bfloat16,
         {"fp8_block": [8, 16]},
     ),
+    # Per-tensor and per-channel FP8 in llm-compressor's compressed-tensors layout: attention
+    # Linears per-tensor (weight_scale [1]) with static input_scale, MLP Linears per-channel
+    # (weight_scale [N, 1] in bfloat16) with dynamic per-token activations; q, k and v (and gate,
+    # up) have their own per-tensor scales, so the fused weights mix scales. lm_head (untied) and
+    # layer 1's down_proj are in the ignore list and stay bf16; each attention layer carries the
+    # k_scale / v_scale of an fp8 KV cache (kv_cache_scheme). The reference runs the DEQUANTIZED
+    # weights with unquantized activations (input_scale is not applied) in float32.
+    "llama-fp8-tensor": (
+        "LlamaConfig",
+        base(tie_word_embeddings=False),
+        torch.bfloat16,
+        {"fp8_scaled": True},
+    ),
+    # Block-scaled FP8 Qwen3-MoE (the Qwen3-30B-A3B-FP8 layout): every expert's gate/up/down
+    # and the attention Linears in float8_e4m3fn with weight_scale_inv per 8x16 block; the
+    # routers (mlp.gate), embeddings and norms bf16. Layers 1 and 3 sparse.
+    "qwen3_moe-fp8": (
+        "Qwen3MoeConfig",
+        base(
+            head_dim=32,
+            num_hidden_layers=4,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            decoder_sparse_step=2,
+        ),
+        torch.bfloat16,
+        {"fp8_block_moe": [8, 16]},
+    ),
 }
 
 
@@ -249,6 +282,10 @@ def make(name: str, out_root: str) -> None:
         ref_model = save_fp8(model, dtype, extra["fp8_block"], out)
         write_refs(name, cfg, model_cls, ref_model, out, extra)
         return
+    if extra.get("fp8_scaled") or extra.get("fp8_block_moe"):
+        ref_model = save_quantized(model, model_cls, dtype, extra, out)
+        write_refs(name, cfg, model_cls, ref_model, out, extra)
+        return
     model.to(dtype).save_pretrained(out, max_shard_size=extra.get("shard", "1GB"), safe_serialization=True)
     # Reference in float32 from the rounded weights actually saved.
     ref_model = model_cls.from_pretrained(out, torch_dtype=torch.float32).eval()
@@ -307,6 +344,116 @@ def save_fp8(model: torch.nn.Module, dtype: torch.dtype, block: list, out: str) 
         json.dump(cfg, f, indent=2)
     ref_model = type(model)(model.config).float().eval()
     ref_model.load_state_dict(deq)
+    return ref_model
+
+
+def quantize_scaled(w: torch.Tensor, channel: bool, scale_dtype: torch.dtype) -> tuple:
+    """Per-tensor or per-channel float8_e4m3fn quantization: scale = amax / 448 (per row when
+    channel), rounded to scale_dtype first so the stored scale is the one dequantization uses;
+    returns (q, scale as stored, dequantized float32)."""
+    w = w.float()
+    amax = w.abs().amax(dim=1, keepdim=True) if channel else w.abs().max().reshape(1)
+    scale = (amax.clamp(min=1e-12) / 448.0).to(scale_dtype)
+    full = scale.float() if channel else scale.float().reshape(1, 1)
+    q = (w / full).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return q, scale, q.float() * full
+
+
+ATTN = r"re:.*self_attn\.(q|k|v|o)_proj$"
+MLP = r"re:.*mlp\.(gate|up|down)_proj$"
+CT_IGNORE = ["lm_head", r"re:.*layers\.1\.mlp\.down_proj$"]
+
+
+def scaled_config() -> dict:
+    """compressed-tensors' quantization_config for the llama-fp8-tensor checkpoint."""
+    fp8 = {"num_bits": 8, "type": "float", "symmetric": True, "group_size": None, "block_structure": None}
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "quantization_status": "compressed",
+        "ignore": CT_IGNORE,
+        "config_groups": {
+            "group_0": {
+                "targets": [ATTN],
+                "weights": {**fp8, "strategy": "tensor", "dynamic": False},
+                "input_activations": {**fp8, "strategy": "tensor", "dynamic": False},
+                "output_activations": None,
+            },
+            "group_1": {
+                "targets": [MLP],
+                "weights": {**fp8, "strategy": "channel", "dynamic": False},
+                "input_activations": {**fp8, "strategy": "token", "dynamic": True},
+                "output_activations": None,
+            },
+        },
+        "kv_cache_scheme": {**fp8, "strategy": "tensor", "dynamic": False},
+    }
+
+
+def matches(pattern: str, module: str) -> bool:
+    if pattern.startswith("re:"):
+        return re.match(pattern[3:], module) is not None
+    return module == pattern or module.endswith("." + pattern)
+
+
+def save_quantized(model: torch.nn.Module, model_cls, dtype: torch.dtype, extra: dict, out: str) -> torch.nn.Module:
+    """Saves the model with transformers (the checkpoint's own tensor names, experts one by
+    one), quantizes the chosen Linears in place, and returns the float32 model loaded by
+    transformers from the DEQUANTIZED tensors."""
+    from safetensors.torch import load_file, save_file
+
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.to(dtype).save_pretrained(tmp, max_shard_size="1GB", safe_serialization=True)
+    tensors = load_file(os.path.join(tmp, "model.safetensors"))
+    deq = {}
+    gen = torch.Generator().manual_seed(1)
+    for pname in sorted(tensors):
+        t = tensors[pname]
+        mod = pname[: -len(".weight")]
+        if extra.get("fp8_scaled"):
+            quant = pname.endswith("_proj.weight") and not any(matches(p, mod) for p in CT_IGNORE)
+            if quant:
+                channel = matches(MLP, mod)
+                q, sc, d = quantize_scaled(t, channel, dtype if channel else torch.float32)
+                tensors[pname], tensors[mod + ".weight_scale"] = q, sc.contiguous()
+                if not channel:  # static activations: a calibrated-looking input_scale
+                    tensors[mod + ".input_scale"] = (0.01 + torch.rand(1, generator=gen)) / 448.0
+                deq[pname] = d
+                continue
+        elif pname.endswith("_proj.weight") and "mlp.gate." not in pname:
+            bn, bk = extra["fp8_block_moe"]
+            q, sc, d = quantize_fp8(t, bn, bk)
+            tensors[pname], tensors[mod + ".weight_scale_inv"] = q.contiguous(), sc.contiguous()
+            deq[pname] = d
+            continue
+        deq[pname] = t.float()
+    if extra.get("fp8_scaled"):
+        for i in range(model.config.num_hidden_layers):
+            for kv in ("k_scale", "v_scale"):
+                tensors[f"model.layers.{i}.self_attn.{kv}"] = (0.5 + torch.rand((), generator=gen)) / 100.0
+    os.makedirs(out, exist_ok=True)
+    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    for f in ("config.json", "generation_config.json"):
+        shutil.copy(os.path.join(tmp, f), out)
+    # The reference: the same config, the dequantized tensors in float32, read by transformers.
+    save_file(deq, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    ref_model = model_cls.from_pretrained(tmp, torch_dtype=torch.float32).eval()
+    shutil.rmtree(tmp)
+    with open(os.path.join(out, "config.json")) as f:
+        cfg = json.load(f)
+    if extra.get("fp8_scaled"):
+        cfg["quantization_config"] = scaled_config()
+    else:
+        bn, bk = extra["fp8_block_moe"]
+        cfg["quantization_config"] = {
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "activation_scheme": "dynamic",
+            "weight_block_size": [bn, bk],
+        }
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
     return ref_model
 
 
