@@ -37,8 +37,13 @@ type KVLayerSpec struct {
 	Heads int
 	// HeadDim is the elements of one head's key (and of its value), or of the latent vector.
 	HeadDim int
-	// DType is the element type the cache holds (the backend's activation dtype).
+	// DType is the element type the cache holds (the backend's activation dtype, or F8E4M3 for
+	// an fp8 KV cache).
 	DType DType
+	// KScale and VScale are an F8E4M3 cache's per-layer scales: a key k is stored as
+	// e4m3(k / KScale) and read as float(code) · KScale (the checkpoint's k_scale / v_scale,
+	// 1 where it has none, as vLLM).
+	KScale, VScale float32
 	// SlidingWindow, when positive, is the most recent positions the layer attends to; 0: the
 	// whole context.
 	SlidingWindow int
@@ -84,5 +89,23 @@ func NewKVCacheFor(be Backend, spec KVCacheSpec, numBlocks, blockSize int) (KVCa
 			return nil, fmt.Errorf("%w on the %s backend: layer %d is %+v, layer 0 %+v", ErrUnsupportedKVCache, be.Name(), i, l, first)
 		}
 	}
+	if first.DType == F8E4M3 {
+		fb, ok := be.(FP8KVBackend)
+		if !ok {
+			return nil, fmt.Errorf("%w on the %s backend: an fp8 KV cache (--kv-cache-dtype fp8)", ErrUnsupportedKVCache, be.Name())
+		}
+		ks, vs := make([]float32, len(spec.Layers)), make([]float32, len(spec.Layers))
+		for i, l := range spec.Layers {
+			ks[i], vs[i] = l.KScale, l.VScale
+		}
+		return fb.NewFP8KVCache(len(spec.Layers), numBlocks, blockSize, first.Heads, first.HeadDim, ks, vs)
+	}
 	return be.NewKVCache(len(spec.Layers), numBlocks, blockSize, first.Heads, first.HeadDim)
+}
+
+// FP8KVBackend is a backend that can hold an fp8 (e4m3) KV cache: K and V of every layer
+// stored as float8_e4m3fn codes of the values divided by the layer's scale. A backend without
+// it refuses such a spec with ErrUnsupportedKVCache (--device auto then serves on the cpu).
+type FP8KVBackend interface {
+	NewFP8KVCache(layers, numBlocks, blockSize, kvHeads, headDim int, kScale, vScale []float32) (KVCache, error)
 }

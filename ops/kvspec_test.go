@@ -74,3 +74,15 @@ func TestWeightDesc(t *testing.T) {
 	_, err = WeightDesc{DType: BF16, Scales: &WeightScales{DType: F32}}.PlainDType()
 	require.ErrorIs(t, err, ErrUnsupportedWeight)
 }
+
+// TestNewKVCacheForFP8: an fp8 spec on a backend without FP8KVBackend is refused as an
+// unsupported cache (what lets --device auto fall back to the cpu).
+func TestNewKVCacheForFP8(t *testing.T) {
+	f8 := KVLayerSpec{Kind: KVPair, Heads: 2, HeadDim: 16, DType: F8E4M3, KScale: 1, VScale: 1}
+	be := &kvBackend{}
+	_, err := NewKVCacheFor(be, KVCacheSpec{Layers: []KVLayerSpec{f8, f8}, Ranks: 1}, 10, 4)
+	require.ErrorIs(t, err, ErrUnsupportedKVCache)
+	require.ErrorContains(t, err, "fp8 KV cache")
+	require.Nil(t, be.got)
+	require.Equal(t, int64(2*2*16*4), KVCacheSpec{Layers: []KVLayerSpec{f8}}.BlockBytes(4))
+}

@@ -19,6 +19,7 @@ type KVCache struct {
 	k, v                                   [][]float32
 	mem                                    *offheap.Block
 	be                                     *Backend
+	f8                                     *fp8KV // an fp8 cache (fp8_kv.go): k and v are nil
 }
 
 // Geometry returns the cache dimensions.
@@ -58,6 +59,10 @@ func (b *Backend) NewKVCache(layers, numBlocks, blockSize, kvHeads, headDim int)
 // RopeWriteKV rotates q and k (neox layout) and stores k and v at their slots.
 func (b *Backend) RopeWriteKV(q, k, v ops.Tensor, rope *ops.RoPE, cache ops.KVCache, layer int, meta *ops.AttnMetadata) {
 	qt, kt, vt, c := q.(*Tensor), k.(*Tensor), v.(*Tensor), cache.(*KVCache)
+	if c.f8 != nil {
+		b.ropeWriteKVFP8(qt, kt, vt, rope, c, layer, meta)
+		return
+	}
 	hd := rope.HeadDim
 	kvw := c.kvHeads * hd
 	b.pool.run(meta.NumTokens(), func(lo, hi, _ int) {
@@ -85,6 +90,10 @@ func (b *Backend) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, norm *ops.
 		norm != nil && (norm.Q.(*Tensor).cols() != hd || norm.K.(*Tensor).cols() != hd) {
 		panic(fmt.Sprintf("cpu RopeWriteKVFused: q %v from q|k|v %v, cache %d kv heads of %d, head dim %d, norm %v",
 			qt.shape, src.shape, c.kvHeads, c.headDim, hd, norm != nil))
+	}
+	if c.f8 != nil {
+		b.ropeWriteKVFusedFP8(qt, src, rope, norm, c, layer, meta)
+		return
 	}
 	b.pool.run(nt, func(lo, hi, worker int) {
 		var qn, kn []float32
@@ -137,6 +146,10 @@ func rotate(row []float32, rope *ops.RoPE, pos float64) {
 // p attends to positions 0..p of s. Parallel over (token, head).
 func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, meta *ops.AttnMetadata, a ops.AttnShape) {
 	o, qt, c := out.(*Tensor), q.(*Tensor), cache.(*KVCache)
+	if c.f8 != nil {
+		b.attentionFP8(o, qt, c, layer, meta, a)
+		return
+	}
 	hd, group := a.HeadDim, a.NumHeads/a.NumKVHeads
 	kvw := c.kvHeads * hd
 	maxLen := 0
