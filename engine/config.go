@@ -23,6 +23,7 @@ type Config struct {
 	BlockSize             int
 	NumKVBlocks           int
 	KVCacheMemory         int64
+	KVCacheDType          string
 	GPUMemoryUtilization  float64
 	MaxNumSeqs            int
 	MaxNumBatchedTokens   int
@@ -56,7 +57,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxModelLen, "max-model-len", 0, "longest prompt plus output; 0: the model's max_position_embeddings")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV-cache block")
 	fs.IntVar(&c.NumKVBlocks, "num-kv-blocks", 0, "KV-cache blocks; 0: derived from the memory budget")
-	fs.Int64Var(&c.KVCacheMemory, "kv-cache-memory", 1<<30, "cpu backend: bytes of float32 KV cache, mapped outside the Go heap and resident as it fills: RSS is about the weights + this + the step workspaces (docs/models.md)")
+	fs.Int64Var(&c.KVCacheMemory, "kv-cache-memory", 1<<30, "cpu backend: bytes of KV cache (float32, or e4m3 with --kv-cache-dtype fp8), mapped outside the Go heap and resident as it fills: RSS is about the weights + this + the step workspaces (docs/models.md)")
+	fs.StringVar(&c.KVCacheDType, "kv-cache-dtype", "auto", "KV cache dtype: auto (the activations'), fp8 or fp8_e4m3 (float8_e4m3fn with the checkpoint's k_scale/v_scale, 1.0 where absent; cpu backend)")
 	fs.Float64Var(&c.GPUMemoryUtilization, "gpu-memory-utilization", 0.9, "gpu backend: fraction of device memory for weights, activations and KV cache")
 	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 256, "most sequences in one step")
 	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 8192, "token budget of one step (prefill chunks plus decodes)")
@@ -95,6 +97,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--gpu-memory-utilization must be in (0, 1], got %v", c.GPUMemoryUtilization)
 	case c.TensorParallelSize < 1 || c.TensorParallelSize > 64:
 		return fmt.Errorf("--tensor-parallel-size must be in [1, 64], got %d", c.TensorParallelSize)
+	}
+	if _, err := ops.KVCacheFP8(c.KVCacheDType); err != nil {
+		return err
 	}
 	return nil
 }

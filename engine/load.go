@@ -98,7 +98,9 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	mc := ck.Config
 	limits := models.Options{MaxTokens: cfg.MaxNumBatchedTokens, MaxSeqs: cfg.MaxNumSeqs}
 	bar := newProgressBar("loading weights", log)
-	model, err = models.LoadParallel(ck, dev.backends, dev.group, models.Options{MaxTokens: limits.MaxTokens, MaxSeqs: limits.MaxSeqs, Progress: bar.update})
+	fp8KV, _ := ops.KVCacheFP8(cfg.KVCacheDType) // checked by Validate
+	model, err = models.LoadParallel(ck, dev.backends, dev.group, models.Options{MaxTokens: limits.MaxTokens, MaxSeqs: limits.MaxSeqs,
+		Progress: bar.update, FP8KV: fp8KV})
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// Progress, when set, is told the checkpoint bytes handed to the backend so far and
 	// their total, after each tensor.
 	Progress func(done, total int64)
+	// FP8KV stores the KV cache as float8_e4m3fn with the checkpoint's per-layer k/v scales
+	// (--kv-cache-dtype fp8); a backend without an fp8 cache refuses it when the cache is made.
+	FP8KV bool
 }
 
 // builder builds one rank's part of a family's model from layers; it reports errors through
@@ -116,6 +119,11 @@ func buildRank(ck *Checkpoint, be ops.Backend, opt Options, sh layers.Shard, b b
 	m := b(c, ck.Config)
 	if err := c.Err(); err != nil {
 		return nil, err
+	}
+	if opt.FP8KV {
+		if err := applyFP8KV(ck, &m.base().kv); err != nil {
+			return nil, fmt.Errorf("--kv-cache-dtype fp8: %w", err)
+		}
 	}
 	load.Done()
 	return m, nil

@@ -396,6 +396,26 @@ def matches(pattern: str, module: str) -> bool:
     return module == pattern or module.endswith("." + pattern)
 
 
+def kv_amax(model: torch.nn.Module) -> list:
+    """Per layer, the largest |k| and |v| the k_proj and v_proj outputs reach over PROMPTS."""
+    amax, hooks = [], []
+    for layer in model.model.layers:
+        slot = [0.0, 0.0]
+        amax.append(slot)
+        for j, proj in enumerate((layer.self_attn.k_proj, layer.self_attn.v_proj)):
+
+            def hook(_m, _i, out, slot=slot, j=j):
+                slot[j] = max(slot[j], float(out.abs().max()))
+
+            hooks.append(proj.register_forward_hook(hook))
+    with torch.no_grad():
+        for p in PROMPTS:
+            model(torch.tensor([p]))
+    for h in hooks:
+        h.remove()
+    return amax
+
+
 def save_quantized(model: torch.nn.Module, model_cls, dtype: torch.dtype, extra: dict, out: str) -> torch.nn.Module:
     """Saves the model with transformers (the checkpoint's own tensor names, experts one by
     one), quantizes the chosen Linears in place, and returns the float32 model loaded by
@@ -428,18 +448,21 @@ def save_quantized(model: torch.nn.Module, model_cls, dtype: torch.dtype, extra:
             deq[pname] = d
             continue
         deq[pname] = t.float()
-    if extra.get("fp8_scaled"):
-        for i in range(model.config.num_hidden_layers):
-            for kv in ("k_scale", "v_scale"):
-                tensors[f"model.layers.{i}.self_attn.{kv}"] = (0.5 + torch.rand((), generator=gen)) / 100.0
     os.makedirs(out, exist_ok=True)
-    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     for f in ("config.json", "generation_config.json"):
         shutil.copy(os.path.join(tmp, f), out)
     # The reference: the same config, the dequantized tensors in float32, read by transformers.
     save_file(deq, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
     ref_model = model_cls.from_pretrained(tmp, torch_dtype=torch.float32).eval()
     shutil.rmtree(tmp)
+    if extra.get("fp8_scaled"):
+        # Calibrated fp8 KV cache scales, as llm-compressor writes them: amax / 448 of each
+        # layer's keys and values over the prompts (keys with headroom for the rotation).
+        for i, (k, v) in enumerate(kv_amax(ref_model)):
+            tensors[f"model.layers.{i}.self_attn.k_scale"] = torch.tensor(1.5 * k / 448.0)
+            tensors[f"model.layers.{i}.self_attn.v_scale"] = torch.tensor(v / 448.0)
+    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    os.chmod(os.path.join(out, "model.safetensors"), 0o644)
     with open(os.path.join(out, "config.json")) as f:
         cfg = json.load(f)
     if extra.get("fp8_scaled"):

@@ -142,6 +142,12 @@ func scaleValues(l *Loader, wi *TensorInfo, name string, want []int, what string
 	if err != nil {
 		return nil, err
 	}
+	return decodeScales(si, want, what)
+}
+
+// decodeScales decodes and checks scaleValues' tensor.
+func decodeScales(si *TensorInfo, want []int, what string) ([]float32, error) {
+	name := si.Name
 	if !sameElems(si.Shape, want) {
 		return nil, fmt.Errorf("%s: scale tensor %s has shape %v, want %s", si.File, name, si.Shape, what)
 	}
@@ -168,6 +174,24 @@ func scaleValues(l *Loader, wi *TensorInfo, name string, want []int, what string
 		}
 	}
 	return out, nil
+}
+
+// ScalarScale reads a one-value scale tensor (an fp8 KV cache's k_scale, v_scale): ok is
+// false when the checkpoint has no such tensor; a tensor of more values, another dtype, or a
+// value that is NaN, infinite, zero or negative is an error naming it.
+func ScalarScale(src Source, name string) (float32, bool, error) {
+	if !src.Has(name) {
+		return 0, false, nil
+	}
+	si, err := src.Tensor(name)
+	if err != nil {
+		return 0, false, err
+	}
+	v, err := decodeScales(si, []int{1}, "one value")
+	if err != nil {
+		return 0, false, err
+	}
+	return v[0], true, nil
 }
 
 // sameElems reports whether shape is want up to dimensions of size 1.
