@@ -404,7 +404,7 @@ def kv_amax(model: torch.nn.Module) -> list:
         amax.append(slot)
         for j, proj in enumerate((layer.self_attn.k_proj, layer.self_attn.v_proj)):
 
-            def hook(_m, _i, out, slot=slot, j=j):
+            def hook(_m: torch.nn.Module, _i: tuple, out: torch.Tensor, slot: list = slot, j: int = j) -> None:
                 slot[j] = max(slot[j], float(out.abs().max()))
 
             hooks.append(proj.register_forward_hook(hook))
@@ -416,7 +416,9 @@ def kv_amax(model: torch.nn.Module) -> list:
     return amax
 
 
-def save_quantized(model: torch.nn.Module, model_cls, dtype: torch.dtype, extra: dict, out: str) -> torch.nn.Module:
+def save_quantized(
+    model: torch.nn.Module, model_cls: type, dtype: torch.dtype, extra: dict, out: str
+) -> torch.nn.Module:
     """Saves the model with transformers (the checkpoint's own tensor names, experts one by
     one), quantizes the chosen Linears in place, and returns the float32 model loaded by
     transformers from the DEQUANTIZED tensors."""

@@ -125,7 +125,7 @@ def test_vllm_runs_on_atom_go_once_installed(model_dir: str) -> None:
     assert isinstance(refused, dict)
     assert on["tp"] == 2
     assert "ipeline" in str(refused["pp"])  # refused (by vLLM itself, before atom-go is asked)
-    assert "--kv-cache-dtype fp8" in str(refused["kv_dtype"])
+    assert refused["kv_dtype"] is None  # passed through to atom-go as --kv-cache-dtype fp8
     assert "quantization fp8" in str(refused["quant"])
     assert str(on["validate"]).startswith("VLLMValidationError: logit_bias")
     assert _probe({"VLLM_PLUGINS": "atom_go"}, model_dir)["platform"] == "AtomGoPlatform"

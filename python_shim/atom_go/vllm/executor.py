@@ -97,6 +97,8 @@ class AtomGoExecutor(Executor):
         extra = shlex.split(os.environ.get(ENV_ENGINE_ARGS, ""))
         if device != "cpu":
             extra.insert(0, f"--gpu-memory-utilization={cc.gpu_memory_utilization}")
+        if cc.cache_dtype not in ("auto", None):  # fp8 / fp8_e4m3 (the platform refused others)
+            extra.insert(0, f"--kv-cache-dtype={cc.cache_dtype}")
         tp = self.parallel_config.tensor_parallel_size
         if tp != 1:
             extra.insert(0, f"--tensor-parallel-size={tp}")

@@ -39,6 +39,13 @@ class AtomGoConfigError(ValueError):
     """A vLLM setting atom-go cannot honour."""
 
 
+# The --quantization names atom-go serves from the checkpoint itself.
+SERVED_QUANTIZATION = ("fp8", "compressed-tensors")
+
+# The --kv-cache-dtype values passed through to atom-go (the executor adds --kv-cache-dtype).
+KV_CACHE_DTYPES = ("auto", None, "fp8", "fp8_e4m3")
+
+
 def _refuse(setting: str, why: str) -> AtomGoConfigError:
     return AtomGoConfigError(f"atom-go cannot serve with {setting}: {why}")
 
@@ -154,7 +161,14 @@ class AtomGoPlatform(Platform):
 
     @classmethod
     def verify_quantization(cls, quant: str) -> None:
-        raise _refuse(f"--quantization {quant}", "atom-go loads the checkpoint's own dtype (bf16/fp16/fp32)")
+        # FP8 checkpoints (block-scaled, per-tensor, per-channel; quant_method fp8 or
+        # compressed-tensors) are atom-go's own weight formats; check_and_update_config refuses
+        # the same names asked for an unquantized checkpoint (vLLM's online quantization).
+        if quant not in SERVED_QUANTIZATION:
+            raise _refuse(
+                f"--quantization {quant}",
+                "atom-go loads bf16/fp16/fp32 checkpoints and fp8 ones (quant_method fp8 or compressed-tensors)",
+            )
 
     @classmethod
     def pre_register_and_update(cls, parser: Any = None) -> None:
@@ -206,12 +220,22 @@ class AtomGoPlatform(Platform):
             raise _refuse("watermarking", "atom-go's sampler does not watermark")
         if model_config.quantization is not None:
             cls.verify_quantization(str(model_config.quantization))
+            stored = getattr(model_config.hf_config, "quantization_config", None) or {}
+            method = stored.get("quant_method") if isinstance(stored, dict) else getattr(stored, "quant_method", None)
+            if method != str(model_config.quantization):
+                raise _refuse(
+                    f"--quantization {model_config.quantization}",
+                    "atom-go does not quantize at load: it serves fp8 checkpoints as they are stored",
+                )
         if model_config.runner_type != "generate":
             raise _refuse(f"runner {model_config.runner_type!r}", "atom-go only generates text")
         warn_if_no_tokenizer(model_config)  # after the refusals: a refused setup needs no warning
         cache_config = vllm_config.cache_config
-        if cache_config.cache_dtype not in ("auto", None):
-            raise _refuse(f"--kv-cache-dtype {cache_config.cache_dtype}", "atom-go keeps the KV cache in its own dtype")
+        if cache_config.cache_dtype not in KV_CACHE_DTYPES:
+            raise _refuse(
+                f"--kv-cache-dtype {cache_config.cache_dtype}",
+                "atom-go keeps the KV cache in its own dtype or in fp8 e4m3 (auto, fp8, fp8_e4m3)",
+            )
         if getattr(cache_config, "kv_offloading_size", None):
             raise _refuse("--kv-offloading-size", "atom-go owns its KV cache memory")
         if cache_config.block_size is None:
