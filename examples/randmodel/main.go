@@ -5,6 +5,7 @@
 //	randmodel --shape llama3-8b --out /tmp/llama3-8b
 //	randmodel --shape smollm2-135m --out /tmp/smollm2 --dtype float32
 //	randmodel --shape qwen3-30b-a3b --out /tmp/qwen3-30b-a3b   # MoE: 128 experts, top-8
+//	randmodel --shape llama3-8b --out /tmp/llama3-8b-fp8 --dtype fp8-block   # see fp8.go
 //
 // Weights are roughly N(0, std) (see fill) with norms at 1, so activations stay in range
 // through every layer.
@@ -128,7 +129,7 @@ func (s shape) feedForward(p string) []tensor {
 func main() {
 	name := flag.String("shape", "smollm2-135m", "architecture shape")
 	out := flag.String("out", "", "output directory")
-	dtype := flag.String("dtype", "bfloat16", "bfloat16, float16 or float32")
+	dtype := flag.String("dtype", "bfloat16", "bfloat16, float16, float32, fp8-block (128x128 block-scaled, DeepSeek/Qwen3-FP8) or fp8-tensor (per-tensor, compressed-tensors)")
 	shardGB := flag.Float64("shard-gb", 4, "shard size in GB")
 	seed := flag.Uint64("seed", 1, "random seed")
 	layers := flag.Int("layers", 0, "decoder layers (0: the shape's); fewer keep every width, for a machine whose memory cannot hold the whole checkpoint")
@@ -157,25 +158,30 @@ func main() {
 }
 
 func write(s shape, dir, dtype string, shardBytes int64, seed uint64) error {
+	dtype, mode := fp8Mode(dtype)
 	size := map[string]int{"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
 	if size == 0 {
 		return fmt.Errorf("unsupported dtype %q", dtype)
 	}
+	ts, roles, err := fp8Tensors(s, s.tensors(), mode)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := writeConfig(s, dir, dtype); err != nil {
+	if err := writeConfig(s, dir, dtype, mode); err != nil {
 		return err
 	}
-	// Group tensors into shards, in order.
+	// Group tensors into shards, in order (an fp8 weight's scales in its shard).
 	var shards [][]tensor
 	var cur int64
-	for _, t := range s.tensors() {
-		n := int64(size)
+	for _, t := range ts {
+		n := int64(roles[t.name].size(size))
 		for _, d := range t.shape {
 			n *= int64(d)
 		}
-		if len(shards) == 0 || (cur+n > shardBytes && cur > 0) {
+		if len(shards) == 0 || (cur+n > shardBytes && cur > 0 && roles[t.name] < fp8Scale) {
 			shards = append(shards, nil)
 			cur = 0
 		}
@@ -191,7 +197,7 @@ func write(s shape, dir, dtype string, shardBytes int64, seed uint64) error {
 		for _, t := range sh {
 			weightMap[t.name] = file
 		}
-		if err := writeShard(filepath.Join(dir, file), sh, dtype, size, seed+uint64(i)*1000); err != nil {
+		if err := writeShard(filepath.Join(dir, file), sh, roles, dtype, size, seed+uint64(i)*1000); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "wrote %s\n", file)
@@ -203,7 +209,7 @@ func write(s shape, dir, dtype string, shardBytes int64, seed uint64) error {
 	return nil
 }
 
-func writeConfig(s shape, dir, dtype string) error {
+func writeConfig(s shape, dir, dtype, mode string) error {
 	model := map[string]string{"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
 		"Qwen3MoeForCausalLM": "qwen3_moe", "MixtralForCausalLM": "mixtral"}[s.Arch]
 	cfg := map[string]any{"architectures": []string{s.Arch}, "model_type": model, "hidden_size": s.Hidden,
@@ -220,6 +226,9 @@ func writeConfig(s shape, dir, dtype string) error {
 			cfg["decoder_sparse_step"], cfg["mlp_only_layers"] = 1, []int{}
 		}
 	}
+	if mode != "" {
+		cfg["quantization_config"] = fp8Config(s, mode)
+	}
 	b, _ := json.MarshalIndent(cfg, "", " ")
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
 		return err
@@ -227,16 +236,19 @@ func writeConfig(s shape, dir, dtype string) error {
 	return os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"bos_token_id": 1, "eos_token_id": 2}`), 0o644)
 }
 
-func writeShard(path string, ts []tensor, dtype string, size int, seed uint64) error {
+func writeShard(path string, ts []tensor, roles map[string]fp8Role, dtype string, size int, seed uint64) error {
 	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
 	var off int64
 	for _, t := range ts {
-		n := int64(size)
+		n := int64(roles[t.name].size(size))
 		for _, d := range t.shape {
 			n *= int64(d)
 		}
-		header[t.name] = map[string]any{"dtype": map[string]string{"bfloat16": "BF16", "float16": "F16", "float32": "F32"}[dtype],
-			"shape": t.shape, "data_offsets": []int64{off, off + n}}
+		dt := map[string]string{"bfloat16": "BF16", "float16": "F16", "float32": "F32"}[dtype]
+		if r := roles[t.name]; r != 0 {
+			dt = r.dtype()
+		}
+		header[t.name] = map[string]any{"dtype": dt, "shape": t.shape, "data_offsets": []int64{off, off + n}}
 		off += n
 	}
 	hb, _ := json.Marshal(header)
@@ -258,10 +270,15 @@ func writeShard(path string, ts []tensor, dtype string, size int, seed uint64) e
 	data := make(chan []byte, 1)
 	go func() {
 		defer close(data)
+		var q fp8Quantizer
 		for i, t := range ts {
 			n := 1
 			for _, d := range t.shape {
 				n *= d
+			}
+			if r := roles[t.name]; r != 0 {
+				data <- q.bytes(t, r, seed+uint64(i))
+				continue
 			}
 			data <- randomBytes(n, t.std, dtype, seed+uint64(i))
 		}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/atom-go/atom/models"
+	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
+)
+
+// TestFP8Checkpoints: --dtype fp8-block and fp8-tensor write tiny dense and MoE checkpoints
+// that load (through their quantization_config) and run on the cpu; the e4m3 codes
+// dequantize to within e4m3's rounding of the bf16 path's values; fp8-tensor refuses MoE.
+func TestFP8Checkpoints(t *testing.T) {
+	tiny := func(name string) shape {
+		s := shapes[name]
+		s.Hidden, s.Intermediate, s.Layers, s.Heads, s.KVHeads, s.HeadDim, s.Vocab = 256, 384, 2, 4, 2, 64, 128
+		if s.MoE != nil {
+			m := *s.MoE
+			m.Experts, m.TopK, m.Inter = 4, 2, 256
+			s.MoE = &m
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		shape, dtype, quant string
+		format              ops.WeightFormat
+	}{
+		{"llama3-8b", "fp8-block", "fp8", ops.BlockFP8},
+		{"qwen3-30b-a3b", "fp8-block", "fp8", ops.BlockFP8},
+		{"llama3-8b", "fp8-tensor", "compressed-tensors", ops.ChannelFP8},
+	} {
+		t.Run(tc.shape+" "+tc.dtype, func(t *testing.T) {
+			s := tiny(tc.shape)
+			dir := filepath.Join(t.TempDir(), "m")
+			require.NoError(t, write(s, dir, tc.dtype, 1<<20, 1))
+			ck, err := models.OpenCheckpoint(dir)
+			require.NoError(t, err)
+			defer ck.Close()
+			require.Equal(t, tc.quant, ck.Config.Quantization)
+			w, err := ck.Tensor("model.layers.1.self_attn.q_proj.weight")
+			require.NoError(t, err)
+			require.Equal(t, ops.F8E4M3, w.DType)
+			lm, err := ck.Tensor("model.embed_tokens.weight")
+			require.NoError(t, err)
+			require.Equal(t, ops.BF16, lm.DType)
+			be := cpu.New(1)
+			defer be.Close()
+			model, err := models.Load(ck, be, models.Options{MaxTokens: 8, MaxSeqs: 1})
+			require.NoError(t, err)
+			cache, err := model.NewKVCache(4, 4)
+			require.NoError(t, err)
+			meta := &ops.AttnMetadata{Positions: []int32{0, 1, 2}, SlotMapping: []int32{0, 1, 2}, QueryStart: []int32{0, 3},
+				SeqLens: []int32{3}, BlockTables: []int32{0}, BlockTableStride: 1}
+			logits := make([]float32, s.Vocab)
+			be.ReadRows(model.Logits(model.Forward([]int32{1, 2, 3}, meta, cache), []int32{2}), logits)
+			for i, v := range logits {
+				require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "logit %d = %v", i, v)
+			}
+		})
+	}
+	require.ErrorContains(t, write(tiny("qwen3-30b-a3b"), t.TempDir(), "fp8-tensor", 1<<20, 1), "per-tensor fp8 experts")
+	require.ErrorContains(t, write(tiny("llama3-8b"), t.TempDir(), "fp8-channel", 1<<20, 1), "unsupported dtype fp8-channel")
+}
+
+// TestQuantizeFP8: each block's scale is its amax / 448 and its codes dequantize to within
+// e4m3's half step (1/16 relative, or half the smallest subnormal step) of the float32 draw.
+func TestQuantizeFP8(t *testing.T) {
+	tn := tensor{name: "w", shape: []int{200, 300}, std: 0.05}
+	vals := randomBytes(200*300, tn.std, "float32", 3)
+	for _, r := range []fp8Role{fp8Weight, fp8TensorWeight} {
+		codes, scales := quantizeFP8(tn, r, 3)
+		want := 6 // [2, 3] blocks
+		if r == fp8TensorWeight {
+			want = 1
+		}
+		require.Len(t, scales, want)
+		f := decode(vals, "float32")
+		const sk = 3
+		for i, c := range codes {
+			row, col := i/300, i%300
+			s := scales[0]
+			if r == fp8Weight {
+				s = scales[(row/128)*sk+col/128]
+			}
+			got := float64(ops.F8E4M3ToFloat32(c) * s)
+			require.InDelta(t, f[i], got, math.Max(math.Abs(f[i])/16, float64(s)/1024)+1e-9, "element %d", i)
+		}
+	}
+}
