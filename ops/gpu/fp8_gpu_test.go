@@ -100,3 +100,36 @@ func TestFP8WeightRefusals(t *testing.T) {
 	require.ErrorContains(t, err, "q_proj: scales [2 1]")
 	require.NotErrorIs(t, err, ops.ErrUnsupportedWeight)
 }
+
+// BenchmarkLinearFP8 times the 8B gate|up projection (28672 x 4096) at decode batch sizes in
+// FP8 codes against the same shape in bf16, reporting the weight bytes read per second.
+func BenchmarkLinearFP8(bb *testing.B) {
+	b := newGPU(bb, ops.BF16)
+	const n, k = 28672, 4096
+	codes := make([]byte, n*k)
+	for i := range codes {
+		codes[i] = byte(rng.IntN(0x7f))
+	}
+	sc := make([]byte, 4*(n/128)*(k/128))
+	for i := 0; i < len(sc); i += 4 {
+		binary.LittleEndian.PutUint32(sc[i:], math.Float32bits(1e-3))
+	}
+	w8, err := b.Weight("w", ops.WeightDesc{Format: ops.BlockFP8, DType: ops.F8E4M3,
+		Scales: &ops.WeightScales{DType: ops.F32, Shape: []int{n / 128, k / 128}, Block: []int{128, 128}, Raw: [][]byte{sc}}},
+		[]int{n, k}, codes)
+	require.NoError(bb, err)
+	w16 := b.Buffer(n, k)
+	b.Fill(w16, 0.01)
+	for _, m := range []int{1, 8, 16} {
+		x, out := b.Buffer(m, k), b.Buffer(m, n)
+		b.Fill(x, 0.5)
+		for _, c := range []struct {
+			name  string
+			w     ops.Tensor
+			bytes float64
+		}{{"fp8", w8, n * k}, {"bf16", w16, 2 * n * k}} {
+			benchDevice(bb, b, fmt.Sprintf("%s/m=%d", c.name, m), func() { b.Linear(out, x, c.w, nil) },
+				func(bb *testing.B, ms float64) { bb.ReportMetric(c.bytes/ms/1e6, "GB/s") })
+		}
+	}
+}
