@@ -81,9 +81,9 @@ type fns struct {
 		tiles uintptr, numTiles, numHeads, numKVHeads, headDim, blockSize int32, scale float32, s uintptr) int32
 
 	// block-scaled FP8 weights (fp8.cu)
-	gemvFP8 func(dt int32, out, x, w, scales, bias uintptr, m, n, k, blockN, blockK, scaleCols int32,
+	gemvFP8 func(dt int32, out, x, w, scales, bias uintptr, m, n, k, stride, blockN, blockK, scaleCols int32,
 		s uintptr) int32
-	dequantFP8 func(dt int32, out, w, scales uintptr, n, k, blockN, blockK, scaleCols int32, s uintptr) int32
+	dequantFP8 func(dt int32, out, w, scales uintptr, n, k, stride, blockN, blockK, scaleCols int32, s uintptr) int32
 
 	// mixture of experts (moe.cu)
 	moeRoute      func(dt int32, logits, ids, weights uintptr, rows, experts, topk, renormalize int32, s uintptr) int32

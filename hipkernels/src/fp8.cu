@@ -55,9 +55,15 @@ __device__ __forceinline__ void fp8_unpack16(const uint4& c, float f[16]) {
     }
 }
 
-// 16 activations (chunk c of a row, 16 elements) as floats.
+// 16 activations (chunk c of a row of k, 16 elements) as floats; past k, zeros (a row of x is
+// 16-byte aligned: k is a multiple of 8).
 template <typename T>
-__device__ __forceinline__ void load_x16(const T* row, int c, float f[16]) {
+__device__ __forceinline__ void load_x16(const T* row, int c, int k, float f[16]) {
+    if (16 * c + 16 > k) {
+#pragma unroll
+        for (int q = 0; q < 16; ++q) f[q] = 16 * c + q < k ? atomk_to_float(row[16 * c + q]) : 0.f;
+        return;
+    }
     const uint4* p = reinterpret_cast<const uint4*>(row + 16 * c);
     if constexpr (sizeof(T) == 4) {
 #pragma unroll
@@ -75,24 +81,26 @@ __device__ __forceinline__ void load_x16(const T* row, int c, float f[16]) {
 }
 
 // out[i, row] = Σ_k x[i, k] · float(w[row, k]) · scale[row/bn, k/bk] (+ bias[row]) for the M rows
-// of x; each warp takes kFp8Rows weight rows, its lanes the 16-element chunks of k. bk16 = bk/16
-// chunks per scale block, sc the scale columns.
+// of x; each warp takes kFp8Rows weight rows, its lanes the 16-element chunks of k. The codes'
+// rows are kp bytes apart (k rounded up to 16, zero-padded), bk16 = bk/16 chunks a scale block,
+// sc the scale columns. Each chunk's codes are widened once and each x chunk loaded once per
+// step: at 8 rows of x the conversions would otherwise cost more than the multiplications.
 template <typename T, int M>
 __global__ void __launch_bounds__(kFp8Threads) gemv_fp8_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                const uint8_t* __restrict__ w,
                                                                const float* __restrict__ scales,
-                                                               const T* __restrict__ bias, int m, int n, int k, int bn,
-                                                               int bk16, int sc) {
+                                                               const T* __restrict__ bias, int m, int n, int k, int kp,
+                                                               int bn, int bk16, int sc) {
     constexpr int R = kFp8Rows, U = kFp8Depth;
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int row0 = (blockIdx.x * kFp8Warps + warp) * R;
-    const int k16 = k / 16;
+    const int k16 = kp / 16;
     const uint4* wrow[R];
     const float* srow[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {  // rows past n read row n-1 and are not written
         const int row = min(row0 + r, n - 1);
-        wrow[r] = reinterpret_cast<const uint4*>(w + (size_t)row * k);
+        wrow[r] = reinterpret_cast<const uint4*>(w + (size_t)row * kp);
         srow[r] = scales + (size_t)(row / bn) * sc;
     }
     ATOMK_PDL_ENTER();
@@ -114,21 +122,22 @@ __global__ void __launch_bounds__(kFp8Threads) gemv_fp8_kernel(T* __restrict__ o
         for (int u = 0; u < U; ++u) {
             const int c = c0 + u * ATOMK_WARP_SIZE;
             if (c >= k16) break;
-            float s[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) s[r] = srow[r][c / bk16];
+            float s[R], wf[R][16];
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                float wf[16];  // widened once, used by every row of x (whose chunks come from L1)
-                fp8_unpack16(wv[u][r], wf);
+                s[r] = srow[r][c / bk16];
+                fp8_unpack16(wv[u][r], wf[r]);
+            }
 #pragma unroll
-                for (int i = 0; i < M; ++i) {
-                    if (i >= m) break;
-                    float xf[16];
-                    load_x16<T>(x + (size_t)i * k, c, xf);
+            for (int i = 0; i < M; ++i) {
+                if (i >= m) break;
+                float xf[16];
+                load_x16<T>(x + (size_t)i * k, c, k, xf);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
                     float p = 0.f;
 #pragma unroll
-                    for (int q = 0; q < 16; ++q) p = fmaf(xf[q], wf[q], p);
+                    for (int q = 0; q < 16; ++q) p = fmaf(xf[q], wf[r][q], p);
                     acc[i][r] = fmaf(p, s[r], acc[i][r]);
                 }
             }
@@ -146,12 +155,12 @@ __global__ void __launch_bounds__(kFp8Threads) gemv_fp8_kernel(T* __restrict__ o
     }
 }
 
-// out[row, :] = float(w[row, :]) · scale, 16 elements a thread.
+// out[row, :k] = float(w[row, :]) · scale, 16 elements a thread (codes rows kp bytes apart).
 template <typename T>
 __global__ void dequant_fp8_kernel(T* __restrict__ out, const uint8_t* __restrict__ w, const float* __restrict__ scales,
-                                   int n, int k, int bn, int bk16, int sc) {
+                                   int n, int k, int kp, int bn, int bk16, int sc) {
     ATOMK_PDL_ENTER();
-    const int k16 = k / 16;
+    const int k16 = kp / 16;
     const size_t total = (size_t)n * k16;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (size_t)gridDim.x * blockDim.x) {
         const int row = (int)(idx / k16), c = (int)(idx % k16);
@@ -159,6 +168,10 @@ __global__ void dequant_fp8_kernel(T* __restrict__ out, const uint8_t* __restric
         fp8_unpack16(reinterpret_cast<const uint4*>(w)[idx], f);
         const float s = scales[(size_t)(row / bn) * sc + c / bk16];
         T* dst = out + (size_t)row * k + 16 * c;
+        if (16 * c + 16 > k) {  // the zero-padded tail of a row
+            for (int q = 0; 16 * c + q < k; ++q) dst[q] = atomk_from_float<T>(f[q] * s);
+            continue;
+        }
 #pragma unroll
         for (int h = 0; h < 16 / Vec<T>::N; ++h) {
             Vec<T> v;
@@ -169,18 +182,20 @@ __global__ void dequant_fp8_kernel(T* __restrict__ out, const uint8_t* __restric
     }
 }
 
-int check_fp8(const char* op, int m, int n, int k, int bn, int bk, int sc) {
-    if (m < 0 || n < 1 || k < 16 || k % 16 || bn < 1 || bk < 16 || bk % 16 || sc != (k + bk - 1) / bk)
-        return atomk_fail(ATOMK_ERR_INVALID, "%s: m %d, n %d, k %d, blocks %dx%d, %d scale columns (k and the block's k must be "
-                          "multiples of 16)", op, m, n, k, bn, bk, sc);
+int check_fp8(const char* op, int m, int n, int k, int kp, int bn, int bk, int sc) {
+    if (m < 0 || n < 1 || k < 8 || k % 8 || kp != (k + 15) / 16 * 16 || bn < 1 || bk < 16 || bk % 16 ||
+        sc != (k + bk - 1) / bk)
+        return atomk_fail(ATOMK_ERR_INVALID, "%s: m %d, n %d, k %d (row stride %d), blocks %dx%d, %d scale columns (k must be "
+                          "a multiple of 8, the stride k rounded up to 16, the block's k a multiple of 16)", op, m, n, k, kp,
+                          bn, bk, sc);
     return ATOMK_OK;
 }
 
 }  // namespace
 
 int atomk_gemv_fp8(int dtype, void* out, const void* x, const uint8_t* w, const float* scales, const void* bias, int m, int n,
-                   int k, int block_n, int block_k, int scale_cols, void* stream) {
-    if (int st = check_fp8("atomk_gemv_fp8", m, n, k, block_n, block_k, scale_cols)) return st;
+                   int k, int w_stride, int block_n, int block_k, int scale_cols, void* stream) {
+    if (int st = check_fp8("atomk_gemv_fp8", m, n, k, w_stride, block_n, block_k, scale_cols)) return st;
     const dim3 grid((n + kFp8Warps * kFp8Rows - 1) / (kFp8Warps * kFp8Rows));
     for (int i0 = 0; i0 < m; i0 += kFp8MaxM) {
         const int mm = m - i0 < kFp8MaxM ? m - i0 : kFp8MaxM;
@@ -189,30 +204,30 @@ int atomk_gemv_fp8(int dtype, void* out, const void* x, const uint8_t* w, const 
             const T* xi = static_cast<const T*>(x) + (size_t)i0 * k;
             if (mm == 1)
                 atomk_launch(gemv_fp8_kernel<T, 1>, grid, dim3(kFp8Threads), 0, ATOMK_STREAM(stream), o, xi, w, scales,
-                             static_cast<const T*>(bias), mm, n, k, block_n, block_k / 16, scale_cols);
+                             static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_cols);
             else if (mm <= 2)
                 atomk_launch(gemv_fp8_kernel<T, 2>, grid, dim3(kFp8Threads), 0, ATOMK_STREAM(stream), o, xi, w, scales,
-                             static_cast<const T*>(bias), mm, n, k, block_n, block_k / 16, scale_cols);
+                             static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_cols);
             else if (mm <= 4)
                 atomk_launch(gemv_fp8_kernel<T, 4>, grid, dim3(kFp8Threads), 0, ATOMK_STREAM(stream), o, xi, w, scales,
-                             static_cast<const T*>(bias), mm, n, k, block_n, block_k / 16, scale_cols);
+                             static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_cols);
             else
                 atomk_launch(gemv_fp8_kernel<T, kFp8MaxM>, grid, dim3(kFp8Threads), 0, ATOMK_STREAM(stream), o, xi, w,
-                             scales, static_cast<const T*>(bias), mm, n, k, block_n, block_k / 16, scale_cols);
+                             scales, static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_cols);
         });
         ATOMK_LAUNCHED("gemv_fp8_kernel");
     }
     return ATOMK_OK;
 }
 
-int atomk_dequant_fp8(int dtype, void* out, const uint8_t* w, const float* scales, int n, int k, int block_n, int block_k,
-                      int scale_cols, void* stream) {
-    if (int st = check_fp8("atomk_dequant_fp8", 0, n, k, block_n, block_k, scale_cols)) return st;
+int atomk_dequant_fp8(int dtype, void* out, const uint8_t* w, const float* scales, int n, int k, int w_stride, int block_n,
+                      int block_k, int scale_cols, void* stream) {
+    if (int st = check_fp8("atomk_dequant_fp8", 0, n, k, w_stride, block_n, block_k, scale_cols)) return st;
     const int threads = 256;
     ATOMK_DISPATCH(dtype, "atomk_dequant_fp8",
-                   atomk_launch(dequant_fp8_kernel<T>, dim3(atomk_grid((size_t)n * (k / 16), threads)), dim3(threads), 0,
-                                ATOMK_STREAM(stream), static_cast<T*>(out), w, scales, n, k, block_n, block_k / 16,
-                                scale_cols));
+                   atomk_launch(dequant_fp8_kernel<T>, dim3(atomk_grid((size_t)n * (w_stride / 16), threads)), dim3(threads),
+                                0, ATOMK_STREAM(stream), static_cast<T*>(out), w, scales, n, k, w_stride, block_n,
+                                block_k / 16, scale_cols));
     ATOMK_LAUNCHED("dequant_fp8_kernel");
     return ATOMK_OK;
 }

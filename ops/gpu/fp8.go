@@ -26,9 +26,9 @@ func (b *Backend) fp8Weight(name string, d ops.WeightDesc, shape []int, raw [][]
 		return nil, fmt.Errorf("weight %s: %w: %v of %v without float32 [2]-block scales", name, ops.ErrUnsupportedWeight, d.Format, d.DType)
 	}
 	n, k, bn, bk := shape[0], shape[1], sc.Block[0], sc.Block[1]
-	if n < 1 || k%16 != 0 || bn < 1 || bk < 16 || bk%16 != 0 {
-		return nil, fmt.Errorf("weight %s: %w: [%d, %d] in %dx%d blocks (the gpu fp8 kernels need K and the block's K in multiples of 16)",
-			name, ops.ErrUnsupportedWeight, n, k, bn, bk)
+	if n < 1 || k < 8 || k%8 != 0 || bn < 1 || bk < 16 || bk%16 != 0 {
+		return nil, fmt.Errorf("weight %s: %w: [%d, %d] in %dx%d blocks (the gpu fp8 kernels need K in multiples of 8 and "+
+			"the block's K in multiples of 16)", name, ops.ErrUnsupportedWeight, n, k, bn, bk)
 	}
 	if want := []int{(n + bn - 1) / bn, (k + bk - 1) / bk}; !slices.Equal(sc.Shape, want) {
 		return nil, fmt.Errorf("weight %s: scales %v for [%d, %d] in %dx%d blocks (want %v)", name, sc.Shape, n, k, bn, bk, want)
@@ -39,7 +39,8 @@ func (b *Backend) fp8Weight(name string, d ops.WeightDesc, shape []int, raw [][]
 	if got, want := partsLen(sc.Raw), 4*sc.Shape[0]*sc.Shape[1]; got != want {
 		return nil, fmt.Errorf("weight %s: %d scale bytes (want %d)", name, got, want)
 	}
-	codes, err := b.alloc(n * k)
+	stride := (k + 15) / 16 * 16 // whole 16-byte chunks a row: the kernels' loads
+	codes, err := b.alloc(n * stride)
 	if err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
@@ -47,32 +48,42 @@ func (b *Backend) fp8Weight(name string, d ops.WeightDesc, shape []int, raw [][]
 	if err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
-	for _, c := range []struct {
-		dst   hipkernels.Ptr
-		parts [][]byte
-	}{{codes, raw}, {scales, sc.Raw}} {
-		if err := b.copyParts(c.dst, c.parts); err != nil {
-			return nil, fmt.Errorf("weight %s: %w", name, err)
-		}
+	if err := b.copyRows(codes, raw, k, stride); err != nil {
+		return nil, fmt.Errorf("weight %s: %w", name, err)
+	}
+	if err := b.copyRows(scales, sc.Raw, 4*sc.Shape[1], 4*sc.Shape[1]); err != nil {
+		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
 	if err := b.ensure(&b.fp8Scratch, n*k*b.dt.Size()); err != nil {
 		return nil, fmt.Errorf("weight %s: dequantization scratch: %w", name, err)
 	}
 	return &Tensor{ptr: codes, dt: ops.F8E4M3, shape: []int{n, k},
-		fp8: &hipkernels.FP8Weight{Codes: codes, Scales: scales, N: n, K: k, BlockN: bn, BlockK: bk}}, nil
+		fp8: &hipkernels.FP8Weight{Codes: codes, Scales: scales, N: n, K: k, Stride: stride, BlockN: bn, BlockK: bk}}, nil
 }
 
-// copyParts queues raw bytes, part after part, to dst through the staging buffers.
-func (b *Backend) copyParts(dst hipkernels.Ptr, parts [][]byte) error {
-	off := 0
+// copyRows queues the rows of width bytes in parts (each whole rows) to dst, stride bytes
+// apart (the padding zeroed), through the staging buffers.
+func (b *Backend) copyRows(dst hipkernels.Ptr, parts [][]byte, width, stride int) error {
+	per := max(1, b.chunk/stride) // rows a staging buffer takes
+	at := dst
 	for _, p := range parts {
-		for lo := 0; lo < len(p); lo += b.chunk {
-			src := p[lo:min(lo+b.chunk, len(p))]
-			if err := b.stage(dst+hipkernels.Ptr(off+lo), len(src), func(buf []byte) { copy(buf, src) }); err != nil {
+		if width == 0 || len(p)%width != 0 {
+			return fmt.Errorf("a part of %d bytes is not whole rows of %d", len(p), width)
+		}
+		for lo := 0; lo < len(p)/width; lo += per {
+			rows := min(per, len(p)/width-lo)
+			src := p[lo*width : (lo+rows)*width]
+			err := b.stage(at, rows*stride, func(buf []byte) {
+				for r := range rows {
+					d := buf[r*stride : (r+1)*stride]
+					clear(d[copy(d, src[r*width:(r+1)*width]):])
+				}
+			})
+			if err != nil {
 				return err
 			}
+			at += hipkernels.Ptr(rows * stride)
 		}
-		off += len(p)
 	}
 	return nil
 }

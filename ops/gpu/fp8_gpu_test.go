@@ -41,11 +41,13 @@ func fp8Pair(t *testing.T, b *Backend, c *cpu.Backend, n, k, bn, bk int) pair {
 }
 
 // TestLinearFP8: the FP8 skinny kernel (m <= 16, in passes of 8) and the dequantize-then-GEMM path
-// against the cpu's exact dequantized Linear, at shapes with partial scale blocks on both edges.
+// against the cpu's exact dequantized Linear, at shapes with partial scale blocks on both edges
+// and rows that the device pads to whole 16-byte chunks.
 func TestLinearFP8(t *testing.T) {
 	for _, dt := range testDTypes {
 		b, c := newGPU(t, dt), newCPU(t)
-		for _, sh := range []struct{ n, k, bn, bk int }{{200, 320, 128, 128}, {4096, 4096, 128, 128}, {96, 64, 8, 16}, {37, 48, 16, 32}} {
+		for _, sh := range []struct{ n, k, bn, bk int }{{200, 320, 128, 128}, {4096, 4096, 128, 128}, {96, 64, 8, 16}, {37, 48, 16, 32},
+			{64, 120, 8, 16}, {24, 40, 16, 16}} { // the last two: rows of K not whole 16-byte chunks (padded on the device)
 			w := fp8Pair(t, b, c, sh.n, sh.k, sh.bn, sh.bk)
 			bias := weight(t, b, c, randVals(dt, sh.n, 0.1), sh.n)
 			for _, m := range []int{1, 2, 3, 8, 9, 16, 17, 64} {
