@@ -80,6 +80,11 @@ type fns struct {
 	prefillAttention func(dt int32, out, q, kCache, vCache, queryStart, seqLens, blockTables uintptr, btStride int32,
 		tiles uintptr, numTiles, numHeads, numKVHeads, headDim, blockSize int32, scale float32, s uintptr) int32
 
+	// block-scaled FP8 weights (fp8.cu)
+	gemvFP8 func(dt int32, out, x, w, scales, bias uintptr, m, n, k, stride, blockN, blockK, scaleCols int32,
+		s uintptr) int32
+	dequantFP8 func(dt int32, out, w, scales uintptr, n, k, stride, blockN, blockK, scaleCols int32, s uintptr) int32
+
 	// mixture of experts (moe.cu)
 	moeRoute      func(dt int32, logits, ids, weights uintptr, rows, experts, topk, renormalize int32, s uintptr) int32
 	moeRouteAlign func(dt int32, logits, ids, weights uintptr, rows, experts, topk, renormalize, tileRows int32, sorted,
@@ -161,6 +166,8 @@ func (f *fns) table() []binding {
 		{&f.sampleWork, "atomk_sample_work_bytes"},
 		{&f.prefillTileRows, "atomk_prefill_attention_tile_rows"},
 		{&f.prefillAttention, "atomk_prefill_attention"},
+		{&f.gemvFP8, "atomk_gemv_fp8"},
+		{&f.dequantFP8, "atomk_dequant_fp8"},
 		{&f.moeRoute, "atomk_moe_route"},
 		{&f.moeRouteAlign, "atomk_moe_route_align"},
 		{&f.moeTileRows, "atomk_moe_tile_rows"},

@@ -269,6 +269,17 @@ int atomk_gemm_residual(void* handle, void* stream, int dtype, int wdtype, void*
 int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, int wdtype, void* out, const void* scaled, const float* sums,
                            int count, float eps, const void* w, const void* bias, int m, int n, int k, int* fused);
 
+/* Block-scaled FP8 weights (fp8.cu): w float8_e4m3fn [n, k], rows w_stride bytes apart (k rounded up to
+ * 16, the padding zero), scales float32 [ceil(n/block_n), scale_cols = ceil(k/block_k)], element (r, c) =
+ * float(w[r, c]) * scales[r/block_n, c/block_k]; k a multiple of 8, block_k of 16. out[m, n] = x[m, k] ·
+ * wᵀ (+ bias[n]) with the weight read at one byte an element (decode batches; m above 8 takes several
+ * passes). */
+int atomk_gemv_fp8(int dtype, void* out, const void* x, const uint8_t* w, const float* scales, const void* bias, int m, int n,
+                   int k, int w_stride, int block_n, int block_k, int scale_cols, void* stream);
+/* out[n, k] (dtype) = the dequantized weight, for a GEMM of a larger batch. */
+int atomk_dequant_fp8(int dtype, void* out, const uint8_t* w, const float* scales, int n, int k, int w_stride, int block_n,
+                      int block_k, int scale_cols, void* stream);
+
 /* Mixture of experts (moe.cu): vLLM's fused_moe as five launches with no host round trip.
  * A "slot" is one (token, chosen expert) pair, numbered token * topk + j. */
 #define ATOMK_MOE_MAX_EXPERTS 512

@@ -193,6 +193,12 @@ __global__ void __launch_bounds__(kAlignThreads) moe_route_align_kernel(const T*
 
 // ---- the skinny kernel ----
 
+// Weight rows a warp of the skinny kernel streams: gate_up takes one act column (its gate row and
+// its up row), which keeps the registers to three blocks an SM and a batch-1 grid of several
+// waves (at four rows a warp the 8 experts' 384 blocks filled 1.45 waves: the last one ran
+// half empty); down, whose rows are short (K = I), four.
+template <bool GATE_UP> constexpr int kSkinnyWeightRows = GATE_UP ? 2 : 4;
+
 // The floats of one 16-byte chunk (8 16-bit values or 4 floats).
 template <typename T> struct Chunk {
     static constexpr int N = 16 / sizeof(T);
@@ -209,21 +215,21 @@ template <typename T> struct Chunk {
 };
 
 // One block: kSkinnyWarps warps, each owning R rows of the tile's expert weight (gate_up: R/2
-// act columns, their gate row and their up row), lanes splitting K in 16-byte chunks; the tile's
+// act columns, their gate rows and their up rows), lanes splitting K in 16-byte chunks; the tile's
 // up to kSkinnyRows slots each multiply the rows (rows past the slot count are padding).
 // GATE_UP: w = w13 [E, 2I, H], x rows = tokens (slot / topk), out = act [slots, I].
 // Otherwise: w = w2 [E, H, I], x = act, out = y [slots, H] times weights[slot].
 // DIRECT: no grouping (the smallest batches, whose slots rarely share an expert): block row
 // blockIdx.y is slot blockIdx.y alone, of expert ids[slot].
 template <typename T, bool GATE_UP, bool DIRECT>
-__global__ void __launch_bounds__(kSkinnyThreads, 2) moe_skinny_kernel(T* __restrict__ out, const T* __restrict__ x,
+__global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                     const T* __restrict__ w, const float* __restrict__ weights,
                                                                     const int32_t* __restrict__ ids,
                                                                     const int32_t* __restrict__ sorted,
                                                                     const int32_t* __restrict__ tile_expert,
                                                                     const int32_t* __restrict__ num_tiles, int slots,
                                                                     int topk, int hidden, int inter) {
-    constexpr int R = 4, U = 4, CE = Chunk<T>::N;
+    constexpr int R = kSkinnyWeightRows<GATE_UP>, U = 4, CE = Chunk<T>::N;
     ATOMK_PDL_ENTER();
     const int tile = blockIdx.y;
     if (!DIRECT && tile >= *num_tiles) return;
@@ -501,7 +507,7 @@ int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w,
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: 64-row tiles need the CUDA build", op);
 #endif
     }
-    const int cols_per_block = kSkinnyWarps * (GATE_UP ? 2 : 4);
+    const int cols_per_block = kSkinnyWarps * (GATE_UP ? kSkinnyWeightRows<true> / 2 : kSkinnyWeightRows<false>);
     const dim3 grid((n_out + cols_per_block - 1) / cols_per_block, tile_rows == 1 ? slots : tiles);
     if (tile_rows == 1) {
         ATOMK_DISPATCH(dtype, op,

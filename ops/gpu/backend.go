@@ -65,6 +65,8 @@ type Backend struct {
 	// them), for the next NormLinear with PreNorm.Summed.
 	sums     devBuf
 	sumCount int
+	// fp8Scratch holds a dequantized FP8 weight for the GEMM of a large batch (sized at load).
+	fp8Scratch devBuf
 
 	bound     *bound             // step inputs the ops read instead of uploading (graphs)
 	capturing bool               // a graph capture is open on the stream
@@ -241,11 +243,12 @@ func (b *Backend) release(p hipkernels.Ptr) error {
 	return b.lib.Free(p)
 }
 
-// Tensor is a device tensor of the backend's compute dtype.
+// Tensor is a device tensor of the backend's compute dtype, or a quantized weight.
 type Tensor struct {
 	ptr   hipkernels.Ptr
 	dt    ops.DType
 	shape []int
+	fp8   *hipkernels.FP8Weight // a block-scaled FP8 weight (dt F8E4M3): codes at ptr, and scales
 }
 
 // Shape returns the dimensions.
@@ -273,6 +276,9 @@ func (t *Tensor) elems() int { return t.rows() * t.cols() }
 // Weight copies an unquantized weight's checkpoint bytes to the device through the pinned
 // staging buffers, converting them to the compute dtype when they differ.
 func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
+	if d.Format == ops.BlockFP8 {
+		return b.fp8Weight(name, d, shape, raw)
+	}
 	dt, err := d.PlainDType()
 	if err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)

@@ -139,6 +139,10 @@ func (b *Backend) Linear(out, x, w, bias ops.Tensor) {
 	if m == 0 {
 		return
 	}
+	if wt.fp8 != nil {
+		b.linearFP8(o, xt, wt.fp8, bp, m)
+		return
+	}
 	b.must("Linear", b.lib.GemmBias(b.blas, b.stream, b.kdt, hipkernels.DType(wt.dt), o.ptr, xt.ptr, wt.ptr, bp, m, n, k))
 }
 
@@ -151,6 +155,11 @@ func (b *Backend) LinearSwiGLU(out, gateUp, act, w ops.Tensor) {
 		shapeErr("LinearSwiGLU", "out %v = silu·up of %v (act %v) · w %vᵀ", o.shape, gu.shape, at.shape, wt.shape)
 	}
 	if m == 0 {
+		return
+	}
+	if wt.fp8 != nil { // no fused SwiGLU input for FP8 codes: SiLU-and-mul, then the FP8 Linear
+		b.must("LinearSwiGLU", b.lib.SiluMulFused(b.kdt, at.ptr, gu.ptr, m, k, b.stream))
+		b.linearFP8(o, at, wt.fp8, 0, m)
 		return
 	}
 	b.must("LinearSwiGLU", b.lib.GemmSwiGLU(b.blas, b.stream, b.kdt, hipkernels.DType(wt.dt), o.ptr, gu.ptr, wt.ptr, at.ptr, m, n, k))

@@ -38,7 +38,7 @@ func (b *Backend) residual(op string, res, scaled, normW ops.Tensor, x hipkernel
 	if rt.cols() != n || rt.rows() < m || st.cols() != n || st.rows() < m || nw.elems() != n {
 		shapeErr(op, "res %v, scaled %v, norm weight %v for %d outputs", rt.shape, st.shape, nw.shape, n)
 	}
-	if m != 1 { // the library fuses one row only (atomk_gemm_residual): no call for batches
+	if m != 1 || w.fp8 != nil { // the library fuses one row of 16-bit weights only (atomk_gemm_residual)
 		return false
 	}
 	count, fused, err := b.lib.GemmResidual(b.blas, b.stream, b.kdt, hipkernels.DType(w.dt), rt.ptr, st.ptr, nw.ptr, x, w.ptr, m, n, k, swiglu,
@@ -59,6 +59,9 @@ func (b *Backend) normSummed(out ops.Tensor, p ops.PreNorm, w, bias ops.Tensor) 
 	bp := biasPtr("NormLinear", bias, n)
 	if m == 0 {
 		return p.Res
+	}
+	if wt.fp8 != nil {
+		return ops.NormThenLinear(b, out, p, w, bias)
 	}
 	fused, err := b.lib.GemmNormSummed(b.blas, b.stream, b.kdt, hipkernels.DType(wt.dt), o.ptr, st.ptr, b.sums.ptr, b.sumCount, p.Eps, wt.ptr, bp,
 		m, n, k)

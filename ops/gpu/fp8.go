@@ -1,0 +1,108 @@
+package gpu
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/atom-go/atom/hipkernels"
+	"github.com/atom-go/atom/ops"
+)
+
+// fp8MaxGemvRows is the largest batch whose Linear streams the FP8 codes through the skinny
+// kernel (in passes of 8 rows); larger ones dequantize the weight into the scratch and run the
+// BLAS GEMM, where a pass over the codes per 8 rows would read more than the 16-bit copy.
+const fp8MaxGemvRows = 16
+
+// fp8Weight uploads a block-scaled FP8 weight [N, K] as it is stored, one byte an element, with
+// its float32 scales; the dequantization scratch grows to the largest such weight now, so that
+// no allocation happens inside a graph capture.
+func (b *Backend) fp8Weight(name string, d ops.WeightDesc, shape []int, raw [][]byte) (ops.Tensor, error) {
+	sc := d.Scales
+	if len(shape) != 2 {
+		return nil, fmt.Errorf("weight %s: %w: %v weight of shape %v (the gpu serves fp8 Linear weights, not fp8 experts yet)",
+			name, ops.ErrUnsupportedWeight, d.Format, shape)
+	}
+	if d.DType != ops.F8E4M3 || sc == nil || sc.DType != ops.F32 || len(sc.Block) != 2 || len(sc.Shape) != 2 {
+		return nil, fmt.Errorf("weight %s: %w: %v of %v without float32 [2]-block scales", name, ops.ErrUnsupportedWeight, d.Format, d.DType)
+	}
+	n, k, bn, bk := shape[0], shape[1], sc.Block[0], sc.Block[1]
+	if n < 1 || k < 8 || k%8 != 0 || bn < 1 || bk < 16 || bk%16 != 0 {
+		return nil, fmt.Errorf("weight %s: %w: [%d, %d] in %dx%d blocks (the gpu fp8 kernels need K in multiples of 8 and "+
+			"the block's K in multiples of 16)", name, ops.ErrUnsupportedWeight, n, k, bn, bk)
+	}
+	if want := []int{(n + bn - 1) / bn, (k + bk - 1) / bk}; !slices.Equal(sc.Shape, want) {
+		return nil, fmt.Errorf("weight %s: scales %v for [%d, %d] in %dx%d blocks (want %v)", name, sc.Shape, n, k, bn, bk, want)
+	}
+	if got := partsLen(raw); got != n*k {
+		return nil, fmt.Errorf("weight %s: %d fp8 bytes for [%d, %d]", name, got, n, k)
+	}
+	if got, want := partsLen(sc.Raw), 4*sc.Shape[0]*sc.Shape[1]; got != want {
+		return nil, fmt.Errorf("weight %s: %d scale bytes (want %d)", name, got, want)
+	}
+	stride := (k + 15) / 16 * 16 // whole 16-byte chunks a row: the kernels' loads
+	codes, err := b.alloc(n * stride)
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", name, err)
+	}
+	scales, err := b.alloc(4 * sc.Shape[0] * sc.Shape[1])
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", name, err)
+	}
+	if err := b.copyRows(codes, raw, k, stride); err != nil {
+		return nil, fmt.Errorf("weight %s: %w", name, err)
+	}
+	if err := b.copyRows(scales, sc.Raw, 4*sc.Shape[1], 4*sc.Shape[1]); err != nil {
+		return nil, fmt.Errorf("weight %s: %w", name, err)
+	}
+	if err := b.ensure(&b.fp8Scratch, n*k*b.dt.Size()); err != nil {
+		return nil, fmt.Errorf("weight %s: dequantization scratch: %w", name, err)
+	}
+	return &Tensor{ptr: codes, dt: ops.F8E4M3, shape: []int{n, k},
+		fp8: &hipkernels.FP8Weight{Codes: codes, Scales: scales, N: n, K: k, Stride: stride, BlockN: bn, BlockK: bk}}, nil
+}
+
+// copyRows queues the rows of width bytes in parts (each whole rows) to dst, stride bytes
+// apart (the padding zeroed), through the staging buffers.
+func (b *Backend) copyRows(dst hipkernels.Ptr, parts [][]byte, width, stride int) error {
+	per := max(1, b.chunk/stride) // rows a staging buffer takes
+	at := dst
+	for _, p := range parts {
+		if width == 0 || len(p)%width != 0 {
+			return fmt.Errorf("a part of %d bytes is not whole rows of %d", len(p), width)
+		}
+		for lo := 0; lo < len(p)/width; lo += per {
+			rows := min(per, len(p)/width-lo)
+			src := p[lo*width : (lo+rows)*width]
+			err := b.stage(at, rows*stride, func(buf []byte) {
+				for r := range rows {
+					d := buf[r*stride : (r+1)*stride]
+					clear(d[copy(d, src[r*width:(r+1)*width]):])
+				}
+			})
+			if err != nil {
+				return err
+			}
+			at += hipkernels.Ptr(rows * stride)
+		}
+	}
+	return nil
+}
+
+func partsLen(parts [][]byte) int {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	return n
+}
+
+// linearFP8 is Linear of a block-scaled FP8 weight: the skinny kernel over the codes for decode
+// batches, else the weight dequantized into the scratch and the GEMM.
+func (b *Backend) linearFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkernels.Ptr, m int) {
+	if m <= fp8MaxGemvRows {
+		b.must("Linear", b.lib.GemvFP8(b.kdt, o.ptr, x.ptr, w, bias, m, b.stream))
+		return
+	}
+	b.must("Linear", b.lib.DequantFP8(b.kdt, b.fp8Scratch.ptr, w, b.stream))
+	b.must("Linear", b.lib.GemmBias(b.blas, b.stream, b.kdt, b.kdt, o.ptr, x.ptr, b.fp8Scratch.ptr, bias, m, w.N, w.K))
+}
