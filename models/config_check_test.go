@@ -212,7 +212,6 @@ func TestConfigFiles(t *testing.T) {
 	})
 	for _, tc := range []struct{ name, quant, want string }{
 		{"gptq checkpoint", `{"quant_method": "gptq", "bits": 4}`, `quantization_config: unsupported weight format "gptq"`},
-		{"compressed-tensors checkpoint", `{"quant_method": "compressed-tensors"}`, `unsupported weight format "compressed-tensors"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := copyCheckpoint(t, "llama-bf16")
@@ -231,6 +230,16 @@ func TestConfigFiles(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+	// A compressed-tensors scheme other than fp8 (here W4A16) is refused with the config.
+	dir := copyCheckpoint(t, "llama-bf16")
+	editConfig(t, dir, func(c map[string]any) {
+		c["quantization_config"] = map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized",
+			"config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"},
+				"weights": map[string]any{"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}}}
+	})
+	_, err := OpenCheckpoint(dir)
+	require.ErrorIs(t, err, ops.ErrUnsupportedWeight)
+	require.ErrorContains(t, err, `compressed-tensors format "pack-quantized"`)
 	for _, bad := range []string{`{}`, `{"quant_method": ""}`, `{"quant_method": "` + strings.Repeat("x", 65) + `"}`} {
 		_, err := ParseConfig([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,` +
 			`"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":384,"quantization_config":` + bad + `}`))

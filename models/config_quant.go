@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/atom-go/atom/models/formats"
+	"github.com/atom-go/atom/ops"
 )
 
 // rawQuant is config.json's quantization_config as far as the served formats read it: the
@@ -109,6 +110,16 @@ func (q *rawQuant) fp8Spec() (formats.Spec, error) {
 // W8A16Fp8 schemes serve them; anything else (int8, 4-bit, block or group strategies, the
 // sparse formats) is refused by name.
 func (q *rawQuant) compressedSpec() (formats.Spec, error) {
+	s, err := q.compressedGroups()
+	if err != nil {
+		// A scheme atom-go has no kernels for, like an unknown quant_method (formats.For).
+		return s, fmt.Errorf("%w compressed-tensors: %w", ops.ErrUnsupportedWeight, err)
+	}
+	return s, nil
+}
+
+// compressedGroups reads compressed-tensors' format, ignore list and config groups.
+func (q *rawQuant) compressedGroups() (formats.Spec, error) {
 	s := formats.Spec{Method: q.QuantMethod}
 	if err := checkFormat("format", q.Format, true); err != nil {
 		return s, err
