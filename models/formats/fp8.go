@@ -40,7 +40,7 @@ func For(s Spec) (Format, error) {
 		return Unquantized{}, nil
 	case "fp8", "compressed-tensors":
 		if len(s.Groups) > 0 {
-			return ScaledFP8{Groups: s.Groups, Ignore: s.Ignore}, nil
+			return ScaledFP8{Groups: s.Groups, Ignore: s.Ignore, Compressed: s.Method == "compressed-tensors"}, nil
 		}
 		if s.Method != "fp8" {
 			return nil, fmt.Errorf("%w compressed-tensors without fp8 config_groups", ops.ErrUnsupportedWeight)
@@ -269,7 +269,7 @@ func matchAny(modules []string, tensor string) bool {
 	mod := strings.TrimSuffix(tensor, ".weight")
 	for _, m := range modules {
 		if p, ok := strings.CutPrefix(m, "re:"); ok {
-			if re, err := regexp.Compile("^(?:" + p + ")"); err == nil && re.MatchString(mod) {
+			if reMatch(p, mod) {
 				return true
 			}
 			continue
@@ -296,6 +296,13 @@ func scales(si *TensorInfo, lo, hi, cols int) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// reMatch reports whether pattern matches the start of s, as Python's re.match (a pattern
+// that does not compile matches nothing: the config check refuses those first).
+func reMatch(pattern, s string) bool {
+	re, err := regexp.Compile("^(?:" + pattern + ")")
+	return err == nil && re.MatchString(s)
 }
 
 // cutCols copies columns [lo, hi) of a rows × cols matrix of es-byte elements.

@@ -25,6 +25,10 @@ import (
 type ScaledFP8 struct {
 	Groups []FP8Group
 	Ignore []string
+	// Compressed: compressed-tensors' matching rules (an ignore entry is the module, a dotted
+	// suffix of its name or a "re:" pattern, never a parent; a target is the module, a "re:"
+	// pattern or the class "Linear"); otherwise quant_method fp8's (matchAny).
+	Compressed bool
 }
 
 // Name returns "fp8-scaled".
@@ -32,7 +36,7 @@ func (ScaledFP8) Name() string { return "fp8-scaled" }
 
 // Load reads the weight's parts and their scales, cut as the layout says.
 func (f ScaledFP8) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
-	quantized, err := countFP8(l, w, func(t string) bool { return matchAny(f.Ignore, t) })
+	quantized, err := countFP8(l, w, f.ignored)
 	if err != nil {
 		return nil, err
 	}
@@ -91,11 +95,32 @@ func (f ScaledFP8) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
 	return l.Upload(info, shape, d, q...)
 }
 
-// group returns the first group (in config order) whose targets cover the tensor's module.
+// ignored reports whether the config leaves the tensor's module unquantized.
+func (f ScaledFP8) ignored(tensor string) bool {
+	if !f.Compressed {
+		return matchAny(f.Ignore, tensor)
+	}
+	mod := strings.TrimSuffix(tensor, ".weight")
+	for _, m := range f.Ignore {
+		if p, ok := strings.CutPrefix(m, "re:"); ok {
+			if reMatch(p, mod) {
+				return true
+			}
+		} else if mod == m || strings.HasSuffix(mod, "."+m) {
+			return true
+		}
+	}
+	return false
+}
+
+// group returns the first group (in config order) whose targets cover the tensor's module:
+// the class "Linear" (every linear layer is one), the module's name or a "re:" pattern.
 func (f ScaledFP8) group(tensor string) (FP8Group, bool) {
+	mod := strings.TrimSuffix(tensor, ".weight")
 	for _, g := range f.Groups {
 		for _, t := range g.Targets {
-			if t == "Linear" || matchAny([]string{t}, tensor) {
+			p, re := strings.CutPrefix(t, "re:")
+			if strings.EqualFold(t, "Linear") || re && reMatch(p, mod) || !re && (t == mod || !f.Compressed && matchAny([]string{t}, tensor)) {
 				return g, true
 			}
 		}

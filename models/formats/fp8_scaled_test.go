@@ -170,7 +170,7 @@ func TestForFP8(t *testing.T) {
 		{Spec{}, Unquantized{}, ""},
 		{Spec{Method: "fp8", Block: [2]int{128, 128}}, BlockFP8{Block: [2]int{128, 128}}, ""},
 		{Spec{Method: "fp8", Groups: g}, ScaledFP8{Groups: g}, ""},
-		{Spec{Method: "compressed-tensors", Groups: g, Ignore: []string{"lm_head"}}, ScaledFP8{Groups: g, Ignore: []string{"lm_head"}}, ""},
+		{Spec{Method: "compressed-tensors", Groups: g, Ignore: []string{"lm_head"}}, ScaledFP8{Groups: g, Ignore: []string{"lm_head"}, Compressed: true}, ""},
 		{Spec{Method: "compressed-tensors"}, nil, "compressed-tensors"},
 		{Spec{Method: "fp8"}, nil, "without a weight_block_size"},
 		{Spec{Method: "awq"}, nil, `"awq"`},
@@ -183,5 +183,48 @@ func TestForFP8(t *testing.T) {
 		}
 		require.NoError(t, err)
 		require.Equal(t, tc.want, f)
+	}
+}
+
+// TestScaledFP8Matching: compressed-tensors' ignore entries match the module, a dotted suffix
+// or a "re:" pattern from the start, never a parent module (llm-compressor lists parents whose
+// children stay quantized); its plain targets match the module exactly, "Linear" every one.
+// quant_method fp8's ignored_layers also match a parent (matchAny).
+func TestScaledFP8Matching(t *testing.T) {
+	const w = "model.layers.0.mlp.experts.0.gate_proj.weight"
+	ct := func(ignore ...string) ScaledFP8 {
+		return ScaledFP8{Ignore: ignore, Compressed: true}
+	}
+	for _, tc := range []struct {
+		f    ScaledFP8
+		want bool
+	}{
+		{ct("model.layers.0.mlp.experts.0.gate_proj"), true},
+		{ct("gate_proj"), true},
+		{ct("experts.0.gate_proj"), true},
+		{ct("model.layers.0.mlp.experts.0"), false},
+		{ct("te_proj"), false},
+		{ct("re:.*gate_proj$"), true},
+		{ct("re:gate_proj"), false}, // re.match anchors at the start
+		{ct("re:model\\.layers\\.0\\."), true},
+		{ScaledFP8{Ignore: []string{"model.layers.0.mlp.experts.0"}}, true},
+	} {
+		require.Equal(t, tc.want, tc.f.ignored(w), "%+v", tc.f.Ignore)
+	}
+	for _, tc := range []struct {
+		targets []string
+		compr   bool
+		want    bool
+	}{
+		{[]string{"Linear"}, true, true},
+		{[]string{"re:.*experts.*"}, true, true},
+		{[]string{"model.layers.0.mlp.experts.0.gate_proj"}, true, true},
+		{[]string{"gate_proj"}, true, false},
+		{[]string{"gate_proj"}, false, true},
+		{[]string{"re:.*self_attn.*"}, true, false},
+	} {
+		f := ScaledFP8{Groups: []FP8Group{{Name: "g", Targets: tc.targets}}, Compressed: tc.compr}
+		_, ok := f.group(w)
+		require.Equal(t, tc.want, ok, "%v compressed %v", tc.targets, tc.compr)
 	}
 }
