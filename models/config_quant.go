@@ -194,6 +194,9 @@ func compressedGroup(name string, g *rawQuantGrp) (formats.FP8Group, error) {
 		if a.NumBits == nil || *a.NumBits != 8 || a.Type != "float" {
 			return out, fmt.Errorf("input_activations %s: only 8-bit float is supported", describeArgs(a))
 		}
+		if a.Symmetric != nil && !*a.Symmetric {
+			return out, fmt.Errorf("input_activations: asymmetric fp8 is not supported")
+		}
 		switch {
 		case a.Dynamic == true && a.Strategy == "token":
 		case (a.Dynamic == nil || a.Dynamic == false) && a.Strategy == "tensor":

@@ -88,6 +88,7 @@ func TestScaledFP8QuantizationConfig(t *testing.T) {
 		{group(`{"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": true}`, "null"), "quantized ahead of time"},
 		{group(tensorW, `{"num_bits": 8, "type": "float", "strategy": "token", "dynamic": false}`), `input_activations strategy "token" dynamic false`},
 		{group(tensorW, `{"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true}`), "input_activations int/8 bits"},
+		{group(tensorW, `{"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true, "symmetric": false}`), "input_activations: asymmetric"},
 		{`{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"g": {"targets": ["Linear"], "weights": ` + tensorW + `}}}`, `format "pack-quantized"`},
 		{`{"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": [], "weights": ` + tensorW + `}}}`, "0 targets"},
 		{`{"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["re:("], "weights": ` + tensorW + `}}}`, "error parsing regexp"},
