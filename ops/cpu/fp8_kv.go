@@ -63,9 +63,8 @@ func (f *fp8KV) put(layer, slot int, k, v []float32) {
 	}
 }
 
-// read dequantizes n codes at off of codes into dst.
-func read(dst []float32, codes []byte, off int, scale float32) []float32 {
-	dst = dst[:len(dst)]
+// readFP8 dequantizes len(dst) codes from off into dst and returns it.
+func readFP8(dst []float32, codes []byte, off int, scale float32) []float32 {
 	for i := range dst {
 		dst[i] = f8Table[codes[off+i]] * scale
 	}
@@ -142,7 +141,7 @@ func (b *Backend) attentionFP8(o, qt *Tensor, c *KVCache, layer int, meta *ops.A
 			mx := float32(math.Inf(-1))
 			for p := 0; p < n; p++ {
 				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
-				sc := dot(qh, read(row, c.f8.k[layer], slot*kvw+kvOff, ks)) * a.Scale
+				sc := dot(qh, readFP8(row, c.f8.k[layer], slot*kvw+kvOff, ks)) * a.Scale
 				scores[p] = sc
 				mx = max(mx, sc)
 			}
@@ -156,7 +155,7 @@ func (b *Backend) attentionFP8(o, qt *Tensor, c *KVCache, layer int, meta *ops.A
 			for p := 0; p < n; p++ {
 				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
 				w := scores[p] / sum
-				for d, vv := range read(row, c.f8.v[layer], slot*kvw+kvOff, vs) {
+				for d, vv := range readFP8(row, c.f8.v[layer], slot*kvw+kvOff, vs) {
 					acc[d] += w * vv
 				}
 			}
