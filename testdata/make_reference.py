@@ -202,6 +202,24 @@ CASES = {
         torch.bfloat16,
         {"fp8_block_moe": [8, 16]},
     ),
+    # Per-channel FP8 Qwen3-MoE in compressed-tensors (the FP8_DYNAMIC layout of
+    # Qwen3-30B-A3B-FP8-dynamic): every Linear incl. each expert's gate/up/down per-channel with
+    # dynamic per-token activations, lm_head and the routers ignored. Two layers, 1 sparse.
+    "qwen3_moe-fp8-channel": (
+        "Qwen3MoeConfig",
+        base(
+            head_dim=32,
+            tie_word_embeddings=False,
+            rope_theta=1000000.0,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            decoder_sparse_step=2,
+        ),
+        torch.bfloat16,
+        {"fp8_channel_moe": True},
+    ),
 }
 
 
@@ -282,7 +300,7 @@ def make(name: str, out_root: str) -> None:
         ref_model = save_fp8(model, dtype, extra["fp8_block"], out)
         write_refs(name, cfg, model_cls, ref_model, out, extra)
         return
-    if extra.get("fp8_scaled") or extra.get("fp8_block_moe"):
+    if extra.get("fp8_scaled") or extra.get("fp8_block_moe") or extra.get("fp8_channel_moe"):
         ref_model = save_quantized(model, model_cls, dtype, extra, out)
         write_refs(name, cfg, model_cls, ref_model, out, extra)
         return
@@ -390,6 +408,25 @@ def scaled_config() -> dict:
     }
 
 
+def channel_moe_config() -> dict:
+    """compressed-tensors' FP8_DYNAMIC quantization_config (qwen3_moe-fp8-channel)."""
+    fp8 = {"num_bits": 8, "type": "float", "symmetric": True, "group_size": None, "block_structure": None}
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "quantization_status": "compressed",
+        "ignore": ["lm_head", "re:.*mlp.gate$"],
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {**fp8, "strategy": "channel", "dynamic": False},
+                "input_activations": {**fp8, "strategy": "token", "dynamic": True},
+                "output_activations": None,
+            },
+        },
+    }
+
+
 def matches(pattern: str, module: str) -> bool:
     if pattern.startswith("re:"):
         return re.match(pattern[3:], module) is not None
@@ -443,6 +480,12 @@ def save_quantized(
                     tensors[mod + ".input_scale"] = (0.01 + torch.rand(1, generator=gen)) / 448.0
                 deq[pname] = d
                 continue
+        elif extra.get("fp8_channel_moe"):
+            if pname.endswith("_proj.weight"):
+                q, sc, d = quantize_scaled(t, True, dtype)
+                tensors[pname], tensors[mod + ".weight_scale"] = q, sc.contiguous()
+                deq[pname] = d
+                continue
         elif pname.endswith("_proj.weight") and "mlp.gate." not in pname:
             bn, bk = extra["fp8_block_moe"]
             q, sc, d = quantize_fp8(t, bn, bk)
@@ -469,6 +512,8 @@ def save_quantized(
         cfg = json.load(f)
     if extra.get("fp8_scaled"):
         cfg["quantization_config"] = scaled_config()
+    elif extra.get("fp8_channel_moe"):
+        cfg["quantization_config"] = channel_moe_config()
     else:
         bn, bk = extra["fp8_block_moe"]
         cfg["quantization_config"] = {

@@ -18,8 +18,8 @@ import (
 //   - fp8-block: quant_method "fp8", weight_block_size [128, 128] (DeepSeek-V3, Qwen3-*-FP8):
 //     weight_scale_inv float32 [ceil(N/128), ceil(K/128)], each block's amax / 448.
 //   - fp8-tensor: compressed-tensors per-tensor weights with static per-tensor activations
-//     (llm-compressor's FP8 scheme): weight_scale and input_scale float32 [1]; lm_head ignored.
-//     Dense shapes only: per-tensor fp8 experts are not served.
+//     (llm-compressor's FP8 scheme): weight_scale and input_scale float32 [1]; lm_head and the
+//     MoE routers ignored.
 //
 // The weights are the bf16 path's random values quantized with those scales, so they keep its
 // distribution (and no block saturates).
@@ -70,16 +70,13 @@ func fp8Mode(dtype string) (string, string) {
 
 // fp8Tensors adds each linear weight's scales right after it and returns the roles of the fp8
 // checkpoint's tensors (none: stored in the checkpoint's dtype).
-func fp8Tensors(s shape, ts []tensor, mode string) ([]tensor, map[string]fp8Role, error) {
+func fp8Tensors(ts []tensor, mode string) ([]tensor, map[string]fp8Role, error) {
 	roles := map[string]fp8Role{}
 	switch mode {
 	case "":
 		return ts, roles, nil
 	case "block":
 	case "tensor":
-		if s.MoE != nil {
-			return nil, nil, fmt.Errorf("--dtype fp8-tensor: per-tensor fp8 experts are not served; use fp8-block for %s", s.Arch)
-		}
 	default:
 		return nil, nil, fmt.Errorf("unsupported dtype fp8-%s (fp8-block or fp8-tensor)", mode)
 	}
@@ -117,7 +114,7 @@ func quantized(t tensor) bool {
 }
 
 // fp8Config is the quantization_config of the mode.
-func fp8Config(s shape, mode string) map[string]any {
+func fp8Config(mode string) map[string]any {
 	if mode == "block" {
 		return map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
 			"weight_block_size": []int{fp8Block, fp8Block}}
@@ -127,7 +124,7 @@ func fp8Config(s shape, mode string) map[string]any {
 			"group_size": nil, "block_structure": nil}
 	}
 	return map[string]any{"quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
-		"ignore": []string{"lm_head"}, "config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"},
+		"ignore": []string{"lm_head", `re:.*\.gate$`}, "config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"},
 			"weights": args("tensor"), "input_activations": args("tensor"), "output_activations": nil}}}
 }
 

@@ -163,7 +163,7 @@ func write(s shape, dir, dtype string, shardBytes int64, seed uint64) error {
 	if size == 0 {
 		return fmt.Errorf("unsupported dtype %q", dtype)
 	}
-	ts, roles, err := fp8Tensors(s, s.tensors(), mode)
+	ts, roles, err := fp8Tensors(s.tensors(), mode)
 	if err != nil {
 		return err
 	}
@@ -227,7 +227,7 @@ func writeConfig(s shape, dir, dtype, mode string) error {
 		}
 	}
 	if mode != "" {
-		cfg["quantization_config"] = fp8Config(s, mode)
+		cfg["quantization_config"] = fp8Config(mode)
 	}
 	b, _ := json.MarshalIndent(cfg, "", " ")
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {

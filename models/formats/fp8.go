@@ -227,19 +227,35 @@ func (f BlockFP8) upload(l *Loader, wi *TensorInfo, shape []int, q, s [][]byte) 
 // scales [E, ceil(rows/bn), ceil(cols/bk)], each expert cut as one linear weight of the layout
 // (whole blocks only). Experts stored in 16 or 32 bits stack as they are.
 func (f BlockFP8) LoadExperts(l *Loader, w ExpertWeight) (ops.Tensor, error) {
+	g, err := stackExperts(l, w, f.gather)
+	if err != nil || g == nil {
+		if err == nil {
+			return l.StackExperts(w)
+		}
+		return nil, err
+	}
+	d := ops.WeightDesc{Format: ops.BlockFP8, DType: ops.F8E4M3, Scales: &ops.WeightScales{DType: ops.F32,
+		Shape: []int{g.shape[0], ceilDiv(g.shape[1], f.Block[0]), ceilDiv(g.shape[2], f.Block[1])}, Block: []int{f.Block[0], f.Block[1]}, Raw: g.s}}
+	return l.Upload(g.info, g.shape, d, g.q...)
+}
+
+// stackExperts gathers every expert's parts as one linear weight of the layout and stacks them:
+// shape [E, rows, cols], the experts' codes and scales one after the other. nil (and no error)
+// when the experts are stored unquantized.
+func stackExperts(l *Loader, w ExpertWeight, gather func(*Loader, LinearWeight) (*gathered, error)) (*gathered, error) {
 	if len(w.Experts) == 0 || w.Layout != Stacked && w.Layout != Cols {
 		return nil, fmt.Errorf("%s: %d experts in layout %d", w.Name, len(w.Experts), w.Layout)
 	}
 	var first *gathered
 	var q, s [][]byte
 	for e, parts := range w.Experts {
-		g, err := f.gather(l, LinearWeight{Name: w.Name, Layout: w.Layout, Parts: parts})
+		g, err := gather(l, LinearWeight{Name: w.Name, Layout: w.Layout, Parts: parts})
 		if err != nil {
 			return nil, fmt.Errorf("%s: expert %d: %w", w.Name, e, err)
 		}
 		if g == nil {
 			if e == 0 {
-				return l.StackExperts(w)
+				return nil, nil
 			}
 			return nil, fmt.Errorf("%s: expert %d is unquantized, expert 0 fp8", w.Name, e)
 		}
@@ -252,10 +268,8 @@ func (f BlockFP8) LoadExperts(l *Loader, w ExpertWeight) (ops.Tensor, error) {
 		q, s = append(q, g.q...), append(s, g.s...)
 	}
 	shape := []int{len(w.Experts), first.shape[0], first.shape[1]}
-	d := ops.WeightDesc{Format: ops.BlockFP8, DType: ops.F8E4M3, Scales: &ops.WeightScales{DType: ops.F32,
-		Shape: []int{shape[0], ceilDiv(shape[1], f.Block[0]), ceilDiv(shape[2], f.Block[1])}, Block: []int{f.Block[0], f.Block[1]}, Raw: s}}
 	info := &TensorInfo{Name: w.Name, File: first.info.File, DType: ops.F8E4M3, Shape: shape}
-	return l.Upload(info, shape, d, q...)
+	return &gathered{info: info, shape: shape, q: q, s: s}, nil
 }
 
 // ignored reports whether the quantization_config leaves the tensor's module unquantized.

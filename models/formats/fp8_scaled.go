@@ -36,12 +36,25 @@ func (ScaledFP8) Name() string { return "fp8-scaled" }
 
 // Load reads the weight's parts and their scales, cut as the layout says.
 func (f ScaledFP8) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
-	quantized, err := countFP8(l, w, f.ignored)
+	g, err := f.gather(l, w)
 	if err != nil {
 		return nil, err
 	}
-	if quantized == 0 {
+	if g == nil {
 		return Unquantized{}.Load(l, w)
+	}
+	d := ops.WeightDesc{Format: ops.ChannelFP8, DType: ops.F8E4M3, Scales: &ops.WeightScales{
+		DType: ops.F32, Shape: []int{g.shape[0]}, Block: []int{1, g.shape[1]}, Raw: g.s}}
+	info := &TensorInfo{Name: w.Name, File: g.info.File, DType: ops.F8E4M3, Shape: g.shape}
+	return l.Upload(info, g.shape, d, g.q...)
+}
+
+// gather cuts the weight's parts as the layout says, with one float32 scale per row of the
+// result; nil (and no error) when every part is stored unquantized.
+func (f ScaledFP8) gather(l *Loader, w LinearWeight) (*gathered, error) {
+	quantized, err := countFP8(l, w, f.ignored)
+	if err != nil || quantized == 0 {
+		return nil, err
 	}
 	var first *TensorInfo
 	var q, s [][]byte
@@ -88,11 +101,7 @@ func (f ScaledFP8) Load(l *Loader, w LinearWeight) (ops.Tensor, error) {
 		s = append(s, f32Bytes(perRow[lo:hi]))
 		rows += hi - lo
 	}
-	shape := []int{rows, k}
-	d := ops.WeightDesc{Format: ops.ChannelFP8, DType: ops.F8E4M3, Scales: &ops.WeightScales{
-		DType: ops.F32, Shape: []int{rows}, Block: []int{1, k}, Raw: s}}
-	info := &TensorInfo{Name: w.Name, File: first.File, DType: ops.F8E4M3, Shape: shape}
-	return l.Upload(info, shape, d, q...)
+	return &gathered{info: first, shape: []int{rows, k}, q: q, s: s}, nil
 }
 
 // ignored reports whether the config leaves the tensor's module unquantized.
@@ -251,7 +260,19 @@ func f32Bytes(v []float32) []byte {
 	return b
 }
 
-// LoadExperts refuses: per-tensor and per-channel fp8 experts are not served yet.
-func (ScaledFP8) LoadExperts(_ *Loader, w ExpertWeight) (ops.Tensor, error) {
-	return nil, fmt.Errorf("%s: %w: per-tensor / per-channel fp8 mixture-of-experts weights are not served yet", w.Name, ops.ErrUnsupportedWeight)
+// LoadExperts stacks every expert's fp8 weight (compressed-tensors FP8 MoE checkpoints such as
+// Qwen3-30B-A3B-FP8-dynamic: each expert's gate, up and down with weight_scale) into
+// [E, rows, cols] beside one scale per row, [E, rows]: each expert's gate and up keep their own
+// per-tensor scales (vLLM requantizes w13 to their larger one). 16-bit experts stack as they are.
+func (f ScaledFP8) LoadExperts(l *Loader, w ExpertWeight) (ops.Tensor, error) {
+	g, err := stackExperts(l, w, f.gather)
+	if err != nil || g == nil {
+		if err == nil {
+			return l.StackExperts(w)
+		}
+		return nil, err
+	}
+	d := ops.WeightDesc{Format: ops.ChannelFP8, DType: ops.F8E4M3, Scales: &ops.WeightScales{DType: ops.F32,
+		Shape: []int{g.shape[0], g.shape[1]}, Block: []int{1, g.shape[2]}, Raw: g.s}}
+	return l.Upload(g.info, g.shape, d, g.q...)
 }

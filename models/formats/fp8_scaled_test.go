@@ -156,7 +156,40 @@ func TestScaledFP8Refuses(t *testing.T) {
 		require.Empty(t, be.calls)
 	}
 	_, err := static.LoadExperts(NewLoader(scaledSource(), &captureBackend{}, 0, nil), ExpertWeight{Name: "w13"})
-	require.ErrorIs(t, err, ops.ErrUnsupportedWeight)
+	require.ErrorContains(t, err, "0 experts")
+}
+
+// TestScaledFP8LoadExperts: per-tensor gate and up of different scales stack into w13 with one
+// scale per row (each part its own), per-channel downs' columns into w2 with every row's scale;
+// 16-bit experts stack as they are; a damaged expert names itself and its tensor.
+func TestScaledFP8LoadExperts(t *testing.T) {
+	f := ScaledFP8{Groups: []FP8Group{{Name: "g", Targets: []string{"re:^(q|k)$"}}, {Name: "c", Targets: []string{"ch"}, Channel: true}}}
+	part := func(name string, lo, hi int, shape ...int) Part {
+		return Part{Name: name, Lo: lo, Hi: hi, Shape: shape}
+	}
+	gu := []Part{part("q.weight", 0, 2, 2, 4), part("k.weight", 1, 2, 2, 4)}
+	be := &captureBackend{}
+	_, err := f.LoadExperts(NewLoader(scaledSource(), be, 0, nil), ExpertWeight{"w13", Stacked, [][]Part{gu, gu}})
+	require.NoError(t, err)
+	c := be.calls[0]
+	require.Equal(t, []int{2, 3, 4}, c.shape)
+	require.Equal(t, ops.ChannelFP8, c.d.Format)
+	require.Equal(t, []int{2, 3}, c.d.Scales.Shape)
+	require.Equal(t, []int{1, 4}, c.d.Scales.Block)
+	require.Equal(t, []float32{2, 2, 3, 2, 2, 3}, values(c.d.Scales.Raw...))
+	be = &captureBackend{}
+	_, err = f.LoadExperts(NewLoader(scaledSource(), be, 0, nil), ExpertWeight{"w2", Cols, [][]Part{{part("ch.weight", 0, 2, 3, 4)}}})
+	require.NoError(t, err)
+	c = be.calls[0]
+	require.Equal(t, []int{1, 3, 2}, c.shape)
+	require.Equal(t, cols(rowsOf(4, 0, 3), 4, 0, 2), c.raw[0])
+	require.Equal(t, []float32{1, 2, 3}, values(c.d.Scales.Raw...))
+	be = &captureBackend{}
+	_, err = f.LoadExperts(NewLoader(scaledSource(), be, 0, nil), ExpertWeight{"w2", Cols, [][]Part{{part("lm_head.weight", 0, 2, 2, 4)}}})
+	require.NoError(t, err)
+	require.Equal(t, ops.Plain(ops.F32), be.calls[0].d)
+	_, err = f.LoadExperts(NewLoader(scaledSource(), &captureBackend{}, 0, nil), ExpertWeight{"w13", Stacked, [][]Part{gu, {part("nan.weight", 0, 2, 2, 4)}}})
+	require.ErrorContains(t, err, "w13: expert 1: mem: tensor nan.weight is float8_e4m3fn but no quantization_config group targets it")
 }
 
 // TestForFP8: the quantization spec picks the format.

@@ -54,7 +54,7 @@ func (f *fp8Data) at(r, c int) float32 {
 
 // fp8Weight checks an FP8 descriptor (BlockFP8, ChannelFP8) against the shape and wraps its
 // bytes. A per-channel weight is a block-scaled one whose blocks are single rows ([1, k]). A
-// 3-D block-scaled weight (a MoE layer's stacked experts [E, n, k], scales [E, sn, sk]) is
+// 3-D weight (a MoE layer's stacked experts [E, n, k], scales [E, sn, sk] or [E, n]) is
 // dequantized to float32 here, once: the MoE ops read float32 experts, and the reference only
 // has to be exact, not small.
 func (b *Backend) fp8Weight(d ops.WeightDesc, shape []int, raw [][]byte) (*Tensor, error) {
@@ -71,13 +71,13 @@ func (b *Backend) fp8Weight(d ops.WeightDesc, shape []int, raw [][]byte) (*Tenso
 		return nil, fmt.Errorf("fp8 shape %v, block %v", shape, sc.Block)
 	}
 	want := []int{(n + bn - 1) / bn, (k + bk - 1) / bk}
-	switch {
-	case d.Format == ops.ChannelFP8:
-		if len(shape) != 2 || bn != 1 || bk != k {
+	if d.Format == ops.ChannelFP8 {
+		if bn != 1 || bk != k {
 			return nil, fmt.Errorf("fp8 per-channel shape %v with block %v (want [1 %d])", shape, sc.Block, k)
 		}
 		want = []int{n}
-	case len(shape) == 3:
+	}
+	if len(shape) == 3 {
 		want = append([]int{e}, want...)
 	}
 	if !slices.Equal(sc.Shape, want) {

@@ -84,3 +84,25 @@ func TestFP8Experts(t *testing.T) {
 	_, err = b.Weight("w13", d, []int{e, n, k}, q)
 	require.ErrorContains(t, err, "fp8 scales [2 2] for shape [2 3 4] and block [2 3] (want [2 2 2])")
 }
+
+// TestFP8ChannelExperts: stacked per-channel experts [2, 3, 4] (scales [2, 3], one a row) are
+// dequantized to float32 at load: expert e, element (r, c) is float(q) * s[e, r].
+func TestFP8ChannelExperts(t *testing.T) {
+	b := New(1)
+	defer b.Close()
+	const e, n, k = 2, 3, 4
+	q := fp8Codes(e*n*k, 9)
+	sc := []float32{1, 2, 3, 0.5, 0.25, 8}
+	d := ops.WeightDesc{Format: ops.ChannelFP8, DType: ops.F8E4M3, Scales: &ops.WeightScales{
+		DType: ops.F32, Shape: []int{e, n}, Block: []int{1, k}, Raw: [][]byte{f32Bytes(sc[:3]), f32Bytes(sc[3:])}}}
+	w, err := b.Weight("w2", d, []int{e, n, k}, q[:n*k], q[n*k:])
+	require.NoError(t, err)
+	wt := w.(*Tensor)
+	require.Equal(t, ops.F32, wt.dt)
+	for i := range e * n * k {
+		require.Equal(t, ops.F8E4M3ToFloat32(q[i])*sc[i/k], wt.f32[i], "element %d", i)
+	}
+	d.Scales.Shape = []int{e * n}
+	_, err = b.Weight("w2", d, []int{e, n, k}, q)
+	require.ErrorContains(t, err, "fp8 scales [6] for shape [2 3 4] and block [1 4] (want [2 3])")
+}
