@@ -61,9 +61,13 @@ func (b *Backend) fp8Weight(name string, d ops.WeightDesc, shape []int, raw [][]
 		fp8: &hipkernels.FP8Weight{Codes: codes, Scales: scales, N: n, K: k, Stride: stride, BlockN: bn, BlockK: bk}}, nil
 }
 
-// copyRows queues the rows of width bytes in parts (each whole rows) to dst, stride bytes
-// apart (the padding zeroed), through the staging buffers.
+// copyRows queues the rows of width bytes in parts to dst, stride bytes apart (the padding
+// zeroed), through the staging buffers. Unpadded rows go as the bytes come; padded ones need
+// parts of whole rows (a fused weight's parts are row ranges).
 func (b *Backend) copyRows(dst hipkernels.Ptr, parts [][]byte, width, stride int) error {
+	if width == stride {
+		return b.copyBytes(dst, parts)
+	}
 	per := max(1, b.chunk/stride) // rows a staging buffer takes
 	at := dst
 	for _, p := range parts {
@@ -84,6 +88,20 @@ func (b *Backend) copyRows(dst hipkernels.Ptr, parts [][]byte, width, stride int
 			}
 			at += hipkernels.Ptr(rows * stride)
 		}
+	}
+	return nil
+}
+
+// copyBytes queues parts one after the other to dst through the staging buffers.
+func (b *Backend) copyBytes(dst hipkernels.Ptr, parts [][]byte) error {
+	for _, p := range parts {
+		for lo := 0; lo < len(p); lo += b.chunk {
+			src := p[lo:min(lo+b.chunk, len(p))]
+			if err := b.stage(dst+hipkernels.Ptr(lo), len(src), func(buf []byte) { copy(buf, src) }); err != nil {
+				return err
+			}
+		}
+		dst += hipkernels.Ptr(len(p))
 	}
 	return nil
 }
