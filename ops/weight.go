@@ -22,6 +22,11 @@ const (
 	// (Scales.Block = [bn, bk]): element (n, k) is float(q) * scale[n/bn, k/bk] (DeepSeek-V3's
 	// and Qwen3-FP8's weight_scale_inv, a dequantization multiplier despite its name).
 	BlockFP8
+	// GGMLBlocks weights are ggml block quantizations (WeightDesc.GGML) as GGUF files store
+	// them, [N, K] with K whole blocks, no separate scales (each block carries its own). A
+	// backend without kernels for them refuses them with ErrUnsupportedWeight and the loader
+	// hands it the dequantized float32 weight instead.
+	GGMLBlocks
 )
 
 func (f WeightFormat) String() string {
@@ -30,6 +35,8 @@ func (f WeightFormat) String() string {
 		return "unquantized"
 	case BlockFP8:
 		return "fp8 block-scaled"
+	case GGMLBlocks:
+		return "ggml blocks"
 	}
 	return fmt.Sprintf("format(%d)", uint8(f))
 }
@@ -50,6 +57,8 @@ type WeightDesc struct {
 	Format WeightFormat
 	DType  DType
 	Scales *WeightScales
+	// GGML is the block type of a GGMLBlocks weight.
+	GGML GGMLType
 }
 
 // Plain is the descriptor of an unquantized weight of dtype dt.

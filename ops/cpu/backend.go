@@ -15,6 +15,9 @@ type Backend struct {
 	pool *pool
 	mu   sync.Mutex
 	kv   map[*offheap.Block]struct{} // KV caches' and buffers' memory not yet released
+	// qs and qds are the 8-bit activations of the quantized Linear (qLinear), kept between calls.
+	qs  []int8
+	qds []float32
 }
 
 var _ ops.Backend = (*Backend)(nil)
@@ -54,9 +57,16 @@ func (b *Backend) release(m *offheap.Block) {
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
-// Weight wraps checkpoint bytes of an unquantized weight; 16-bit weights stay 16-bit and are
-// widened row by row.
+// Weight wraps checkpoint bytes of a weight: 16-bit weights stay 16-bit and are widened row by
+// row, FP8 ones are dequantized row by row, ggml Q4_0, Q4_1 and Q8_0 blocks stay blocks.
 func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
+	if d.Format == ops.GGMLBlocks {
+		t, err := b.qWeight(d, shape, raw)
+		if err != nil {
+			return nil, fmt.Errorf("weight %s: %w", name, err)
+		}
+		return t, nil
+	}
 	if d.Format == ops.BlockFP8 {
 		t, err := b.fp8Weight(d, shape, raw)
 		if err != nil {

@@ -1,0 +1,88 @@
+package cpu
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+//go:noescape
+func dotQ4_1AVX2(w *byte, a *int8, ds *float32, nb int) float32
+
+//go:noescape
+func dotQ4_0AVX2(w *byte, a *int8, ds *float32, nb int) float32
+
+//go:noescape
+func dotQ8_0AVX2(w *byte, a *int8, ds *float32, nb int) float32
+
+//go:noescape
+func dotF32AVX2(a, b *float32, n int) float32
+
+//go:noescape
+func axpyF32AVX2(dst, src *float32, a float32, n int)
+
+// cpuidF16C reports CPUID leaf 1's F16C bit (half-float conversion), which x/sys/cpu does not
+// expose; every AVX2 cpu has it in practice, but the kernels convert f16 scales with it.
+func cpuidF16C() bool
+
+// hasAVX2 is whether the vector kernels can run here: AVX2 and FMA with the OS saving the
+// YMM registers (x/sys/cpu checks that), and F16C.
+var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpuidF16C()
+
+func init() {
+	if hasAVX2 {
+		useAVX2()
+	}
+}
+
+// useAVX2 installs the AVX2 kernels.
+func useAVX2() {
+	dotQ4_1, dotQ4_0, dotQ8_0 = dotQ4_1Vec, dotQ4_0Vec, dotQ8_0Vec
+	dotF32, axpyF32 = dotF32Vec, axpyF32Vec
+	kernelSet = "avx2+fma+f16c"
+}
+
+// The wrappers check what the kernels would otherwise read past: the weight row must hold the
+// activation's blocks.
+func dotQ4_1Vec(w []byte, a []int8, ds []float32) float32 {
+	nb := len(a) / qBlock
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*20-1], ds[2*nb-1]
+	return dotQ4_1AVX2(unsafe.SliceData(w), unsafe.SliceData(a), unsafe.SliceData(ds), nb)
+}
+
+func dotQ4_0Vec(w []byte, a []int8, ds []float32) float32 {
+	nb := len(a) / qBlock
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*18-1], ds[2*nb-1]
+	return dotQ4_0AVX2(unsafe.SliceData(w), unsafe.SliceData(a), unsafe.SliceData(ds), nb)
+}
+
+func dotQ8_0Vec(w []byte, a []int8, ds []float32) float32 {
+	nb := len(a) / qBlock
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*34-1], ds[2*nb-1]
+	return dotQ8_0AVX2(unsafe.SliceData(w), unsafe.SliceData(a), unsafe.SliceData(ds), nb)
+}
+
+func dotF32Vec(a, b []float32) float32 {
+	if len(a) == 0 {
+		return 0
+	}
+	_ = b[len(a)-1]
+	return dotF32AVX2(unsafe.SliceData(a), unsafe.SliceData(b), len(a))
+}
+
+func axpyF32Vec(dst []float32, a float32, src []float32) {
+	if len(dst) == 0 {
+		return
+	}
+	_ = src[len(dst)-1]
+	axpyF32AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), a, len(dst))
+}

@@ -1,0 +1,292 @@
+#include "textflag.h"
+
+// The vector kernels of qdot_amd64.go (AVX2, FMA, F16C). Go's operand order: sources first,
+// destination last (VPMADDUBSW src2, src1, dst treats src1 as unsigned and src2 as signed).
+
+// Q4_1 block (20 bytes): f16 d, f16 m, 16 bytes of nibbles. One block: unpack the nibbles to
+// 32 unsigned bytes (low nibbles first), multiply-add them with the 32 int8 activations into
+// eight int32 sums, and fma them, scaled by d·d_a, into acc; m·s_a goes into lane 1 of X7.
+#define Q4_1_BLOCK(woff, aoff, doff, acc) \
+	VMOVDQU woff+4(SI), X3 \
+	VPSRLW $4, X3, X4 \
+	VINSERTI128 $1, X4, Y3, Y3 \
+	VPAND Y1, Y3, Y3 \
+	VPMADDUBSW aoff(DI), Y3, Y3 \
+	VPMADDWD Y2, Y3, Y3 \
+	VCVTDQ2PS Y3, Y3 \
+	VMOVD woff(SI), X8 \
+	VCVTPH2PS X8, X8 \
+	VMOVQ doff(R8), X9 \
+	VMULPS X9, X8, X8 \
+	VADDPS X8, X7, X7 \
+	VBROADCASTSS X8, Y8 \
+	VFMADD231PS Y8, Y3, acc
+
+// func dotQ4_1AVX2(w *byte, a *int8, ds *float32, nb int) float32
+TEXT ·dotQ4_1AVX2(SB), NOSPLIT, $0-36
+	MOVQ w+0(FP), SI
+	MOVQ a+8(FP), DI
+	MOVQ ds+16(FP), R8
+	MOVQ nb+24(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y11, Y11, Y11
+	VXORPS X7, X7, X7
+	MOVL $0x0f0f0f0f, AX
+	VMOVD AX, X1
+	VPBROADCASTD X1, Y1
+	MOVL $0x00010001, AX
+	VMOVD AX, X2
+	VPBROADCASTD X2, Y2
+
+q41pair:
+	CMPQ CX, $2
+	JL q41tail
+	Q4_1_BLOCK(0, 0, 0, Y0)
+	Q4_1_BLOCK(20, 32, 8, Y11)
+	ADDQ $40, SI
+	ADDQ $64, DI
+	ADDQ $16, R8
+	SUBQ $2, CX
+	JMP q41pair
+
+q41tail:
+	TESTQ CX, CX
+	JZ q41done
+	Q4_1_BLOCK(0, 0, 0, Y0)
+
+q41done:
+	VADDPS Y11, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSHDUP X7, X7
+	VADDSS X7, X0, X0
+	VMOVSS X0, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// Q4_0 block (18 bytes): f16 d, 16 bytes of nibbles; x = d·(q-8), so a block adds
+// d·d_a·Σ q·q_a into acc and d·s_a into lane 1 of X7, which is taken 8 times at the end.
+#define Q4_0_BLOCK(woff, aoff, doff, acc) \
+	VMOVDQU woff+2(SI), X3 \
+	VPSRLW $4, X3, X4 \
+	VINSERTI128 $1, X4, Y3, Y3 \
+	VPAND Y1, Y3, Y3 \
+	VPMADDUBSW aoff(DI), Y3, Y3 \
+	VPMADDWD Y2, Y3, Y3 \
+	VCVTDQ2PS Y3, Y3 \
+	MOVWLZX woff(SI), AX \
+	VMOVD AX, X8 \
+	VCVTPH2PS X8, X8 \
+	VBROADCASTSS X8, X8 \
+	VMOVQ doff(R8), X9 \
+	VMULPS X9, X8, X8 \
+	VADDPS X8, X7, X7 \
+	VBROADCASTSS X8, Y8 \
+	VFMADD231PS Y8, Y3, acc
+
+// func dotQ4_0AVX2(w *byte, a *int8, ds *float32, nb int) float32
+TEXT ·dotQ4_0AVX2(SB), NOSPLIT, $0-36
+	MOVQ w+0(FP), SI
+	MOVQ a+8(FP), DI
+	MOVQ ds+16(FP), R8
+	MOVQ nb+24(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y11, Y11, Y11
+	VXORPS X7, X7, X7
+	MOVL $0x0f0f0f0f, AX
+	VMOVD AX, X1
+	VPBROADCASTD X1, Y1
+	MOVL $0x00010001, AX
+	VMOVD AX, X2
+	VPBROADCASTD X2, Y2
+
+q40pair:
+	CMPQ CX, $2
+	JL q40tail
+	Q4_0_BLOCK(0, 0, 0, Y0)
+	Q4_0_BLOCK(18, 32, 8, Y11)
+	ADDQ $36, SI
+	ADDQ $64, DI
+	ADDQ $16, R8
+	SUBQ $2, CX
+	JMP q40pair
+
+q40tail:
+	TESTQ CX, CX
+	JZ q40done
+	Q4_0_BLOCK(0, 0, 0, Y0)
+
+q40done:
+	VADDPS Y11, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSHDUP X7, X7
+	MOVL $0x41000000, AX // 8.0
+	VMOVD AX, X9
+	VMULSS X9, X7, X7
+	VSUBSS X7, X0, X0
+	VMOVSS X0, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// Q8_0 block (34 bytes): f16 d, 32 int8. Signed by signed: |w| times a·sign(w) (vpmaddubsw
+// wants one unsigned operand; |-128| = 128 read unsigned, and 2·128·127 fits an int16).
+#define Q8_0_BLOCK(woff, aoff, doff, acc) \
+	VMOVDQU woff+2(SI), Y3 \
+	VMOVDQU aoff(DI), Y5 \
+	VPSIGNB Y3, Y3, Y4 \
+	VPSIGNB Y3, Y5, Y5 \
+	VPMADDUBSW Y5, Y4, Y4 \
+	VPMADDWD Y2, Y4, Y4 \
+	VCVTDQ2PS Y4, Y4 \
+	MOVWLZX woff(SI), AX \
+	VMOVD AX, X8 \
+	VCVTPH2PS X8, X8 \
+	VMULSS doff(R8), X8, X8 \
+	VBROADCASTSS X8, Y8 \
+	VFMADD231PS Y8, Y4, acc
+
+// func dotQ8_0AVX2(w *byte, a *int8, ds *float32, nb int) float32
+TEXT ·dotQ8_0AVX2(SB), NOSPLIT, $0-36
+	MOVQ w+0(FP), SI
+	MOVQ a+8(FP), DI
+	MOVQ ds+16(FP), R8
+	MOVQ nb+24(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y11, Y11, Y11
+	MOVL $0x00010001, AX
+	VMOVD AX, X2
+	VPBROADCASTD X2, Y2
+
+q80pair:
+	CMPQ CX, $2
+	JL q80tail
+	Q8_0_BLOCK(0, 0, 0, Y0)
+	Q8_0_BLOCK(34, 32, 8, Y11)
+	ADDQ $68, SI
+	ADDQ $64, DI
+	ADDQ $16, R8
+	SUBQ $2, CX
+	JMP q80pair
+
+q80tail:
+	TESTQ CX, CX
+	JZ q80done
+	Q8_0_BLOCK(0, 0, 0, Y0)
+
+q80done:
+	VADDPS Y11, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func dotF32AVX2(a, b *float32, n int) float32
+TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+f32by32:
+	CMPQ CX, $32
+	JL f32by8
+	VMOVUPS (SI), Y4
+	VFMADD231PS (DI), Y4, Y0
+	VMOVUPS 32(SI), Y5
+	VFMADD231PS 32(DI), Y5, Y1
+	VMOVUPS 64(SI), Y6
+	VFMADD231PS 64(DI), Y6, Y2
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP f32by32
+
+f32by8:
+	CMPQ CX, $8
+	JL f32reduce
+	VMOVUPS (SI), Y4
+	VFMADD231PS (DI), Y4, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP f32by8
+
+f32reduce:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+
+f32tail:
+	TESTQ CX, CX
+	JZ f32done
+	VMOVSS (SI), X4
+	VFMADD231SS (DI), X4, X0
+	ADDQ $4, SI
+	ADDQ $4, DI
+	DECQ CX
+	JMP f32tail
+
+f32done:
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func axpyF32AVX2(dst, src *float32, a float32, n int)
+TEXT ·axpyF32AVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	VBROADCASTSS a+16(FP), Y0
+	MOVQ n+24(FP), CX
+
+axpyby8:
+	CMPQ CX, $8
+	JL axpytail
+	VMOVUPS (DI), Y1
+	VFMADD231PS (SI), Y0, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP axpyby8
+
+axpytail:
+	TESTQ CX, CX
+	JZ axpydone
+	VMOVSS (DI), X1
+	VFMADD231SS (SI), X0, X1
+	VMOVSS X1, (DI)
+	ADDQ $4, SI
+	ADDQ $4, DI
+	DECQ CX
+	JMP axpytail
+
+axpydone:
+	VZEROUPPER
+	RET
+
+// func cpuidF16C() bool
+TEXT ·cpuidF16C(SB), NOSPLIT, $0-1
+	MOVL $1, AX
+	XORL CX, CX
+	CPUID
+	SHRL $29, CX
+	ANDL $1, CX
+	MOVB CX, ret+0(FP)
+	RET
