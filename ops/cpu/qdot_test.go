@@ -48,7 +48,7 @@ func TestQDotKernelsMatchGo(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	kinds := []struct {
-		typ     ops.GGMLType
+		typ      ops.GGMLType
 		vec, ref qDotFunc
 	}{
 		{ops.GGMLQ4_0, dotQ4_0Vec, dotQ4_0Go},
