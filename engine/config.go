@@ -31,6 +31,7 @@ type Config struct {
 	NoAsyncScheduling     bool
 	CudagraphCaptureSizes []int
 	Threads               int
+	CPUWeights            string
 	Seed                  int64
 	TensorParallelSize    int
 }
@@ -70,6 +71,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		return err
 	})
 	fs.IntVar(&c.Threads, "threads", 0, "cpu backend: worker goroutines; 0: one per core")
+	fs.StringVar(&c.CPUWeights, "cpu-weights", "blocks", "cpu backend, GGUF Q4_0/Q4_1/Q8_0 tensors: blocks (kept as their blocks, dot products with activations rounded to 8 bits per block of 32, as llama.cpp computes: fast, approximate) or float32 (dequantized at load: the exact reference)")
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of the generator for requests without their own seed")
 	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "devices one model is split across")
 }
@@ -93,6 +95,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-model-len, --num-kv-blocks and --kv-cache-memory must not be negative")
 	case c.GPUMemoryUtilization <= 0 || c.GPUMemoryUtilization > 1:
 		return fmt.Errorf("--gpu-memory-utilization must be in (0, 1], got %v", c.GPUMemoryUtilization)
+	case c.CPUWeights != "blocks" && c.CPUWeights != "float32":
+		return fmt.Errorf("--cpu-weights must be blocks or float32, got %q", c.CPUWeights)
 	case c.TensorParallelSize < 1 || c.TensorParallelSize > 64:
 		return fmt.Errorf("--tensor-parallel-size must be in [1, 64], got %d", c.TensorParallelSize)
 	}

@@ -50,7 +50,7 @@ func openDevices(cfg Config, mc *models.Config) (*devices, error) {
 			threads = runtime.GOMAXPROCS(0)
 		}
 		for r := 0; r < n; r++ {
-			b := cpu.New(max(1, threads/n))
+			b := cpu.NewWith(max(1, threads/n), cpu.Options{VectorFloat32: cfg.CPUWeights != "float32"})
 			d.backends, d.closers = append(d.backends, b), append(d.closers, b.Close)
 		}
 		if n > 1 {

@@ -13,6 +13,7 @@ import (
 	"github.com/atom-go/atom/engine/tokenizer"
 	"github.com/atom-go/atom/models"
 	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
 )
 
 // New loads the checkpoint named by cfg.Model, sizes the KV cache and starts the engine loop.
@@ -69,9 +70,13 @@ func gpuCannotServe(err error) bool {
 
 // buildOn loads the model on cfg.Device, already resolved.
 func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
-	ck, err := models.OpenCheckpoint(cfg.Model)
+	blocks := cfg.Device == "cpu" && cfg.CPUWeights != "float32"
+	ck, err := models.OpenCheckpointWith(cfg.Model, models.OpenOptions{KeepBlocks: blocks})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Device == "cpu" {
+		log.Info("cpu kernels " + cpu.Kernels() + " (chosen by cpu features), weights " + cfg.CPUWeights)
 	}
 	dev, err := openDevices(cfg, ck.Config)
 	if err != nil {

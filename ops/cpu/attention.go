@@ -150,6 +150,10 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 		}
 		return s
 	}
+	dotf, axpy := dot, axpyGo
+	if b.vec {
+		dotf, axpy = dotF32, axpyF32
+	}
 	b.pool.run(meta.NumTokens()*a.NumHeads, func(lo, hi, worker int) {
 		scores := b.pool.buf(worker, maxLen+hd)
 		acc := scores[maxLen:]
@@ -163,7 +167,7 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 			mx := float32(math.Inf(-1))
 			for p := 0; p < n; p++ {
 				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
-				sc := dot(qh, c.k[layer][slot*kvw+kvOff:slot*kvw+kvOff+hd]) * a.Scale
+				sc := dotf(qh, c.k[layer][slot*kvw+kvOff:slot*kvw+kvOff+hd]) * a.Scale
 				scores[p] = sc
 				mx = max(mx, sc)
 			}
@@ -176,11 +180,7 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 			clear(acc)
 			for p := 0; p < n; p++ {
 				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
-				w := scores[p] / sum
-				vr := c.v[layer][slot*kvw+kvOff : slot*kvw+kvOff+hd]
-				for d, vv := range vr {
-					acc[d] += w * vv
-				}
+				axpy(acc, scores[p]/sum, c.v[layer][slot*kvw+kvOff:slot*kvw+kvOff+hd])
 			}
 			copy(o.f32[t*o.cols()+h*hd:t*o.cols()+(h+1)*hd], acc)
 		}

@@ -15,6 +15,7 @@ type Backend struct {
 	pool *pool
 	mu   sync.Mutex
 	kv   map[*offheap.Block]struct{} // KV caches' and buffers' memory not yet released
+	vec bool // Options.VectorFloat32
 	// qs and qds are the 8-bit activations of the quantized Linear (qLinear), kept between calls.
 	qs  []int8
 	qds []float32
@@ -22,9 +23,21 @@ type Backend struct {
 
 var _ ops.Backend = (*Backend)(nil)
 
-// New returns a cpu backend using the given number of worker goroutines (0: GOMAXPROCS).
-func New(workers int) *Backend {
-	return &Backend{pool: newPool(workers), kv: map[*offheap.Block]struct{}{}}
+// New returns a cpu backend using the given number of worker goroutines (0: GOMAXPROCS): the
+// exact reference.
+func New(workers int) *Backend { return NewWith(workers, Options{}) }
+
+// Options are the choices of NewWith.
+type Options struct {
+	// VectorFloat32 computes attention's float32 dot products and sums with the vector kernels
+	// (Kernels), which sum in another order than the reference's loops: results differ from
+	// New's by float32 rounding. The weights' format is the loader's choice, not this one.
+	VectorFloat32 bool
+}
+
+// NewWith returns a cpu backend with options.
+func NewWith(workers int, o Options) *Backend {
+	return &Backend{pool: newPool(workers), kv: map[*offheap.Block]struct{}{}, vec: o.VectorFloat32}
 }
 
 // Close stops the worker goroutines and releases every KV cache and buffer the backend

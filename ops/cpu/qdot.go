@@ -21,6 +21,7 @@ var (
 	dotQ4_0   qDotFunc = dotQ4_0Go
 	dotQ4_1   qDotFunc = dotQ4_1Go
 	dotQ8_0   qDotFunc = dotQ8_0Go
+	dotQ4_1x4          = dotQ4_1x4Go
 	dotF32             = dot
 	axpyF32            = axpyGo
 	kernelSet          = "go (portable)"
@@ -120,4 +121,13 @@ func dotQ8_0Go(w []byte, a []int8, ds []float32) float32 {
 		sum += f16le(blk) * ds[2*b] * float32(si)
 	}
 	return sum
+}
+
+// dotQ4_1x4Go is one Q4_1 weight row against four activation rows of k values (rows of a
+// and of ds one after the other), as four dotQ4_1 calls.
+func dotQ4_1x4Go(w []byte, a []int8, ds []float32, k int, out *[4]float32) {
+	nb := k / qBlock
+	for i := range out {
+		out[i] = dotQ4_1(w, a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb])
+	}
 }

@@ -37,7 +37,7 @@ func init() {
 
 // useAVX2 installs the AVX2 kernels.
 func useAVX2() {
-	dotQ4_1, dotQ4_0, dotQ8_0 = dotQ4_1Vec, dotQ4_0Vec, dotQ8_0Vec
+	dotQ4_1, dotQ4_0, dotQ8_0, dotQ4_1x4 = dotQ4_1Vec, dotQ4_0Vec, dotQ8_0Vec, dotQ4_1x4Vec
 	dotF32, axpyF32 = dotF32Vec, axpyF32Vec
 	kernelSet = "avx2+fma+f16c"
 }
@@ -85,4 +85,19 @@ func axpyF32Vec(dst []float32, a float32, src []float32) {
 	}
 	_ = src[len(dst)-1]
 	axpyF32AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), a, len(dst))
+}
+
+//go:noescape
+func dotQ4_1x4AVX2(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+// dotQ4_1x4Vec is dotQ4_1x4 with the vector kernel: four rows of a (k values each, the next
+// row k further) and of ds (2·k/32 each).
+func dotQ4_1x4Vec(w []byte, a []int8, ds []float32, k int, out *[4]float32) {
+	nb := k / qBlock
+	if nb == 0 {
+		*out = [4]float32{}
+		return
+	}
+	_, _, _ = w[nb*20-1], a[3*k+k-1], ds[3*2*nb+2*nb-1]
+	dotQ4_1x4AVX2(unsafe.SliceData(w), unsafe.SliceData(a), unsafe.SliceData(ds), nb, k, 2*nb*4, &out[0])
 }

@@ -290,3 +290,81 @@ TEXT ·cpuidF16C(SB), NOSPLIT, $0-1
 	ANDL $1, CX
 	MOVB CX, ret+0(FP)
 	RET
+
+// One activation row r of dotQ4_1x4AVX2: the unpacked weights Y3 against the row's 32 int8
+// at aaddr, its (d_a, s_a) at daddr, into acc (the block sums) and msum (lane 1: Σ m·s_a).
+#define Q4_1_ROW(aaddr, daddr, acc, msum) \
+	VPMADDUBSW aaddr, Y3, Y4 \
+	VPMADDWD Y2, Y4, Y4 \
+	VCVTDQ2PS Y4, Y4 \
+	VMOVQ daddr, X9 \
+	VMULPS X9, X8, X9 \
+	VADDPS X9, msum, msum \
+	VBROADCASTSS X9, Y9 \
+	VFMADD231PS Y9, Y4, acc
+
+// The horizontal sum of acc plus lane 1 of msum, stored at dst.
+#define HSUM_STORE(acc, accx, msum, dst) \
+	VEXTRACTF128 $1, acc, X5 \
+	VADDPS X5, accx, accx \
+	VHADDPS accx, accx, accx \
+	VHADDPS accx, accx, accx \
+	VMOVSHDUP msum, msum \
+	VADDSS msum, accx, accx \
+	VMOVSS accx, dst
+
+// func dotQ4_1x4AVX2(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// One Q4_1 weight row against four activation rows (a + i·astride bytes, ds + i·dstride
+// bytes): each block's nibbles are unpacked once for the four.
+TEXT ·dotQ4_1x4AVX2(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), SI
+	MOVQ a+8(FP), DI
+	MOVQ ds+16(FP), R8
+	MOVQ nb+24(FP), CX
+	MOVQ astride+32(FP), R10
+	MOVQ dstride+40(FP), R12
+	LEAQ (R10)(R10*2), R11
+	LEAQ (R12)(R12*2), R13
+	VXORPS Y0, Y0, Y0
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS X13, X13, X13
+	VXORPS X14, X14, X14
+	VXORPS X15, X15, X15
+	VXORPS X6, X6, X6
+	MOVL $0x0f0f0f0f, AX
+	VMOVD AX, X1
+	VPBROADCASTD X1, Y1
+	MOVL $0x00010001, AX
+	VMOVD AX, X2
+	VPBROADCASTD X2, Y2
+
+q41x4loop:
+	TESTQ CX, CX
+	JZ q41x4done
+	VMOVDQU 4(SI), X3
+	VPSRLW $4, X3, X4
+	VINSERTI128 $1, X4, Y3, Y3
+	VPAND Y1, Y3, Y3
+	VMOVD (SI), X8
+	VCVTPH2PS X8, X8
+	Q4_1_ROW((DI), (R8), Y0, X13)
+	Q4_1_ROW((DI)(R10*1), (R8)(R12*1), Y10, X14)
+	Q4_1_ROW((DI)(R10*2), (R8)(R12*2), Y11, X15)
+	Q4_1_ROW((DI)(R11*1), (R8)(R13*1), Y12, X6)
+	ADDQ $20, SI
+	ADDQ $32, DI
+	ADDQ $8, R8
+	DECQ CX
+	JMP q41x4loop
+
+q41x4done:
+	MOVQ out+48(FP), DX
+	HSUM_STORE(Y0, X0, X13, (DX))
+	HSUM_STORE(Y10, X10, X14, 4(DX))
+	HSUM_STORE(Y11, X11, X15, 8(DX))
+	HSUM_STORE(Y12, X12, X6, 12(DX))
+	VZEROUPPER
+	RET

@@ -75,6 +75,35 @@ func TestQDotKernelsMatchGo(t *testing.T) {
 	}
 }
 
+// TestQDotX4MatchesGo runs the four-row Q4_1 kernel against four portable single-row dots.
+func TestQDotX4MatchesGo(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2+FMA+F16C here: the portable kernels are the only ones")
+	}
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for _, nb := range []int{1, 2, 3, 18, 48} {
+		k := nb * qBlock
+		w := randBlocks(rng, ops.GGMLQ4_1, nb)
+		x := randRow(rng, 4*k)
+		a, ds := make([]int8, 4*k), make([]float32, 4*2*nb)
+		for i := range 4 {
+			quantizeRow(a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb], x[i*k:(i+1)*k])
+		}
+		var got [4]float32
+		dotQ4_1x4Vec(w, a, ds, k, &got)
+		for i := range 4 {
+			want := dotQ4_1Go(w, a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb])
+			var scale float64
+			for b := 0; b < nb; b++ {
+				scale += math.Abs(float64(f16le(w[b*20:]) * ds[i*2*nb+2*b] * 127 * 15 * 32))
+			}
+			require.InDelta(t, want, got[i], 1e-5*scale+1e-6, "%d blocks, row %d", nb, i)
+		}
+	}
+}
+
 // TestQDotApproximatesDequantized checks the Go kernels themselves: a block dot with 8-bit
 // activations is the dequantized weight's float dot up to the activations' rounding.
 func TestQDotApproximatesDequantized(t *testing.T) {

@@ -1,5 +1,7 @@
 package cpu
 
+import "github.com/atom-go/atom/ops"
+
 // qTileRows is how many weight rows a worker's share is cut into per pool item, and qTileActs
 // how many activation rows one pass over a worker's weight rows serves: the 8-bit activations
 // of qTileActs rows stay in cache while each weight row, read once, is dotted with all of them.
@@ -19,14 +21,21 @@ func (b *Backend) qLinear(o, xt, wt, bt *Tensor) {
 	nb := k / qBlock
 	qs, ds := b.quantizeActs(xt, rows, k)
 	dotf := qDotFor(q.typ)
+	x4 := q.typ == ops.GGMLQ4_1
 	tiles := (n + qTileRows - 1) / qTileRows
 	b.pool.run(tiles, func(lo, hi, _ int) {
 		j0, j1 := lo*qTileRows, min(n, hi*qTileRows)
+		var four [4]float32
 		for r0 := 0; r0 < rows; r0 += qTileActs {
 			r1 := min(rows, r0+qTileActs)
 			for j := j0; j < j1; j++ {
 				wrow := q.raw[j*q.rowBytes : (j+1)*q.rowBytes]
-				for r := r0; r < r1; r++ {
+				r := r0
+				for ; x4 && r+4 <= r1; r += 4 {
+					dotQ4_1x4(wrow, qs[r*k:(r+4)*k], ds[r*2*nb:(r+4)*2*nb], k, &four)
+					o.f32[r*n+j], o.f32[(r+1)*n+j], o.f32[(r+2)*n+j], o.f32[(r+3)*n+j] = four[0], four[1], four[2], four[3]
+				}
+				for ; r < r1; r++ {
 					o.f32[r*n+j] = dotf(wrow, qs[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb])
 				}
 			}

@@ -1,0 +1,62 @@
+package models
+
+import (
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
+)
+
+// benchSmolLM2 loads the real model with its weights as blocks on a cpu backend with the
+// vector float32 kernels, as the engine serves it, with a KV cache of 1024 tokens.
+func benchSmolLM2(b *testing.B, maxTokens int) (Model, *cpu.Backend, ops.KVCache) {
+	if !fileExists(smolLM2Path) {
+		b.Skipf("%s absent: run testdata/gguf/fetch.sh", smolLM2Path)
+	}
+	ck, err := OpenCheckpointWith(smolLM2Path, OpenOptions{KeepBlocks: true})
+	require.NoError(b, err)
+	b.Cleanup(ck.Close)
+	be := cpu.NewWith(0, cpu.Options{VectorFloat32: true})
+	b.Cleanup(be.Close)
+	m, err := Load(ck, be, Options{MaxTokens: maxTokens, MaxSeqs: 8})
+	require.NoError(b, err)
+	c := ck.Config
+	cache, err := be.NewKVCache(c.NumLayers, 64, 16, c.NumKVHeads, c.HeadDim)
+	require.NoError(b, err)
+	return m, be, cache
+}
+
+// BenchmarkSmolLM2Prefill512 times a 512-token prefill (with the last token's logits).
+func BenchmarkSmolLM2Prefill512(b *testing.B) {
+	m, be, cache := benchSmolLM2(b, 512)
+	ids := make([]int32, 512)
+	for i := range ids {
+		ids[i] = int32(100 + i*37%30000)
+	}
+	meta := singleSeq(0, 512, 16, 64)
+	out := make([]float32, 49152)
+	b.ResetTimer()
+	for range b.N {
+		h := m.Forward(ids, meta, cache)
+		be.ReadRows(m.Logits(h, []int32{511}), out)
+	}
+	b.ReportMetric(float64(b.N*512)/b.Elapsed().Seconds(), "tok/s")
+}
+
+// BenchmarkSmolLM2Decode times one decode step of one sequence at context 512.
+func BenchmarkSmolLM2Decode(b *testing.B) {
+	m, be, cache := benchSmolLM2(b, 512)
+	out := make([]float32, 49152)
+	meta := singleSeq(511, 1, 16, 64)
+	b.ResetTimer()
+	for range b.N {
+		h := m.Forward([]int32{1234}, meta, cache)
+		be.ReadRows(m.Logits(h, []int32{0}), out)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
