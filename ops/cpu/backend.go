@@ -15,7 +15,7 @@ type Backend struct {
 	pool *pool
 	mu   sync.Mutex
 	kv   map[*offheap.Block]struct{} // KV caches' and buffers' memory not yet released
-	vec bool // Options.VectorFloat32
+	vec  bool                        // Options.VectorFloat32
 	// qs and qds are the 8-bit activations of the quantized Linear (qLinear), kept between calls.
 	qs  []int8
 	qds []float32
