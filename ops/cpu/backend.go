@@ -43,7 +43,7 @@ func NewWith(workers int, o Options) *Backend {
 // Close stops the worker goroutines and releases every KV cache and buffer the backend
 // allocated: none of its tensors may be used afterwards.
 func (b *Backend) Close() {
-	close(b.pool.jobs)
+	b.pool.close()
 	b.mu.Lock()
 	blocks := b.kv
 	b.kv = map[*offheap.Block]struct{}{}

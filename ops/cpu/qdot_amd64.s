@@ -23,6 +23,9 @@
 	VFMADD231PS Y8, Y3, acc
 
 // func dotQ4_1AVX2(w *byte, a *int8, ds *float32, nb int) float32
+//
+// One accumulator, blocks in order, and the same final sums as dotQ4_1x4AVX2: a row's result
+// does not depend on whether it was computed alone or among four (batch invariance).
 TEXT ·dotQ4_1AVX2(SB), NOSPLIT, $0-36
 	MOVQ w+0(FP), SI
 	MOVQ a+8(FP), DI
@@ -42,7 +45,7 @@ q41pair:
 	CMPQ CX, $2
 	JL q41tail
 	Q4_1_BLOCK(0, 0, 0, Y0)
-	Q4_1_BLOCK(20, 32, 8, Y11)
+	Q4_1_BLOCK(20, 32, 8, Y0)
 	ADDQ $40, SI
 	ADDQ $64, DI
 	ADDQ $16, R8
@@ -55,7 +58,6 @@ q41tail:
 	Q4_1_BLOCK(0, 0, 0, Y0)
 
 q41done:
-	VADDPS Y11, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
 	VHADDPS X0, X0, X0

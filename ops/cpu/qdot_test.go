@@ -94,6 +94,9 @@ func TestQDotX4MatchesGo(t *testing.T) {
 		var got [4]float32
 		dotQ4_1x4Vec(w, a, ds, k, &got)
 		for i := range 4 {
+			// Bit for bit the single-row vector kernel: a row's logits must not depend on
+			// the rows batched with it.
+			require.Equal(t, dotQ4_1Vec(w, a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb]), got[i], "%d blocks, row %d", nb, i)
 			want := dotQ4_1Go(w, a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb])
 			var scale float64
 			for b := 0; b < nb; b++ {
