@@ -46,14 +46,23 @@ func BenchmarkSmolLM2Prefill512(b *testing.B) {
 	b.ReportMetric(float64(b.N*512)/b.Elapsed().Seconds(), "tok/s")
 }
 
-// BenchmarkSmolLM2Decode times one decode step of one sequence at context 512.
+// BenchmarkSmolLM2Decode times a decode step of one sequence after a 512-token prompt, at
+// contexts 512 to 639 in turn.
 func BenchmarkSmolLM2Decode(b *testing.B) {
 	m, be, cache := benchSmolLM2(b, 512)
+	ids := make([]int32, 512)
+	for i := range ids {
+		ids[i] = int32(100 + i*37%30000)
+	}
+	m.Forward(ids, singleSeq(0, 512, 16, 64), cache)
 	out := make([]float32, 49152)
-	meta := singleSeq(511, 1, 16, 64)
+	metas := make([]*ops.AttnMetadata, 128)
+	for i := range metas {
+		metas[i] = singleSeq(512+i, 1, 16, 64)
+	}
 	b.ResetTimer()
-	for range b.N {
-		h := m.Forward([]int32{1234}, meta, cache)
+	for i := range b.N {
+		h := m.Forward([]int32{1234}, metas[i%128], cache)
 		be.ReadRows(m.Logits(h, []int32{0}), out)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")

@@ -137,6 +137,10 @@ func rotate(row []float32, rope *ops.RoPE, pos float64) {
 // p attends to positions 0..p of s. Parallel over (token, head).
 func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, meta *ops.AttnMetadata, a ops.AttnShape) {
 	o, qt, c := out.(*Tensor), q.(*Tensor), cache.(*KVCache)
+	if b.vec {
+		b.attentionVec(o, qt, c, layer, meta, a)
+		return
+	}
 	hd, group := a.HeadDim, a.NumHeads/a.NumKVHeads
 	kvw := c.kvHeads * hd
 	maxLen := 0
@@ -149,10 +153,6 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 			s++
 		}
 		return s
-	}
-	dotf, axpy := dot, axpyGo
-	if b.vec {
-		dotf, axpy = dotF32, axpyF32
 	}
 	b.pool.run(meta.NumTokens()*a.NumHeads, func(lo, hi, worker int) {
 		scores := b.pool.buf(worker, maxLen+hd)
@@ -167,7 +167,7 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 			mx := float32(math.Inf(-1))
 			for p := 0; p < n; p++ {
 				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
-				sc := dotf(qh, c.k[layer][slot*kvw+kvOff:slot*kvw+kvOff+hd]) * a.Scale
+				sc := dot(qh, c.k[layer][slot*kvw+kvOff:slot*kvw+kvOff+hd]) * a.Scale
 				scores[p] = sc
 				mx = max(mx, sc)
 			}
@@ -180,7 +180,11 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 			clear(acc)
 			for p := 0; p < n; p++ {
 				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
-				axpy(acc, scores[p]/sum, c.v[layer][slot*kvw+kvOff:slot*kvw+kvOff+hd])
+				w := scores[p] / sum
+				vr := c.v[layer][slot*kvw+kvOff : slot*kvw+kvOff+hd]
+				for d, vv := range vr {
+					acc[d] += w * vv
+				}
 			}
 			copy(o.f32[t*o.cols()+h*hd:t*o.cols()+(h+1)*hd], acc)
 		}

@@ -19,6 +19,8 @@ type Backend struct {
 	// qs and qds are the 8-bit activations of the quantized Linear (qLinear), kept between calls.
 	qs  []int8
 	qds []float32
+	// attnState holds attentionVec's per-part softmax state, kept between calls.
+	attnState []float32
 }
 
 var _ ops.Backend = (*Backend)(nil)

@@ -16,6 +16,7 @@ import (
 // with fewer threads than workers still makes progress).
 type pool struct {
 	workers int
+	procs   int // GOMAXPROCS when the pool was made
 	scratch [][]float32
 	slots   []*slot // workers 1..n-1; the caller is worker 0
 	pending atomic.Int32
@@ -33,17 +34,18 @@ type slot struct {
 	_        [64]byte // keep slots on their own cache lines
 }
 
-// Spin budgets: checks of an atomic before a worker sleeps, and before run starts yielding.
+// Spin budgets: checks of an atomic before a worker sleeps, and before run starts yielding
+// (at once where the process has fewer threads than the pool has workers).
 const (
 	workerSpins = 1 << 16
-	callerSpins = 1 << 12
+	callerSpins = 1 << 18
 )
 
 func newPool(workers int) *pool {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	p := &pool{workers: workers, scratch: make([][]float32, workers), slots: make([]*slot, workers)}
+	p := &pool{workers: workers, procs: runtime.GOMAXPROCS(0), scratch: make([][]float32, workers), slots: make([]*slot, workers)}
 	for i := 1; i < workers; i++ {
 		s := &slot{wake: make(chan struct{}, 1)}
 		p.slots[i] = s
@@ -130,8 +132,12 @@ func (p *pool) run(n int, fn func(lo, hi, worker int)) {
 		}
 	}
 	fn(0, min(chunk, n), 0)
+	spins := callerSpins
+	if p.procs < w {
+		spins = 0
+	}
 	for spin := 0; p.pending.Load() != 0; spin++ {
-		if spin >= callerSpins {
+		if spin >= spins {
 			runtime.Gosched()
 		}
 	}

@@ -24,6 +24,8 @@ var (
 	dotQ4_1x4          = dotQ4_1x4Go
 	dotF32             = dot
 	axpyF32            = axpyGo
+	attnScores         = attnScoresGo
+	attnAccum          = attnAccumGo
 	kernelSet          = "go (portable)"
 )
 
@@ -129,5 +131,26 @@ func dotQ4_1x4Go(w []byte, a []int8, ds []float32, k int, out *[4]float32) {
 	nb := k / qBlock
 	for i := range out {
 		out[i] = dotQ4_1(w, a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb])
+	}
+}
+
+// attnScoresGo: out[h·ostride + i] = scale · q[h·hd:][:hd]·k[i·kstride:][:hd], i < n, h < g
+// (attention scores of g query heads against n cached K rows kstride apart).
+func attnScoresGo(q, k []float32, kstride, n, hd, g int, scale float32, out []float32, ostride int) {
+	for i := range n {
+		krow := k[i*kstride : i*kstride+hd]
+		for h := range g {
+			out[h*ostride+i] = dotF32(q[h*hd:(h+1)*hd], krow) * scale
+		}
+	}
+}
+
+// attnAccumGo: acc[h·hd:][:hd] += w[h·wstride + i] · v[i·vstride:][:hd], i < n, h < g.
+func attnAccumGo(acc, v []float32, vstride, n, hd, g int, w []float32, wstride int) {
+	for i := range n {
+		vrow := v[i*vstride : i*vstride+hd]
+		for h := range g {
+			axpyF32(acc[h*hd:(h+1)*hd], w[h*wstride+i], vrow)
+		}
 	}
 }

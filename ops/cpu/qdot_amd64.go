@@ -38,7 +38,7 @@ func init() {
 // useAVX2 installs the AVX2 kernels.
 func useAVX2() {
 	dotQ4_1, dotQ4_0, dotQ8_0, dotQ4_1x4 = dotQ4_1Vec, dotQ4_0Vec, dotQ8_0Vec, dotQ4_1x4Vec
-	dotF32, axpyF32 = dotF32Vec, axpyF32Vec
+	dotF32, axpyF32, attnScores, attnAccum = dotF32Vec, axpyF32Vec, attnScoresVec, attnAccumVec
 	kernelSet = "avx2+fma+f16c"
 }
 
@@ -100,4 +100,30 @@ func dotQ4_1x4Vec(w []byte, a []int8, ds []float32, k int, out *[4]float32) {
 	}
 	_, _, _ = w[nb*20-1], a[3*k+k-1], ds[3*2*nb+2*nb-1]
 	dotQ4_1x4AVX2(unsafe.SliceData(w), unsafe.SliceData(a), unsafe.SliceData(ds), nb, k, 2*nb*4, &out[0])
+}
+
+//go:noescape
+func attnScoresAVX2(q, k *float32, kstride, n, hd, heads int, scale float32, out *float32, ostride int)
+
+//go:noescape
+func attnAccumAVX2(acc, v *float32, vstride, n, hd, heads int, w *float32, wstride int)
+
+// attnScoresVec is attnScoresGo with the vector kernel where hd is a multiple of 16.
+func attnScoresVec(q, k []float32, kstride, n, hd, g int, scale float32, out []float32, ostride int) {
+	if hd%16 != 0 || n == 0 || g == 0 {
+		attnScoresGo(q, k, kstride, n, hd, g, scale, out, ostride)
+		return
+	}
+	_, _, _ = q[g*hd-1], k[(n-1)*kstride+hd-1], out[(g-1)*ostride+n-1]
+	attnScoresAVX2(&q[0], &k[0], kstride, n, hd, g, scale, &out[0], ostride)
+}
+
+// attnAccumVec is attnAccumGo with the vector kernel where hd is a multiple of 32.
+func attnAccumVec(acc, v []float32, vstride, n, hd, g int, w []float32, wstride int) {
+	if hd%32 != 0 || n == 0 || g == 0 {
+		attnAccumGo(acc, v, vstride, n, hd, g, w, wstride)
+		return
+	}
+	_, _, _ = acc[g*hd-1], v[(n-1)*vstride+hd-1], w[(g-1)*wstride+n-1]
+	attnAccumAVX2(&acc[0], &v[0], vstride, n, hd, g, &w[0], wstride)
 }

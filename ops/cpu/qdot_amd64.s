@@ -370,3 +370,122 @@ q41x4done:
 	HSUM_STORE(Y12, X12, X6, 12(DX))
 	VZEROUPPER
 	RET
+
+// func attnScoresAVX2(q, k *float32, kstride, n, hd, heads int, scale float32, out *float32, ostride int)
+//
+// out[h·ostride + i] = scale · q[h·hd:(h+1)·hd]·k[i·kstride:][:hd] for i < n, h < g; hd a
+// multiple of 16. Strides are in elements. Each K row is read once for the g heads.
+TEXT ·attnScoresAVX2(SB), NOSPLIT, $0-72
+	MOVQ q+0(FP), SI
+	MOVQ k+8(FP), DI
+	MOVQ kstride+16(FP), R8
+	SHLQ $2, R8
+	MOVQ n+24(FP), CX
+	MOVQ hd+32(FP), BX
+	SHLQ $2, BX // row bytes
+	MOVQ heads+40(FP), R9
+	VBROADCASTSS scale+48(FP), Y7
+	MOVQ out+56(FP), R10
+	MOVQ ostride+64(FP), R11
+	SHLQ $2, R11
+
+scpos:
+	TESTQ CX, CX
+	JZ scdone
+	PREFETCHT0 (DI)(R8*2)
+	PREFETCHT0 64(DI)(R8*2)
+	PREFETCHT0 128(DI)(R8*2)
+	PREFETCHT0 192(DI)(R8*2)
+	MOVQ SI, R12 // this head's q
+	MOVQ R10, R13 // this head's out
+	MOVQ R9, DX // heads left
+
+schead:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ AX, AX // byte offset into the rows
+
+scdim:
+	VMOVUPS (R12)(AX*1), Y2
+	VFMADD231PS (DI)(AX*1), Y2, Y0
+	VMOVUPS 32(R12)(AX*1), Y3
+	VFMADD231PS 32(DI)(AX*1), Y3, Y1
+	ADDQ $64, AX
+	CMPQ AX, BX
+	JL scdim
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMULSS X7, X0, X0
+	VMOVSS X0, (R13)
+	ADDQ BX, R12
+	ADDQ R11, R13
+	DECQ DX
+	JNZ schead
+	ADDQ R8, DI
+	ADDQ $4, R10
+	DECQ CX
+	JMP scpos
+
+scdone:
+	VZEROUPPER
+	RET
+
+// func attnAccumAVX2(acc, v *float32, vstride, n, hd, heads int, w *float32, wstride int)
+//
+// acc[h·hd + d] += w[h·wstride + i] · v[i·vstride + d] for i < n, h < g, d < hd; hd a
+// multiple of 32. Each head's accumulator slice of 32 stays in registers over the n rows.
+TEXT ·attnAccumAVX2(SB), NOSPLIT, $0-64
+	MOVQ acc+0(FP), SI
+	MOVQ v+8(FP), DI
+	MOVQ vstride+16(FP), R8
+	SHLQ $2, R8
+	MOVQ n+24(FP), CX
+	MOVQ hd+32(FP), BX
+	SHLQ $2, BX // row bytes
+	MOVQ heads+40(FP), R9
+	MOVQ w+48(FP), R10
+	MOVQ wstride+56(FP), R11
+	SHLQ $2, R11
+	TESTQ CX, CX
+	JZ acdone
+
+achead:
+	XORQ AX, AX // byte offset into the head's accumulator and the rows
+
+acslice:
+	VMOVUPS (SI)(AX*1), Y0
+	VMOVUPS 32(SI)(AX*1), Y1
+	VMOVUPS 64(SI)(AX*1), Y2
+	VMOVUPS 96(SI)(AX*1), Y3
+	MOVQ DI, R12 // row i
+	MOVQ R10, R13 // w[h·wstride + i]
+	MOVQ CX, DX
+
+acrow:
+	VBROADCASTSS (R13), Y4
+	VFMADD231PS (R12)(AX*1), Y4, Y0
+	VFMADD231PS 32(R12)(AX*1), Y4, Y1
+	VFMADD231PS 64(R12)(AX*1), Y4, Y2
+	VFMADD231PS 96(R12)(AX*1), Y4, Y3
+	ADDQ R8, R12
+	ADDQ $4, R13
+	DECQ DX
+	JNZ acrow
+	VMOVUPS Y0, (SI)(AX*1)
+	VMOVUPS Y1, 32(SI)(AX*1)
+	VMOVUPS Y2, 64(SI)(AX*1)
+	VMOVUPS Y3, 96(SI)(AX*1)
+	ADDQ $128, AX
+	CMPQ AX, BX
+	JL acslice
+	ADDQ BX, SI
+	ADDQ R11, R10
+	DECQ R9
+	JNZ achead
+
+acdone:
+	VZEROUPPER
+	RET

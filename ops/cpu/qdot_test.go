@@ -188,3 +188,34 @@ func toF16(f float32) uint16 {
 	}
 	return sign | uint16(exp)<<10 | uint16(man>>13)
 }
+
+// TestAttnKernelsMatchGo runs the vector attention kernels (scores of g heads against n K
+// rows, and the weighted sum of n V rows into g accumulators) against the Go loops, on rows
+// strided as in the paged cache, at head sizes the vector kernels take and ones they leave to
+// Go.
+func TestAttnKernelsMatchGo(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 9))
+	cases := []struct{ hd, g, n, stride int }{
+		{64, 3, 16, 192}, {64, 1, 1, 64}, {128, 4, 5, 512}, {32, 2, 7, 96}, {16, 2, 3, 48}, {24, 2, 4, 48},
+	}
+	for _, c := range cases {
+		q, kv := randRow(rng, c.g*c.hd), randRow(rng, c.n*c.stride)
+		ostride := c.n + 3
+		want, got := make([]float32, c.g*ostride), make([]float32, c.g*ostride)
+		attnScoresGo(q, kv, c.stride, c.n, c.hd, c.g, 0.125, want, ostride)
+		attnScores(q, kv, c.stride, c.n, c.hd, c.g, 0.125, got, ostride)
+		for i := range want {
+			require.InDelta(t, want[i], got[i], 1e-4*(1+math.Abs(float64(want[i]))), "scores %+v, %d", c, i)
+		}
+		w := randRow(rng, c.g*ostride)
+		acc0 := randRow(rng, c.g*c.hd)
+		wantAcc, gotAcc := append([]float32(nil), acc0...), append([]float32(nil), acc0...)
+		attnAccumGo(wantAcc, kv, c.stride, c.n, c.hd, c.g, w, ostride)
+		attnAccum(gotAcc, kv, c.stride, c.n, c.hd, c.g, w, ostride)
+		for i := range wantAcc {
+			require.InDelta(t, wantAcc[i], gotAcc[i], 1e-4*(1+math.Abs(float64(wantAcc[i]))), "accum %+v, %d", c, i)
+		}
+	}
+}
