@@ -13,24 +13,36 @@ import (
 // channels and a WaitGroup put that thread to sleep and woke it through the kernel at every
 // call, which cost as much as the work. So a worker spins a while on its slot before it
 // sleeps, and run spins until its workers are done (yielding now and then, so that a process
-// with fewer threads than workers still makes progress).
+// with fewer threads than workers still makes progress). Items are taken a grain at a time by
+// whoever is free, and the caller takes back a job from a worker that has not started it, so
+// that a worker the OS holds back (the machine may be shared) or one still waking up delays a
+// call by a grain at most.
 type pool struct {
 	workers int
 	procs   int // GOMAXPROCS when the pool was made
 	scratch [][]float32
 	slots   []*slot // workers 1..n-1; the caller is worker 0
-	pending atomic.Int32
 	closed  atomic.Bool
+	// The current job, written by run while no worker runs one.
+	next     atomic.Int64
+	n, grain int64
+	fn       func(lo, hi, worker int)
 }
 
-// slot is one worker's mailbox: run writes the job, then bumps seq; the worker runs it and
-// decrements pool.pending.
+// The states of a slot.
+const (
+	slotIdle    = iota
+	slotPosted  // a job is waiting for the worker
+	slotRunning // the worker took it
+)
+
+// slot is one worker's mailbox: run sets the pool's job, marks the slot posted and bumps seq;
+// the worker marks it running, takes items until none are left, and marks it idle.
 type slot struct {
+	state    atomic.Int32
 	seq      atomic.Uint64
 	sleeping atomic.Bool
 	wake     chan struct{}
-	lo, hi   int
-	fn       func(lo, hi, worker int)
 	_        [64]byte // keep slots on their own cache lines
 }
 
@@ -77,9 +89,10 @@ func (p *pool) work(i int, s *slot) {
 			return
 		}
 		last = s.seq.Load()
-		s.fn(s.lo, s.hi, i)
-		s.fn = nil
-		p.pending.Add(-1)
+		if s.state.CompareAndSwap(slotPosted, slotRunning) {
+			p.take(i)
+			s.state.Store(slotIdle)
+		}
 	}
 }
 
@@ -103,8 +116,20 @@ func (p *pool) buf(w, n int) []float32 {
 	return p.scratch[w][:n]
 }
 
-// run splits [0,n) into one contiguous chunk per worker; the caller's goroutine takes the
-// first. Calls must not overlap (the backend's ops are issued by one goroutine).
+// take runs the current job's items, a grain at a time, until none are left.
+func (p *pool) take(worker int) {
+	for {
+		lo := p.next.Add(p.grain) - p.grain
+		if lo >= p.n {
+			return
+		}
+		p.fn(int(lo), int(min(lo+p.grain, p.n)), worker)
+	}
+}
+
+// run calls fn over [0,n) in contiguous ranges, on the caller's goroutine (worker 0) and the
+// workers; each range goes to one worker, which may get several. Calls must not overlap (the
+// backend's ops are issued by one goroutine), and fn's result must not depend on the ranges.
 func (p *pool) run(n int, fn func(lo, hi, worker int)) {
 	if n <= 0 {
 		return
@@ -114,15 +139,10 @@ func (p *pool) run(n int, fn func(lo, hi, worker int)) {
 		fn(0, n, 0)
 		return
 	}
-	chunk := (n + w - 1) / w
-	for i := 1; i < w; i++ {
-		lo, hi := i*chunk, min((i+1)*chunk, n)
-		if lo >= hi {
-			continue
-		}
-		s := p.slots[i]
-		s.lo, s.hi, s.fn = lo, hi, fn
-		p.pending.Add(1)
+	p.fn, p.n, p.grain = fn, int64(n), int64(max(1, n/(4*w)))
+	p.next.Store(0)
+	for _, s := range p.slots[1:w] {
+		s.state.Store(slotPosted)
 		s.seq.Add(1)
 		if s.sleeping.Swap(false) {
 			select {
@@ -131,14 +151,20 @@ func (p *pool) run(n int, fn func(lo, hi, worker int)) {
 			}
 		}
 	}
-	fn(0, min(chunk, n), 0)
+	p.take(0)
 	spins := callerSpins
 	if p.procs < w {
 		spins = 0
 	}
-	for spin := 0; p.pending.Load() != 0; spin++ {
-		if spin >= spins {
-			runtime.Gosched()
+	for _, s := range p.slots[1:w] {
+		if s.state.CompareAndSwap(slotPosted, slotIdle) {
+			continue // never started: nothing left for it anyway
+		}
+		for spin := 0; s.state.Load() != slotIdle; spin++ {
+			if spin >= spins {
+				runtime.Gosched()
+			}
 		}
 	}
+	p.fn = nil
 }
