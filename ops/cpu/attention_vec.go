@@ -7,49 +7,56 @@ import (
 )
 
 // attnChunk is how many positions attentionVec scores before it folds them into the running
-// softmax: the scores of a chunk, for every head of a group, stay in cache.
-const attnChunk = 64
+// softmax: the scores of a chunk, for every head of a group, stay in cache. attnPart is the
+// context length one work item covers: a longer context is split into parts of attnPart
+// positions, computed by any worker and merged after. Both are fixed, so that a token's
+// result depends on its own context only, not on the batch around it (batch invariance).
+const (
+	attnChunk = 64
+	attnPart  = 256
+)
 
 // attentionVec is Attention with the vector kernels (Options.VectorFloat32). The query heads
 // that share a KV head are computed together, so each cached K and V row is read once per
 // token rather than once per query head (GQA: SmolLM2 has three query heads per KV head),
-// with an online softmax over chunks of positions. When the batch has few tokens (decode),
-// each context is also split into parts that run on different workers and are merged after
-// (log-sum-exp), so that one sequence's attention uses every core.
+// with an online softmax over chunks of positions. Each context is split into parts of
+// attnPart positions that run on any worker and are merged after (log-sum-exp), so that one
+// sequence's long decode uses every core.
 func (b *Backend) attentionVec(o, qt *Tensor, c *KVCache, layer int, meta *ops.AttnMetadata, a ops.AttnShape) {
 	hd, group := a.HeadDim, a.NumHeads/a.NumKVHeads
 	kvw, qw, ow := c.kvHeads*hd, qt.cols(), o.cols()
 	nt := meta.NumTokens()
-	items := nt * c.kvHeads
-	maxLen := 0
-	for _, l := range meta.SeqLens {
-		maxLen = max(maxLen, int(l))
+	// Work items: (token, KV head, part); first[t] is token t's first item.
+	if cap(b.attnFirst) < nt+1 {
+		b.attnFirst = make([]int32, nt+1)
 	}
-	parts := 1
-	if want := 4 * b.pool.workers; items < want {
-		parts = max(1, min((want+items-1)/items, maxLen/(2*attnChunk)))
+	first := b.attnFirst[:nt+1]
+	items := 0
+	for t := range nt {
+		first[t] = int32(items)
+		items += c.kvHeads * ((int(meta.Positions[t]) + attnPart) / attnPart)
 	}
+	first[nt] = int32(items)
 	per := group * (2 + hd) // one part's state: per head m, then per head l, then per head acc[hd]
-	if need := items * parts * per; cap(b.attnState) < need {
+	if need := items * per; cap(b.attnState) < need {
 		b.attnState = make([]float32, need)
 	}
-	state := b.attnState[:items*parts*per]
-	seqStart := 0
-	b.pool.run(items*parts, func(lo, hi, worker int) {
+	state := b.attnState[:items*per]
+	b.pool.run(items, func(lo, hi, worker int) {
 		sc := b.pool.buf(worker, group*attnChunk)
-		s := seqStart
+		s, t := 0, 0
 		for it := lo; it < hi; it++ {
-			part, tk := it%parts, it/parts
-			t, kvh := tk/c.kvHeads, tk%c.kvHeads
-			for s > 0 && int(meta.QueryStart[s]) > t {
-				s--
+			for int(first[t+1]) <= it {
+				t++
 			}
 			for int(meta.QueryStart[s+1]) <= t {
 				s++
 			}
+			parts := (int(first[t+1]) - int(first[t])) / c.kvHeads
+			kvh, part := (it-int(first[t]))/parts, (it-int(first[t]))%parts
 			table := meta.BlockTables[s*meta.BlockTableStride:]
 			n := int(meta.Positions[t]) + 1
-			p0, p1 := part*n/parts, (part+1)*n/parts
+			p0, p1 := part*attnPart, min(n, (part+1)*attnPart)
 			st := state[it*per : (it+1)*per]
 			ms, ls, acc := st[:group], st[group:2*group], st[2*group:]
 			for g := range group {
@@ -98,20 +105,22 @@ func (b *Backend) attentionVec(o, qt *Tensor, c *KVCache, layer int, meta *ops.A
 			}
 		}
 	})
-	b.pool.run(items, func(lo, hi, _ int) {
+	b.pool.run(nt*c.kvHeads, func(lo, hi, _ int) {
 		for tk := lo; tk < hi; tk++ {
 			t, kvh := tk/c.kvHeads, tk%c.kvHeads
+			parts := (int(first[t+1]) - int(first[t])) / c.kvHeads
+			it0 := int(first[t]) + kvh*parts
 			for g := range group {
 				h := kvh*group + g
 				m := float32(math.Inf(-1))
 				for part := range parts {
-					m = max(m, state[(tk*parts+part)*per+g])
+					m = max(m, state[(it0+part)*per+g])
 				}
 				dst := o.f32[t*ow+h*hd : t*ow+(h+1)*hd]
 				clear(dst)
 				var l float32
 				for part := range parts {
-					st := state[(tk*parts+part)*per : (tk*parts+part+1)*per]
+					st := state[(it0+part)*per : (it0+part+1)*per]
 					if st[group+g] == 0 {
 						continue // an empty part
 					}

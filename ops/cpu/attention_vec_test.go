@@ -59,6 +59,16 @@ func TestAttentionVecMatchesReference(t *testing.T) {
 		for i := range want {
 			require.InDelta(t, want[i], got[i], 1e-4, "%s: element %d", c.name, i)
 		}
+		// Batch invariance: each sequence alone gives its rows of the batch bit for bit.
+		w := c.heads * c.hd
+		for s := range c.seqs {
+			q0, q1 := int(meta.QueryStart[s]), int(meta.QueryStart[s+1])
+			one := &ops.AttnMetadata{Positions: meta.Positions[q0:q1], QueryStart: []int32{0, int32(q1 - q0)},
+				SeqLens: meta.SeqLens[s : s+1], BlockTables: meta.BlockTables[s*blocksPerSeq : (s+1)*blocksPerSeq], BlockTableStride: blocksPerSeq}
+			alone := make([]float32, (q1-q0)*w)
+			vec.Attention(FromFloat32(alone, q1-q0, w), FromFloat32(q[q0*w:q1*w], q1-q0, w), cache, 0, one, a)
+			require.Equal(t, got[q0*w:q1*w], alone, "%s: sequence %d alone", c.name, s)
+		}
 		ref.Close()
 		vec.Close()
 	}

@@ -19,8 +19,10 @@ type Backend struct {
 	// qs and qds are the 8-bit activations of the quantized Linear (qLinear), kept between calls.
 	qs  []int8
 	qds []float32
-	// attnState holds attentionVec's per-part softmax state, kept between calls.
+	// attnState and attnFirst hold attentionVec's per-part softmax state and its items' index,
+	// kept between calls.
 	attnState []float32
+	attnFirst []int32
 }
 
 var _ ops.Backend = (*Backend)(nil)

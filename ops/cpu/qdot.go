@@ -18,15 +18,16 @@ type qDotFunc func(w []byte, a []int8, ds []float32) float32
 // The kernels in use: the portable Go ones below, replaced at start by vector ones where the
 // cpu has the features (qdot_amd64.go). kernelSet names the choice for the start-up log.
 var (
-	dotQ4_0    qDotFunc = dotQ4_0Go
-	dotQ4_1    qDotFunc = dotQ4_1Go
-	dotQ8_0    qDotFunc = dotQ8_0Go
-	dotQ4_1x4           = dotQ4_1x4Go
-	dotF32              = dot
-	axpyF32             = axpyGo
-	attnScores          = attnScoresGo
-	attnAccum           = attnAccumGo
-	kernelSet           = "go (portable)"
+	dotQ4_0    qDotFunc  = dotQ4_0Go
+	dotQ4_1    qDotFunc  = dotQ4_1Go
+	dotQ8_0    qDotFunc  = dotQ8_0Go
+	dotQ4_1x4  qDot4Func = dotQ4_1x4Go
+	dotQ8_0x4  qDot4Func = dotQ8_0x4Go
+	dotF32               = dot
+	axpyF32              = axpyGo
+	attnScores           = attnScoresGo
+	attnAccum            = attnAccumGo
+	kernelSet            = "go (portable)"
 )
 
 // axpyGo: dst += a·src.
@@ -123,6 +124,29 @@ func dotQ8_0Go(w []byte, a []int8, ds []float32) float32 {
 		sum += f16le(blk) * ds[2*b] * float32(si)
 	}
 	return sum
+}
+
+// qDot4Func is one weight row against four activation rows of k values (rows of a and of ds
+// one after the other), each result bit for bit what the single-row kernel gives.
+type qDot4Func func(w []byte, a []int8, ds []float32, k int, out *[4]float32)
+
+// qDot4For returns the four-row kernel of a ggml type, nil where there is none.
+func qDot4For(t ops.GGMLType) qDot4Func {
+	switch t {
+	case ops.GGMLQ4_1:
+		return dotQ4_1x4
+	case ops.GGMLQ8_0:
+		return dotQ8_0x4
+	}
+	return nil
+}
+
+// dotQ8_0x4Go is one Q8_0 weight row against four activation rows, as four dotQ8_0 calls.
+func dotQ8_0x4Go(w []byte, a []int8, ds []float32, k int, out *[4]float32) {
+	nb := k / qBlock
+	for i := range out {
+		out[i] = dotQ8_0(w, a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb])
+	}
 }
 
 // dotQ4_1x4Go is one Q4_1 weight row against four activation rows of k values (rows of a

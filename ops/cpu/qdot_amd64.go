@@ -37,7 +37,8 @@ func init() {
 
 // useAVX2 installs the AVX2 kernels.
 func useAVX2() {
-	dotQ4_1, dotQ4_0, dotQ8_0, dotQ4_1x4 = dotQ4_1Vec, dotQ4_0Vec, dotQ8_0Vec, dotQ4_1x4Vec
+	dotQ4_1, dotQ4_0, dotQ8_0 = dotQ4_1Vec, dotQ4_0Vec, dotQ8_0Vec
+	dotQ4_1x4, dotQ8_0x4 = dotQ4_1x4Vec, dotQ8_0x4Vec
 	dotF32, axpyF32, attnScores, attnAccum = dotF32Vec, axpyF32Vec, attnScoresVec, attnAccumVec
 	kernelSet = "avx2+fma+f16c"
 }
@@ -126,4 +127,18 @@ func attnAccumVec(acc, v []float32, vstride, n, hd, g int, w []float32, wstride 
 	}
 	_, _, _ = acc[g*hd-1], v[(n-1)*vstride+hd-1], w[(g-1)*wstride+n-1]
 	attnAccumAVX2(&acc[0], &v[0], vstride, n, hd, g, &w[0], wstride)
+}
+
+//go:noescape
+func dotQ8_0x4AVX2(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+// dotQ8_0x4Vec is dotQ8_0x4 with the vector kernel.
+func dotQ8_0x4Vec(w []byte, a []int8, ds []float32, k int, out *[4]float32) {
+	nb := k / qBlock
+	if nb == 0 {
+		*out = [4]float32{}
+		return
+	}
+	_, _, _ = w[nb*34-1], a[3*k+k-1], ds[3*2*nb+2*nb-1]
+	dotQ8_0x4AVX2(unsafe.SliceData(w), unsafe.SliceData(a), unsafe.SliceData(ds), nb, k, 2*nb*4, &out[0])
 }

@@ -153,6 +153,8 @@ q40done:
 	VFMADD231PS Y8, Y4, acc
 
 // func dotQ8_0AVX2(w *byte, a *int8, ds *float32, nb int) float32
+//
+// One accumulator, blocks in order, as dotQ8_0x4AVX2 (batch invariance).
 TEXT ·dotQ8_0AVX2(SB), NOSPLIT, $0-36
 	MOVQ w+0(FP), SI
 	MOVQ a+8(FP), DI
@@ -168,7 +170,7 @@ q80pair:
 	CMPQ CX, $2
 	JL q80tail
 	Q8_0_BLOCK(0, 0, 0, Y0)
-	Q8_0_BLOCK(34, 32, 8, Y11)
+	Q8_0_BLOCK(34, 32, 8, Y0)
 	ADDQ $68, SI
 	ADDQ $64, DI
 	ADDQ $16, R8
@@ -181,7 +183,6 @@ q80tail:
 	Q8_0_BLOCK(0, 0, 0, Y0)
 
 q80done:
-	VADDPS Y11, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
 	VHADDPS X0, X0, X0
@@ -487,5 +488,72 @@ acrow:
 	JNZ achead
 
 acdone:
+	VZEROUPPER
+	RET
+
+// One activation row of dotQ8_0x4AVX2: |w| (Y4) times the row's 32 int8 signed by w (Y3),
+// scaled by d_w (X8) · d_a into acc.
+#define Q8_0_ROW(aaddr, daddr, acc) \
+	VMOVDQU aaddr, Y5 \
+	VPSIGNB Y3, Y5, Y5 \
+	VPMADDUBSW Y5, Y4, Y5 \
+	VPMADDWD Y2, Y5, Y5 \
+	VCVTDQ2PS Y5, Y5 \
+	VMULSS daddr, X8, X9 \
+	VBROADCASTSS X9, Y9 \
+	VFMADD231PS Y9, Y5, acc
+
+// The horizontal sum of acc, stored at dst.
+#define HSUM8_STORE(acc, accx, dst) \
+	VEXTRACTF128 $1, acc, X5 \
+	VADDPS X5, accx, accx \
+	VHADDPS accx, accx, accx \
+	VHADDPS accx, accx, accx \
+	VMOVSS accx, dst
+
+// func dotQ8_0x4AVX2(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// One Q8_0 weight row against four activation rows, as dotQ4_1x4AVX2.
+TEXT ·dotQ8_0x4AVX2(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), SI
+	MOVQ a+8(FP), DI
+	MOVQ ds+16(FP), R8
+	MOVQ nb+24(FP), CX
+	MOVQ astride+32(FP), R10
+	MOVQ dstride+40(FP), R12
+	LEAQ (R10)(R10*2), R11
+	LEAQ (R12)(R12*2), R13
+	VXORPS Y0, Y0, Y0
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	MOVL $0x00010001, AX
+	VMOVD AX, X2
+	VPBROADCASTD X2, Y2
+
+q80x4loop:
+	TESTQ CX, CX
+	JZ q80x4done
+	VMOVDQU 2(SI), Y3
+	VPSIGNB Y3, Y3, Y4
+	MOVWLZX (SI), AX
+	VMOVD AX, X8
+	VCVTPH2PS X8, X8
+	Q8_0_ROW((DI), (R8), Y0)
+	Q8_0_ROW((DI)(R10*1), (R8)(R12*1), Y10)
+	Q8_0_ROW((DI)(R10*2), (R8)(R12*2), Y11)
+	Q8_0_ROW((DI)(R11*1), (R8)(R13*1), Y12)
+	ADDQ $34, SI
+	ADDQ $32, DI
+	ADDQ $8, R8
+	DECQ CX
+	JMP q80x4loop
+
+q80x4done:
+	MOVQ out+48(FP), DX
+	HSUM8_STORE(Y0, X0, (DX))
+	HSUM8_STORE(Y10, X10, 4(DX))
+	HSUM8_STORE(Y11, X11, 8(DX))
+	HSUM8_STORE(Y12, X12, 12(DX))
 	VZEROUPPER
 	RET

@@ -75,7 +75,8 @@ func TestQDotKernelsMatchGo(t *testing.T) {
 	}
 }
 
-// TestQDotX4MatchesGo runs the four-row Q4_1 kernel against four portable single-row dots.
+// TestQDotX4MatchesGo runs the four-row kernels against four portable single-row dots, and
+// requires them bit-identical to the vector single-row kernels.
 func TestQDotX4MatchesGo(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("no AVX2+FMA+F16C here: the portable kernels are the only ones")
@@ -83,26 +84,42 @@ func TestQDotX4MatchesGo(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
-	for _, nb := range []int{1, 2, 3, 18, 48} {
+	kinds := []struct {
+		typ      ops.GGMLType
+		x4       qDot4Func
+		one, ref qDotFunc
+	}{
+		{ops.GGMLQ4_1, dotQ4_1x4Vec, dotQ4_1Vec, dotQ4_1Go},
+		{ops.GGMLQ8_0, dotQ8_0x4Vec, dotQ8_0Vec, dotQ8_0Go},
+	}
+	for _, kind := range kinds {
+		for _, nb := range []int{1, 2, 3, 18, 48} {
+			testQDotX4(t, rng, kind.typ, nb, kind.x4, kind.one, kind.ref)
+		}
+	}
+}
+
+func testQDotX4(t *testing.T, rng *rand.Rand, typ ops.GGMLType, nb int, x4 qDot4Func, one, ref qDotFunc) {
+	{
 		k := nb * qBlock
-		w := randBlocks(rng, ops.GGMLQ4_1, nb)
+		w := randBlocks(rng, typ, nb)
 		x := randRow(rng, 4*k)
 		a, ds := make([]int8, 4*k), make([]float32, 4*2*nb)
 		for i := range 4 {
 			quantizeRow(a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb], x[i*k:(i+1)*k])
 		}
 		var got [4]float32
-		dotQ4_1x4Vec(w, a, ds, k, &got)
+		x4(w, a, ds, k, &got)
 		for i := range 4 {
 			// Bit for bit the single-row vector kernel: a row's logits must not depend on
 			// the rows batched with it.
-			require.Equal(t, dotQ4_1Vec(w, a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb]), got[i], "%d blocks, row %d", nb, i)
-			want := dotQ4_1Go(w, a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb])
+			require.Equal(t, one(w, a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb]), got[i], "%v, %d blocks, row %d", typ, nb, i)
+			want := ref(w, a[i*k:(i+1)*k], ds[i*2*nb:(i+1)*2*nb])
 			var scale float64
 			for b := 0; b < nb; b++ {
-				scale += math.Abs(float64(f16le(w[b*20:]) * ds[i*2*nb+2*b] * 127 * 15 * 32))
+				scale += math.Abs(float64(f16le(w[b*typ.BlockBytes():]) * ds[i*2*nb+2*b] * 127 * 128 * 32))
 			}
-			require.InDelta(t, want, got[i], 1e-5*scale+1e-6, "%d blocks, row %d", nb, i)
+			require.InDelta(t, want, got[i], 1e-5*scale+1e-6, "%v, %d blocks, row %d", typ, nb, i)
 		}
 	}
 }

@@ -1,7 +1,5 @@
 package cpu
 
-import "github.com/atom-go/atom/ops"
-
 // qTileRows is how many weight rows a worker's share is cut into per pool item, and qTileActs
 // how many activation rows one pass over a worker's weight rows serves: the 8-bit activations
 // of qTileActs rows stay in cache while each weight row, read once, is dotted with all of them.
@@ -21,7 +19,7 @@ func (b *Backend) qLinear(o, xt, wt, bt *Tensor) {
 	nb := k / qBlock
 	qs, ds := b.quantizeActs(xt, rows, k)
 	dotf := qDotFor(q.typ)
-	x4 := q.typ == ops.GGMLQ4_1
+	dot4 := qDot4For(q.typ)
 	tiles := (n + qTileRows - 1) / qTileRows
 	b.pool.run(tiles, func(lo, hi, _ int) {
 		j0, j1 := lo*qTileRows, min(n, hi*qTileRows)
@@ -31,8 +29,8 @@ func (b *Backend) qLinear(o, xt, wt, bt *Tensor) {
 			for j := j0; j < j1; j++ {
 				wrow := q.raw[j*q.rowBytes : (j+1)*q.rowBytes]
 				r := r0
-				for ; x4 && r+4 <= r1; r += 4 {
-					dotQ4_1x4(wrow, qs[r*k:(r+4)*k], ds[r*2*nb:(r+4)*2*nb], k, &four)
+				for ; dot4 != nil && r+4 <= r1; r += 4 {
+					dot4(wrow, qs[r*k:(r+4)*k], ds[r*2*nb:(r+4)*2*nb], k, &four)
 					o.f32[r*n+j], o.f32[(r+1)*n+j], o.f32[(r+2)*n+j], o.f32[(r+3)*n+j] = four[0], four[1], four[2], four[3]
 				}
 				for ; r < r1; r++ {
