@@ -76,7 +76,7 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		return nil, err
 	}
 	if cfg.Device == "cpu" {
-		log.Info("cpu kernels " + cpu.Kernels() + " (chosen by cpu features), weights " + cfg.CPUWeights)
+		log.Info("cpu kernels " + cpu.Kernels() + " (chosen by cpu features); GGUF Q4_0/Q4_1/Q8_0 weights: " + cfg.CPUWeights + " (--cpu-weights)")
 	}
 	dev, err := openDevices(cfg, ck.Config)
 	if err != nil {
