@@ -1,6 +1,9 @@
-// Package cpu is the pure-Go reference backend of ops: float32 compute over bf16, f16 or f32
-// weights (read in place from the memory-mapped checkpoint), parallel across cores.
-// It imports only ops and the standard library.
+// Package cpu is the cpu backend of ops. New gives the reference: float32 compute over bf16,
+// f16 or f32 weights (read in place from the memory-mapped checkpoint), parallel across cores.
+// ggml Q4_0/Q4_1/Q8_0 weights are kept as their blocks and applied with dot-product kernels
+// against 8-bit activations (an approximation, as llama.cpp's), in portable Go and AVX2
+// assembly chosen at start by cpu feature detection (Kernels). It imports ops, ops/offheap,
+// golang.org/x/sys/cpu and the standard library.
 package cpu
 
 import (
