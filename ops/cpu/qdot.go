@@ -18,16 +18,17 @@ type qDotFunc func(w []byte, a []int8, ds []float32) float32
 // The kernels in use: the portable Go ones below, replaced at start by vector ones where the
 // cpu has the features (qdot_amd64.go). kernelSet names the choice for the start-up log.
 var (
-	dotQ4_0    qDotFunc  = dotQ4_0Go
-	dotQ4_1    qDotFunc  = dotQ4_1Go
-	dotQ8_0    qDotFunc  = dotQ8_0Go
-	dotQ4_1x4  qDot4Func = dotQ4_1x4Go
-	dotQ8_0x4  qDot4Func = dotQ8_0x4Go
-	dotF32               = dot
-	axpyF32              = axpyGo
-	attnScores           = attnScoresGo
-	attnAccum            = attnAccumGo
-	kernelSet            = "go (portable)"
+	dotQ4_0     qDotFunc  = dotQ4_0Go
+	dotQ4_1     qDotFunc  = dotQ4_1Go
+	dotQ8_0     qDotFunc  = dotQ8_0Go
+	dotQ4_1x4   qDot4Func = dotQ4_1x4Go
+	dotQ8_0x4   qDot4Func = dotQ8_0x4Go
+	quantizeRow           = quantizeRowGo
+	dotF32                = dot
+	axpyF32               = axpyGo
+	attnScores            = attnScoresGo
+	attnAccum             = attnAccumGo
+	kernelSet             = "go (portable)"
 )
 
 // axpyGo: dst += a·src.
@@ -53,10 +54,10 @@ func qDotFor(t ops.GGMLType) qDotFunc {
 	return dotQ8_0
 }
 
-// quantizeRow quantizes x (a whole number of blocks) to 8 bits per block of 32 as ggml's
+// quantizeRowGo quantizes x (a whole number of blocks) to 8 bits per block of 32 as ggml's
 // quantize_row_q8_1 does: d = max|x|/127, q = round(x/d) (ties to even, as the vector
 // instructions round), s = d·Σq; d and s stay float32.
-func quantizeRow(qs []int8, ds []float32, x []float32) {
+func quantizeRowGo(qs []int8, ds []float32, x []float32) {
 	for b := 0; b+qBlock <= len(x); b += qBlock {
 		blk := x[b : b+qBlock]
 		var amax float32

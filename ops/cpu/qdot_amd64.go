@@ -39,6 +39,7 @@ func init() {
 func useAVX2() {
 	dotQ4_1, dotQ4_0, dotQ8_0 = dotQ4_1Vec, dotQ4_0Vec, dotQ8_0Vec
 	dotQ4_1x4, dotQ8_0x4 = dotQ4_1x4Vec, dotQ8_0x4Vec
+	quantizeRow = quantizeRowVec
 	dotF32, axpyF32, attnScores, attnAccum = dotF32Vec, axpyF32Vec, attnScoresVec, attnAccumVec
 	kernelSet = "avx2+fma+f16c"
 }
@@ -141,4 +142,17 @@ func dotQ8_0x4Vec(w []byte, a []int8, ds []float32, k int, out *[4]float32) {
 	}
 	_, _, _ = w[nb*34-1], a[3*k+k-1], ds[3*2*nb+2*nb-1]
 	dotQ8_0x4AVX2(unsafe.SliceData(w), unsafe.SliceData(a), unsafe.SliceData(ds), nb, k, 2*nb*4, &out[0])
+}
+
+//go:noescape
+func quantizeAVX2(x *float32, qs *int8, ds *float32, nb int)
+
+// quantizeRowVec is quantizeRowGo with the vector kernel, bit for bit.
+func quantizeRowVec(qs []int8, ds []float32, x []float32) {
+	nb := len(x) / qBlock
+	if nb == 0 {
+		return
+	}
+	_, _ = qs[nb*qBlock-1], ds[2*nb-1]
+	quantizeAVX2(unsafe.SliceData(x), unsafe.SliceData(qs), unsafe.SliceData(ds), nb)
 }

@@ -557,3 +557,92 @@ q80x4done:
 	HSUM8_STORE(Y12, X12, 12(DX))
 	VZEROUPPER
 	RET
+
+DATA q8perm<>+0(SB)/4, $0
+DATA q8perm<>+4(SB)/4, $4
+DATA q8perm<>+8(SB)/4, $1
+DATA q8perm<>+12(SB)/4, $5
+DATA q8perm<>+16(SB)/4, $2
+DATA q8perm<>+20(SB)/4, $6
+DATA q8perm<>+24(SB)/4, $3
+DATA q8perm<>+28(SB)/4, $7
+GLOBL q8perm<>(SB), RODATA|NOPTR, $32
+
+// func quantizeAVX2(x *float32, qs *int8, ds *float32, nb int)
+//
+// quantizeRow's arithmetic, bit for bit: per block of 32, d = max|x|/127, id = 1/d (0 when d
+// is 0), q = x·id rounded to nearest even (vcvtps2dq under the default rounding mode), s =
+// d·Σq.
+TEXT ·quantizeAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ qs+8(FP), DI
+	MOVQ ds+16(FP), R8
+	MOVQ nb+24(FP), CX
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x42fe0000, AX // 127.0
+	VMOVD AX, X14
+	MOVL $0x3f800000, AX // 1.0
+	VMOVD AX, X13
+	VMOVDQU q8perm<>(SB), Y12
+	VXORPS X10, X10, X10
+
+qzloop:
+	TESTQ CX, CX
+	JZ qzdone
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VANDPS Y15, Y0, Y4
+	VANDPS Y15, Y1, Y5
+	VANDPS Y15, Y2, Y6
+	VANDPS Y15, Y3, Y7
+	VMAXPS Y5, Y4, Y4
+	VMAXPS Y7, Y6, Y6
+	VMAXPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0x4e, X4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0xb1, X4, X5
+	VMAXPS X5, X4, X4
+	VDIVSS X14, X4, X8   // d
+	VDIVSS X8, X13, X9   // 1/d
+	VCMPSS $4, X10, X8, X11
+	VANDPS X11, X9, X9   // 0 where d is 0
+	VBROADCASTSS X9, Y9
+	VMULPS Y9, Y0, Y0
+	VMULPS Y9, Y1, Y1
+	VMULPS Y9, Y2, Y2
+	VMULPS Y9, Y3, Y3
+	VCVTPS2DQ Y0, Y0
+	VCVTPS2DQ Y1, Y1
+	VCVTPS2DQ Y2, Y2
+	VCVTPS2DQ Y3, Y3
+	VPADDD Y1, Y0, Y4
+	VPADDD Y3, Y2, Y5
+	VPADDD Y5, Y4, Y4
+	VEXTRACTI128 $1, Y4, X5
+	VPADDD X5, X4, X4
+	VPHADDD X4, X4, X4
+	VPHADDD X4, X4, X4
+	VCVTDQ2PS X4, X4
+	VMULSS X4, X8, X4    // s = d·Σq
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD Y0, Y12, Y0
+	VMOVDQU Y0, (DI)
+	VMOVSS X8, (R8)
+	VMOVSS X4, 4(R8)
+	ADDQ $128, SI
+	ADDQ $32, DI
+	ADDQ $8, R8
+	DECQ CX
+	JMP qzloop
+
+qzdone:
+	VZEROUPPER
+	RET

@@ -236,3 +236,34 @@ func TestAttnKernelsMatchGo(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeKernelMatchesGo requires the vector activation quantizer bit-identical to the Go
+// one (the model's results must not depend on the kernel set), on blocks of mixed scales, an
+// all-zero block, and values at rounding ties.
+func TestQuantizeKernelMatchesGo(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2 here")
+	}
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 15))
+	for _, nb := range []int{1, 2, 5, 48} {
+		x := randRow(rng, nb*qBlock)
+		for i := range x {
+			x[i] *= float32(math.Pow(10, float64(i/qBlock%5-2)))
+		}
+		if nb > 1 {
+			clear(x[qBlock : 2*qBlock])
+			for j := range qBlock { // ties: x·id = k + 0.5 exactly
+				x[j] = float32(j%8) + 0.5
+			}
+			x[0] = 127
+		}
+		wq, gq := make([]int8, len(x)), make([]int8, len(x))
+		wd, gd := make([]float32, 2*nb), make([]float32, 2*nb)
+		quantizeRowGo(wq, wd, x)
+		quantizeRowVec(gq, gd, x)
+		require.Equal(t, wq, gq, "%d blocks: quants", nb)
+		require.Equal(t, wd, gd, "%d blocks: scales", nb)
+	}
+}
