@@ -26,7 +26,7 @@ func smolLM2Logprobs(t *testing.T, keepBlocks bool) (prompt []int32, lps [][]flo
 	ck, err := OpenCheckpointWith(smolLM2Path, OpenOptions{KeepBlocks: keepBlocks})
 	require.NoError(t, err)
 	defer ck.Close()
-	be := cpu.New(0)
+	be := cpu.NewWith(0, cpu.Options{VectorFloat32: keepBlocks}) // as the engine makes it
 	defer be.Close()
 	n := len(ref.PromptIDs)
 	m, err := Load(ck, be, Options{MaxTokens: 64, MaxSeqs: n})
@@ -51,8 +51,9 @@ func smolLM2Logprobs(t *testing.T, keepBlocks bool) (prompt []int32, lps [][]flo
 // smolLM2BlocksLogprobTol bounds |quantized - float32| log-probability of the float32 path's
 // top-10 tokens at every position of the reference prompt. The block kernels round each
 // activation to 8 bits per block of 32 (as llama.cpp's do); through 30 layers of this small
-// model that moves a top-10 logprob by up to about 0.7 (most by under 0.1), and the greedy
-// token not at all on this prompt.
+// model that moves a top-10 logprob by up to about 0.6 (most by under 0.1), and the greedy
+// token not at all on this prompt. llama.cpp itself (llama-cpp-python 0.3.36, same file) is
+// 0.66 from the float32 path on the same tokens, and 0.52 from the blocks path.
 const smolLM2BlocksLogprobTol = 1.0
 
 // TestSmolLM2BlocksAgainstFloat32 states the error of the quantized path (weights kept as
