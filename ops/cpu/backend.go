@@ -17,8 +17,9 @@ type Backend struct {
 	kv   map[*offheap.Block]struct{} // KV caches' and buffers' memory not yet released
 	vec  bool                        // Options.VectorFloat32
 	// qs and qds are the 8-bit activations of the quantized Linear (qLinear), kept between calls.
-	qs  []int8
-	qds []float32
+	qs    []int8
+	qds   []float32
+	quads [][4]float32 // per worker
 	// attnState and attnFirst hold attentionVec's per-part softmax state and its items' index,
 	// kept between calls.
 	attnState []float32
@@ -41,7 +42,8 @@ type Options struct {
 
 // NewWith returns a cpu backend with options.
 func NewWith(workers int, o Options) *Backend {
-	return &Backend{pool: newPool(workers), kv: map[*offheap.Block]struct{}{}, vec: o.VectorFloat32}
+	p := newPool(workers)
+	return &Backend{pool: p, kv: map[*offheap.Block]struct{}{}, vec: o.VectorFloat32, quads: make([][4]float32, p.workers)}
 }
 
 // Close stops the worker goroutines and releases every KV cache and buffer the backend

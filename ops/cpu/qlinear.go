@@ -21,16 +21,16 @@ func (b *Backend) qLinear(o, xt, wt, bt *Tensor) {
 	dotf := qDotFor(q.typ)
 	dot4 := qDot4For(q.typ)
 	tiles := (n + qTileRows - 1) / qTileRows
-	b.pool.run(tiles, func(lo, hi, _ int) {
+	b.pool.run(tiles, func(lo, hi, worker int) {
 		j0, j1 := lo*qTileRows, min(n, hi*qTileRows)
-		var four [4]float32
+		four := &b.quads[worker] // the four-row kernels' results (a local would escape)
 		for r0 := 0; r0 < rows; r0 += qTileActs {
 			r1 := min(rows, r0+qTileActs)
 			for j := j0; j < j1; j++ {
 				wrow := q.raw[j*q.rowBytes : (j+1)*q.rowBytes]
 				r := r0
 				for ; dot4 != nil && r+4 <= r1; r += 4 {
-					dot4(wrow, qs[r*k:(r+4)*k], ds[r*2*nb:(r+4)*2*nb], k, &four)
+					dot4(wrow, qs[r*k:(r+4)*k], ds[r*2*nb:(r+4)*2*nb], k, four)
 					o.f32[r*n+j], o.f32[(r+1)*n+j], o.f32[(r+2)*n+j], o.f32[(r+3)*n+j] = four[0], four[1], four[2], four[3]
 				}
 				for ; r < r1; r++ {

@@ -94,3 +94,35 @@ func TestQWeightRefusesBadBlocks(t *testing.T) {
 		require.ErrorContains(t, err, c.want, c.name)
 	}
 }
+
+// TestQuantizedPathAllocatesNothingPerToken: once its scratch has grown to the largest batch,
+// the quantized Linear and the vector attention allocate no more for many rows than for one,
+// and at most their parallel sections' closures.
+func TestQuantizedPathAllocatesNothingPerToken(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	be := NewWith(2, Options{VectorFloat32: true})
+	defer be.Close()
+	const n, k, rows = 64, 128, 40
+	w, err := be.Weight("w", ops.WeightDesc{Format: ops.GGMLBlocks, GGML: ops.GGMLQ4_1}, []int{n, k}, randBlocks(rng, ops.GGMLQ4_1, n*k/qBlock))
+	require.NoError(t, err)
+	x, out := FromFloat32(randRow(rng, rows*k), rows, k), be.Buffer(rows, n)
+	cache, err := be.NewKVCache(1, 8, 16, 2, 64)
+	require.NoError(t, err)
+	q, ao := FromFloat32(randRow(rng, rows*4*64), rows, 4*64), be.Buffer(rows, 4*64)
+	a := ops.AttnShape{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
+	allocs := func(r int) float64 {
+		meta := &ops.AttnMetadata{QueryStart: []int32{0, int32(r)}, SeqLens: []int32{int32(r)}, BlockTables: []int32{0, 1, 2, 3, 4, 5, 6, 7}, BlockTableStride: 8}
+		for p := range r {
+			meta.Positions = append(meta.Positions, int32(p))
+		}
+		xv, ov, qv, aov := be.View(x, r), be.View(out, r), be.View(q, r), be.View(ao, r)
+		return testing.AllocsPerRun(20, func() {
+			be.Linear(ov, xv, w, nil)
+			be.Attention(aov, qv, cache, 0, meta, a)
+		})
+	}
+	many := allocs(rows) // grows the scratch first
+	one := allocs(1)
+	require.LessOrEqual(t, many, one, "allocations grow with the batch")
+	require.LessOrEqual(t, one, 4.0) // the closures of four parallel sections
+}
