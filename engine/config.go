@@ -57,7 +57,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxModelLen, "max-model-len", 0, "longest prompt plus output; 0: the model's max_position_embeddings")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV-cache block")
 	fs.IntVar(&c.NumKVBlocks, "num-kv-blocks", 0, "KV-cache blocks; 0: derived from the memory budget")
-	fs.Int64Var(&c.KVCacheMemory, "kv-cache-memory", 1<<30, "cpu backend: bytes of float32 KV cache, mapped outside the Go heap and resident as it fills: RSS is about the weights + this + the step workspaces (docs/models.md)")
+	fs.Int64Var(&c.KVCacheMemory, "kv-cache-memory", 1<<30, "cpu backend: bytes of KV cache (float16 with --cpu-weights blocks, else float32), mapped outside the Go heap and resident as it fills: RSS is about the weights + this + the step workspaces (docs/models.md)")
 	fs.Float64Var(&c.GPUMemoryUtilization, "gpu-memory-utilization", 0.9, "gpu backend: fraction of device memory for weights, activations and KV cache")
 	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 256, "most sequences in one step")
 	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 8192, "token budget of one step (prefill chunks plus decodes)")

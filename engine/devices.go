@@ -50,7 +50,8 @@ func openDevices(cfg Config, mc *models.Config) (*devices, error) {
 			threads = runtime.GOMAXPROCS(0)
 		}
 		for r := 0; r < n; r++ {
-			b := cpu.NewWith(max(1, threads/n), cpu.Options{VectorFloat32: cfg.CPUWeights != "float32"})
+			blocks := cfg.CPUWeights != "float32" // the fast path: vector attention over a float16 cache too
+			b := cpu.NewWith(max(1, threads/n), cpu.Options{VectorFloat32: blocks, KVFloat16: blocks})
 			d.backends, d.closers = append(d.backends, b), append(d.closers, b.Close)
 		}
 		if n > 1 {
@@ -112,6 +113,9 @@ func (d *devices) kvBlocks(cfg Config, spec ops.KVCacheSpec) (int, error) {
 	}
 	g, ok := d.backends[0].(*gpu.Backend)
 	if !ok {
+		if c, ok := d.backends[0].(*cpu.Backend); ok {
+			perRank = perRank * int64(c.KVValueBytes()) / 4 // the spec counts float32 values
+		}
 		return int(cfg.KVCacheMemory / (perRank * int64(len(d.backends)))), nil
 	}
 	free, total, err := g.Lib().MemInfo()

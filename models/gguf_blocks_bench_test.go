@@ -11,7 +11,8 @@ import (
 )
 
 // benchSmolLM2 loads the real model with its weights as blocks on a cpu backend with the
-// vector float32 kernels, as the engine serves it, with a KV cache of 1024 tokens.
+// vector float32 kernels and a float16 KV cache, as the engine serves it, with a KV cache of
+// 1024 tokens.
 func benchSmolLM2(b *testing.B, maxTokens int) (Model, *cpu.Backend, ops.KVCache) {
 	if !fileExists(smolLM2Path) {
 		b.Skipf("%s absent: run testdata/gguf/fetch.sh", smolLM2Path)
@@ -19,7 +20,7 @@ func benchSmolLM2(b *testing.B, maxTokens int) (Model, *cpu.Backend, ops.KVCache
 	ck, err := OpenCheckpointWith(smolLM2Path, OpenOptions{KeepBlocks: true})
 	require.NoError(b, err)
 	b.Cleanup(ck.Close)
-	be := cpu.NewWith(0, cpu.Options{VectorFloat32: true})
+	be := cpu.NewWith(0, cpu.Options{VectorFloat32: true, KVFloat16: true})
 	b.Cleanup(be.Close)
 	m, err := Load(ck, be, Options{MaxTokens: maxTokens, MaxSeqs: 8})
 	require.NoError(b, err)

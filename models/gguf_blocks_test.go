@@ -26,7 +26,7 @@ func smolLM2Logprobs(t *testing.T, keepBlocks bool) (prompt []int32, lps [][]flo
 	ck, err := OpenCheckpointWith(smolLM2Path, OpenOptions{KeepBlocks: keepBlocks})
 	require.NoError(t, err)
 	defer ck.Close()
-	be := cpu.NewWith(0, cpu.Options{VectorFloat32: keepBlocks}) // as the engine makes it
+	be := cpu.NewWith(0, cpu.Options{VectorFloat32: keepBlocks, KVFloat16: keepBlocks}) // as the engine makes it
 	defer be.Close()
 	n := len(ref.PromptIDs)
 	m, err := Load(ck, be, Options{MaxTokens: 64, MaxSeqs: n})

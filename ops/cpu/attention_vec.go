@@ -64,14 +64,24 @@ func (b *Backend) attentionVec(o, qt *Tensor, c *KVCache, layer int, meta *ops.A
 			}
 			clear(acc)
 			q := qt.f32[t*qw+kvh*group*hd : t*qw+(kvh+1)*group*hd]
-			kl, vl := c.k[layer], c.v[layer]
+			var kl, vl []float32
+			var kl16, vl16 []uint16
+			if c.k16 != nil {
+				kl16, vl16 = c.k16[layer], c.v16[layer]
+			} else {
+				kl, vl = c.k[layer], c.v[layer]
+			}
 			for c0 := p0; c0 < p1; c0 += attnChunk {
 				c1 := min(p1, c0+attnChunk)
 				// Positions run through the KV blocks: rows of one block are kvw apart.
 				for p := c0; p < c1; {
 					run := min(c1, (p/c.blockSize+1)*c.blockSize) - p
 					base := (int(table[p/c.blockSize])*c.blockSize+p%c.blockSize)*kvw + kvh*hd
-					attnScores(q, kl[base:], kvw, run, hd, group, a.Scale, sc[p-c0:], attnChunk)
+					if kl16 != nil {
+						attnScores16(q, kl16[base:], kvw, run, hd, group, a.Scale, sc[p-c0:], attnChunk)
+					} else {
+						attnScores(q, kl[base:], kvw, run, hd, group, a.Scale, sc[p-c0:], attnChunk)
+					}
 					p += run
 				}
 				for g := range group {
@@ -99,7 +109,11 @@ func (b *Backend) attentionVec(o, qt *Tensor, c *KVCache, layer int, meta *ops.A
 				for p := c0; p < c1; {
 					run := min(c1, (p/c.blockSize+1)*c.blockSize) - p
 					base := (int(table[p/c.blockSize])*c.blockSize+p%c.blockSize)*kvw + kvh*hd
-					attnAccum(acc, vl[base:], kvw, run, hd, group, sc[p-c0:], attnChunk)
+					if vl16 != nil {
+						attnAccum16(acc, vl16[base:], kvw, run, hd, group, sc[p-c0:], attnChunk)
+					} else {
+						attnAccum(acc, vl[base:], kvw, run, hd, group, sc[p-c0:], attnChunk)
+					}
 					p += run
 				}
 			}

@@ -16,6 +16,7 @@ type Backend struct {
 	mu   sync.Mutex
 	kv   map[*offheap.Block]struct{} // KV caches' and buffers' memory not yet released
 	vec  bool                        // Options.VectorFloat32
+	kv16 bool                        // Options.KVFloat16
 	// qs and qds are the 8-bit activations of the quantized Linear (qLinear), kept between calls.
 	qs    []int8
 	qds   []float32
@@ -38,12 +39,17 @@ type Options struct {
 	// (Kernels), which sum in another order than the reference's loops: results differ from
 	// New's by float32 rounding. The weights' format is the loader's choice, not this one.
 	VectorFloat32 bool
+	// KVFloat16 stores the KV cache as float16 (half the bytes a decode step reads; K and V
+	// rounded to 11 significant bits, as llama.cpp's default cache). It implies VectorFloat32,
+	// whose attention reads it; the reference attention reads float32 caches only.
+	KVFloat16 bool
 }
 
 // NewWith returns a cpu backend with options.
 func NewWith(workers int, o Options) *Backend {
 	p := newPool(workers)
-	return &Backend{pool: p, kv: map[*offheap.Block]struct{}{}, vec: o.VectorFloat32, quads: make([][4]float32, p.workers)}
+	return &Backend{pool: p, kv: map[*offheap.Block]struct{}{}, vec: o.VectorFloat32 || o.KVFloat16, kv16: o.KVFloat16,
+		quads: make([][4]float32, p.workers)}
 }
 
 // Close stops the worker goroutines and releases every KV cache and buffer the backend
@@ -75,6 +81,14 @@ func (b *Backend) release(m *offheap.Block) {
 
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
+
+// KVValueBytes returns the bytes of one cached K or V value: 4, or 2 with Options.KVFloat16.
+func (b *Backend) KVValueBytes() int {
+	if b.kv16 {
+		return 2
+	}
+	return 4
+}
 
 // Weight wraps checkpoint bytes of a weight: 16-bit weights stay 16-bit and are widened row by
 // row, FP8 ones are dequantized row by row, ggml Q4_0, Q4_1 and Q8_0 blocks stay blocks.

@@ -18,17 +18,19 @@ type qDotFunc func(w []byte, a []int8, ds []float32) float32
 // The kernels in use: the portable Go ones below, replaced at start by vector ones where the
 // cpu has the features (qdot_amd64.go). kernelSet names the choice for the start-up log.
 var (
-	dotQ4_0     qDotFunc  = dotQ4_0Go
-	dotQ4_1     qDotFunc  = dotQ4_1Go
-	dotQ8_0     qDotFunc  = dotQ8_0Go
-	dotQ4_1x4   qDot4Func = dotQ4_1x4Go
-	dotQ8_0x4   qDot4Func = dotQ8_0x4Go
-	quantizeRow           = quantizeRowGo
-	dotF32                = dot
-	axpyF32               = axpyGo
-	attnScores            = attnScoresGo
-	attnAccum             = attnAccumGo
-	kernelSet             = "go (portable)"
+	dotQ4_0      qDotFunc  = dotQ4_0Go
+	dotQ4_1      qDotFunc  = dotQ4_1Go
+	dotQ8_0      qDotFunc  = dotQ8_0Go
+	dotQ4_1x4    qDot4Func = dotQ4_1x4Go
+	dotQ8_0x4    qDot4Func = dotQ8_0x4Go
+	quantizeRow            = quantizeRowGo
+	dotF32                 = dot
+	axpyF32                = axpyGo
+	attnScores             = attnScoresGo
+	attnAccum              = attnAccumGo
+	attnScores16           = attnScores16Go
+	attnAccum16            = attnAccum16Go
+	kernelSet              = "go (portable)"
 )
 
 // axpyGo: dst += a·src.

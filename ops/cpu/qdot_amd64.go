@@ -40,6 +40,7 @@ func useAVX2() {
 	dotQ4_1, dotQ4_0, dotQ8_0 = dotQ4_1Vec, dotQ4_0Vec, dotQ8_0Vec
 	dotQ4_1x4, dotQ8_0x4 = dotQ4_1x4Vec, dotQ8_0x4Vec
 	quantizeRow = quantizeRowVec
+	attnScores16, attnAccum16 = attnScores16Vec, attnAccum16Vec
 	dotF32, axpyF32, attnScores, attnAccum = dotF32Vec, axpyF32Vec, attnScoresVec, attnAccumVec
 	kernelSet = "avx2+fma+f16c"
 }
@@ -155,4 +156,30 @@ func quantizeRowVec(qs []int8, ds []float32, x []float32) {
 	}
 	_, _ = qs[nb*qBlock-1], ds[2*nb-1]
 	quantizeAVX2(unsafe.SliceData(x), unsafe.SliceData(qs), unsafe.SliceData(ds), nb)
+}
+
+//go:noescape
+func attnScores16AVX2(q *float32, k *uint16, kstride, n, hd, heads int, scale float32, out *float32, ostride int)
+
+//go:noescape
+func attnAccum16AVX2(acc *float32, v *uint16, vstride, n, hd, heads int, w *float32, wstride int)
+
+// attnScores16Vec is attnScores16Go with the vector kernel where hd is a multiple of 16.
+func attnScores16Vec(q []float32, k []uint16, kstride, n, hd, g int, scale float32, out []float32, ostride int) {
+	if hd%16 != 0 || n == 0 || g == 0 {
+		attnScores16Go(q, k, kstride, n, hd, g, scale, out, ostride)
+		return
+	}
+	_, _, _ = q[g*hd-1], k[(n-1)*kstride+hd-1], out[(g-1)*ostride+n-1]
+	attnScores16AVX2(&q[0], &k[0], kstride, n, hd, g, scale, &out[0], ostride)
+}
+
+// attnAccum16Vec is attnAccum16Go with the vector kernel where hd is a multiple of 32.
+func attnAccum16Vec(acc []float32, v []uint16, vstride, n, hd, g int, w []float32, wstride int) {
+	if hd%32 != 0 || n == 0 || g == 0 {
+		attnAccum16Go(acc, v, vstride, n, hd, g, w, wstride)
+		return
+	}
+	_, _, _ = acc[g*hd-1], v[(n-1)*vstride+hd-1], w[(g-1)*wstride+n-1]
+	attnAccum16AVX2(&acc[0], &v[0], vstride, n, hd, g, &w[0], wstride)
 }

@@ -646,3 +646,120 @@ qzloop:
 qzdone:
 	VZEROUPPER
 	RET
+
+// func attnScores16AVX2(q *float32, k *uint16, kstride, n, hd, heads int, scale float32, out *float32, ostride int)
+//
+// attnScoresAVX2 over float16 K rows (widened with vcvtph2ps); hd a multiple of 16.
+TEXT ·attnScores16AVX2(SB), NOSPLIT, $0-72
+	MOVQ q+0(FP), SI
+	MOVQ k+8(FP), DI
+	MOVQ kstride+16(FP), R8
+	SHLQ $1, R8
+	MOVQ n+24(FP), CX
+	MOVQ hd+32(FP), BX
+	MOVQ heads+40(FP), R9
+	VBROADCASTSS scale+48(FP), Y7
+	MOVQ out+56(FP), R10
+	MOVQ ostride+64(FP), R11
+	SHLQ $2, R11
+
+s16pos:
+	TESTQ CX, CX
+	JZ s16done
+	PREFETCHT0 (DI)(R8*2)
+	PREFETCHT0 64(DI)(R8*2)
+	MOVQ SI, R12
+	MOVQ R10, R13
+	MOVQ R9, DX
+
+s16head:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ AX, AX // element index
+
+s16dim:
+	VCVTPH2PS (DI)(AX*2), Y4
+	VFMADD231PS (R12)(AX*4), Y4, Y0
+	VCVTPH2PS 16(DI)(AX*2), Y5
+	VFMADD231PS 32(R12)(AX*4), Y5, Y1
+	ADDQ $16, AX
+	CMPQ AX, BX
+	JL s16dim
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMULSS X7, X0, X0
+	VMOVSS X0, (R13)
+	LEAQ (R12)(BX*4), R12
+	ADDQ R11, R13
+	DECQ DX
+	JNZ s16head
+	ADDQ R8, DI
+	ADDQ $4, R10
+	DECQ CX
+	JMP s16pos
+
+s16done:
+	VZEROUPPER
+	RET
+
+// func attnAccum16AVX2(acc *float32, v *uint16, vstride, n, hd, heads int, w *float32, wstride int)
+//
+// attnAccumAVX2 over float16 V rows; hd a multiple of 32.
+TEXT ·attnAccum16AVX2(SB), NOSPLIT, $0-64
+	MOVQ acc+0(FP), SI
+	MOVQ v+8(FP), DI
+	MOVQ vstride+16(FP), R8
+	SHLQ $1, R8
+	MOVQ n+24(FP), CX
+	MOVQ hd+32(FP), BX
+	MOVQ heads+40(FP), R9
+	MOVQ w+48(FP), R10
+	MOVQ wstride+56(FP), R11
+	SHLQ $2, R11
+	TESTQ CX, CX
+	JZ a16done
+
+a16head:
+	XORQ AX, AX // element index
+
+a16slice:
+	VMOVUPS (SI)(AX*4), Y0
+	VMOVUPS 32(SI)(AX*4), Y1
+	VMOVUPS 64(SI)(AX*4), Y2
+	VMOVUPS 96(SI)(AX*4), Y3
+	MOVQ DI, R12
+	MOVQ R10, R13
+	MOVQ CX, DX
+
+a16row:
+	VBROADCASTSS (R13), Y4
+	VCVTPH2PS (R12)(AX*2), Y5
+	VFMADD231PS Y5, Y4, Y0
+	VCVTPH2PS 16(R12)(AX*2), Y6
+	VFMADD231PS Y6, Y4, Y1
+	VCVTPH2PS 32(R12)(AX*2), Y5
+	VFMADD231PS Y5, Y4, Y2
+	VCVTPH2PS 48(R12)(AX*2), Y6
+	VFMADD231PS Y6, Y4, Y3
+	ADDQ R8, R12
+	ADDQ $4, R13
+	DECQ DX
+	JNZ a16row
+	VMOVUPS Y0, (SI)(AX*4)
+	VMOVUPS Y1, 32(SI)(AX*4)
+	VMOVUPS Y2, 64(SI)(AX*4)
+	VMOVUPS Y3, 96(SI)(AX*4)
+	ADDQ $32, AX
+	CMPQ AX, BX
+	JL a16slice
+	LEAQ (SI)(BX*4), SI
+	ADDQ R11, R10
+	DECQ R9
+	JNZ a16head
+
+a16done:
+	VZEROUPPER
+	RET
