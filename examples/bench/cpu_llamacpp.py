@@ -164,19 +164,23 @@ def main() -> None:
     def med(side: str, key: str) -> float:
         return statistics.median(r[key] for r in runs if r["side"] == side)
 
+    def best(side: str, key: str) -> float:
+        return max(r[key] for r in runs if r["side"] == side)
+
     print(f"\nmodel {os.path.basename(args.model)}, {args.threads} threads, {os.cpu_count()} cpus ({cpu_name()}), "
           f"llama-cpp-python {llama_cpp.__version__}, atom-go --cpu-weights {args.cpu_weights}, "
-          f"medians of {args.reps} interleaved runs, load average {load()} at the end\n")
-    print("| | llama.cpp | atom-go | atom-go / llama.cpp |")
-    print("|---|---|---|---|")
+          f"{args.reps} interleaved runs (median, best), load average {load()} at the end\n")
+    print("| | llama.cpp median | atom-go median | ratio | llama.cpp best | atom-go best | ratio |")
+    print("|---|---|---|---|---|---|---|")
     for key, label in (("prefill_tok_s", f"prefill, {args.prompt}-token prompt, tok/s"),
                        ("decode_tok_s", f"decode, {args.gen} tokens, tok/s")):
         a, b = med("llama.cpp", key), med("atom-go", key)
-        print(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
+        ba, bb = best("llama.cpp", key), best("atom-go", key)
+        print(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} | {ba:.1f} | {bb:.1f} | {bb / ba:.2f} |")
     if streams:
         one, many = streams[1], streams[args.streams]
-        print(f"| atom-go serve: 1 stream, output tok/s | | {one:.1f} | |")
-        print(f"| atom-go serve: {args.streams} streams, output tok/s | | {many:.1f} | {many / one:.2f}x one stream |")
+        print(f"\natom-go serve, {args.gen} tokens a stream: 1 stream {one:.1f} output tok/s, {args.streams} streams "
+              f"{many:.1f} ({many / one:.2f}x)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": runs, "streams": streams, "args": vars(args)}, f, indent=1)
