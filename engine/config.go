@@ -57,7 +57,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxModelLen, "max-model-len", 0, "longest prompt plus output; 0: the model's max_position_embeddings")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV-cache block")
 	fs.IntVar(&c.NumKVBlocks, "num-kv-blocks", 0, "KV-cache blocks; 0: derived from the memory budget")
-	fs.Int64Var(&c.KVCacheMemory, "kv-cache-memory", 1<<30, "cpu backend: bytes of KV cache (float16 with --cpu-weights blocks, else float32), mapped outside the Go heap and resident as it fills: RSS is about the weights + this + the step workspaces (docs/models.md)")
+	fs.Int64Var(&c.KVCacheMemory, "kv-cache-memory", 1<<30, "cpu backend: bytes of KV cache (float16 for a GGUF with blocks kept, --cpu-weights blocks; else float32), mapped outside the Go heap and resident as it fills: RSS is about the weights + this + the step workspaces (docs/models.md)")
 	fs.Float64Var(&c.GPUMemoryUtilization, "gpu-memory-utilization", 0.9, "gpu backend: fraction of device memory for weights, activations and KV cache")
 	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 256, "most sequences in one step")
 	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 8192, "token budget of one step (prefill chunks plus decodes)")
@@ -71,7 +71,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		return err
 	})
 	fs.IntVar(&c.Threads, "threads", 0, "cpu backend: worker goroutines; 0: one per core")
-	fs.StringVar(&c.CPUWeights, "cpu-weights", "blocks", "cpu backend, GGUF Q4_0/Q4_1/Q8_0 tensors: blocks (kept as their blocks, dot products with activations rounded to 8 bits per block of 32, as llama.cpp computes: fast, approximate) or float32 (dequantized at load: the exact reference)")
+	fs.StringVar(&c.CPUWeights, "cpu-weights", "blocks", "cpu backend, GGUF Q4_0/Q4_1/Q8_0 tensors: blocks (kept as their blocks, dot products with activations rounded to 8 bits per block of 32, as llama.cpp computes: fast, approximate) or float32 (dequantized at load: the exact reference); with blocks kept, the KV cache is float16 and attention uses vector kernels too")
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of the generator for requests without their own seed")
 	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "devices one model is split across")
 }

@@ -41,7 +41,9 @@ func resolveDevice(cfg Config) (device, choice string) {
 
 // openDevices makes one backend per rank: cpu backends sharing the cores, or gpu devices
 // 0..n-1 joined by NCCL. It runs on the loop's locked thread, which is left bound to device 0.
-func openDevices(cfg Config, mc *models.Config) (*devices, error) {
+// fastCPU makes the cpu backends with vector attention over a float16 KV cache
+// (cpu.Options), for a model whose weights are kept as ggml blocks.
+func openDevices(cfg Config, mc *models.Config, fastCPU bool) (*devices, error) {
 	n := cfg.TensorParallelSize
 	d := &devices{}
 	if cfg.Device == "cpu" {
@@ -50,8 +52,7 @@ func openDevices(cfg Config, mc *models.Config) (*devices, error) {
 			threads = runtime.GOMAXPROCS(0)
 		}
 		for r := 0; r < n; r++ {
-			blocks := cfg.CPUWeights != "float32" // the fast path: vector attention over a float16 cache too
-			b := cpu.NewWith(max(1, threads/n), cpu.Options{VectorFloat32: blocks, KVFloat16: blocks})
+			b := cpu.NewWith(max(1, threads/n), cpu.Options{VectorFloat32: fastCPU, KVFloat16: fastCPU})
 			d.backends, d.closers = append(d.backends, b), append(d.closers, b.Close)
 		}
 		if n > 1 {

@@ -75,10 +75,17 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The fast cpu path (vector attention over a float16 KV cache) goes with weights kept as
+	// blocks, already an approximation; a checkpoint without any stays on the exact path.
+	fast := blocks && ck.HasBlocks()
 	if cfg.Device == "cpu" {
-		log.Info("cpu kernels " + cpu.Kernels() + " (chosen by cpu features); GGUF Q4_0/Q4_1/Q8_0 weights: " + cfg.CPUWeights + " (--cpu-weights)")
+		weights := "float32 and 16-bit weights, exact path"
+		if fast {
+			weights = "GGUF Q4_0/Q4_1/Q8_0 weights as blocks with 8-bit activations, float16 KV cache (--cpu-weights float32: the exact path)"
+		}
+		log.Info("cpu kernels " + cpu.Kernels() + " (chosen by cpu features); " + weights)
 	}
-	dev, err := openDevices(cfg, ck.Config)
+	dev, err := openDevices(cfg, ck.Config, fast)
 	if err != nil {
 		ck.Close()
 		return nil, err

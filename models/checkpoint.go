@@ -176,6 +176,16 @@ func (c *Checkpoint) Tensor(name string) (*TensorInfo, error) {
 	return t, nil
 }
 
+// HasBlocks reports whether any tensor is kept as ggml blocks (OpenOptions.KeepBlocks).
+func (c *Checkpoint) HasBlocks() bool {
+	for _, t := range c.tensors {
+		if t.Blocks != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Has reports whether the checkpoint holds name.
 func (c *Checkpoint) Has(name string) bool { _, ok := c.tensors[name]; return ok }
 
