@@ -20,7 +20,7 @@ type Backend struct {
 	// qs and qds are the 8-bit activations of the quantized Linear (qLinear), kept between calls.
 	qs    []int8
 	qds   []float32
-	quads [][4]float32 // per worker
+	quads []quad // per worker
 	// attnState and attnFirst hold attentionVec's per-part softmax state and its items' index,
 	// kept between calls.
 	attnState []float32
@@ -49,7 +49,7 @@ type Options struct {
 func NewWith(workers int, o Options) *Backend {
 	p := newPool(workers)
 	return &Backend{pool: p, kv: map[*offheap.Block]struct{}{}, vec: o.VectorFloat32 || o.KVFloat16, kv16: o.KVFloat16,
-		quads: make([][4]float32, p.workers)}
+		quads: make([]quad, p.workers)}
 }
 
 // Close stops the worker goroutines and releases every KV cache and buffer the backend

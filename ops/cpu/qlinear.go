@@ -23,7 +23,7 @@ func (b *Backend) qLinear(o, xt, wt, bt *Tensor) {
 	tiles := (n + qTileRows - 1) / qTileRows
 	b.pool.run(tiles, func(lo, hi, worker int) {
 		j0, j1 := lo*qTileRows, min(n, hi*qTileRows)
-		four := &b.quads[worker] // the four-row kernels' results (a local would escape)
+		four := &b.quads[worker].v // the four-row kernels' results (a local would escape)
 		for r0 := 0; r0 < rows; r0 += qTileActs {
 			r1 := min(rows, r0+qTileActs)
 			for j := j0; j < j1; j++ {
@@ -65,4 +65,12 @@ func (b *Backend) quantizeActs(x *Tensor, rows, k int) ([]int8, []float32) {
 		}
 	})
 	return qs, ds
+}
+
+// quad is a worker's four results of a four-row kernel, alone on its cache line: two workers'
+// results on one line made every call of the kernel wait for the line to come back from the
+// other core.
+type quad struct {
+	v [4]float32
+	_ [48]byte
 }
