@@ -14,8 +14,13 @@ import (
 // Options.VectorFloat32, over a float32 and over a float16 cache (Options.KVFloat16), against
 // the reference loops on a random paged cache whose values are float16-exact: a prefill chunk
 // and decodes side by side, one decode alone with a long context (split into parts and
-// merged), GQA groups of 1 and 3; and each sequence alone bit for bit as in the batch.
+// merged), GQA groups of 1 and 3; and each sequence alone bit for bit as in the batch. With
+// the vector kernels and with the portable ones.
 func TestAttentionVecMatchesReference(t *testing.T) {
+	forEachKernelSet(t, testAttentionVecMatchesReference)
+}
+
+func testAttentionVecMatchesReference(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 11))

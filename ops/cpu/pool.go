@@ -69,9 +69,13 @@ func newPool(workers int) *pool {
 // work is worker i's loop: wait for the next job in s, run it, report it done.
 func (p *pool) work(i int, s *slot) {
 	var last uint64
+	spins := workerSpins
+	if p.procs < p.workers {
+		spins = 0 // a spinning worker would hold a thread the caller needs
+	}
 	for {
 		for spin := 0; s.seq.Load() == last; spin++ {
-			if spin < workerSpins {
+			if spin < spins {
 				continue
 			}
 			s.sleeping.Store(true)

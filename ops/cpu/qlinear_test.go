@@ -14,8 +14,11 @@ import (
 // TestQLinearAgainstDequantized runs Linear on ggml blocks against Linear on the same weight
 // dequantized to float32 (the exact path), within the 8-bit activations' rounding, for row
 // counts around the four-row kernels and output widths that are not whole tiles, with a bias;
-// and requires each row's result bit-identical alone and in the batch (batch invariance).
-func TestQLinearAgainstDequantized(t *testing.T) {
+// and requires each row's result bit-identical alone and in the batch (batch invariance); with
+// the vector kernels and with the portable ones.
+func TestQLinearAgainstDequantized(t *testing.T) { forEachKernelSet(t, testQLinearAgainstDequantized) }
+
+func testQLinearAgainstDequantized(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 13))
