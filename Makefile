@@ -4,7 +4,7 @@ GO ?= go
 export CGO_ENABLED := 0
 BIN := bin/atom-plugin
 
-.PHONY: run build test go-test fuzz lint fetch-testdata references kernels kernels-check clean proto
+.PHONY: run build test go-test fuzz lint fetch-testdata references kernels kernels-check clean proto bench-cpu
 
 # The main job: build, install the default model (SmolLM2-135M-Instruct from PyPI), serve it
 # and stream a chat answer to the terminal.
@@ -41,6 +41,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags gpu ./...
+
+# The cpu backend against llama.cpp (llama-cpp-python from PyPI, compiled into its own venv the
+# first time) on the packaged model, 2 threads: docs/performance.md. A benchmark, not in CI.
+bench-cpu:
+	bash examples/bench/cpu-llamacpp.sh --threads 2
 
 # Regenerate the random-weight checkpoints and their transformers references (needs torch).
 references:

@@ -32,6 +32,7 @@ type Config struct {
 	NoAsyncScheduling     bool
 	CudagraphCaptureSizes []int
 	Threads               int
+	CPUWeights            string
 	Seed                  int64
 	TensorParallelSize    int
 }
@@ -57,7 +58,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxModelLen, "max-model-len", 0, "longest prompt plus output; 0: the model's max_position_embeddings")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV-cache block")
 	fs.IntVar(&c.NumKVBlocks, "num-kv-blocks", 0, "KV-cache blocks; 0: derived from the memory budget")
-	fs.Int64Var(&c.KVCacheMemory, "kv-cache-memory", 1<<30, "cpu backend: bytes of KV cache (float32, or e4m3 with --kv-cache-dtype fp8), mapped outside the Go heap and resident as it fills: RSS is about the weights + this + the step workspaces (docs/models.md)")
+	fs.Int64Var(&c.KVCacheMemory, "kv-cache-memory", 1<<30, "cpu backend: bytes of KV cache (float16 for a GGUF with blocks kept, --cpu-weights blocks; e4m3 with --kv-cache-dtype fp8; else float32), mapped outside the Go heap and resident as it fills: RSS is about the weights + this + the step workspaces (docs/models.md)")
 	fs.StringVar(&c.KVCacheDType, "kv-cache-dtype", "auto", "KV cache dtype: auto (the activations'), fp8 or fp8_e4m3 (float8_e4m3fn with the checkpoint's k_scale/v_scale, 1.0 where absent; cpu backend)")
 	fs.Float64Var(&c.GPUMemoryUtilization, "gpu-memory-utilization", 0.9, "gpu backend: fraction of device memory for weights, activations and KV cache")
 	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 256, "most sequences in one step")
@@ -72,6 +73,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		return err
 	})
 	fs.IntVar(&c.Threads, "threads", 0, "cpu backend: worker goroutines; 0: one per core")
+	fs.StringVar(&c.CPUWeights, "cpu-weights", "blocks", "cpu backend, GGUF Q4_0/Q4_1/Q8_0 tensors: blocks (kept as their blocks, dot products with activations rounded to 8 bits per block of 32, as llama.cpp computes: fast, approximate) or float32 (dequantized at load: the exact reference); with blocks kept, the KV cache is float16 and attention uses vector kernels too")
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of the generator for requests without their own seed")
 	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "devices one model is split across")
 }
@@ -95,6 +97,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-model-len, --num-kv-blocks and --kv-cache-memory must not be negative")
 	case c.GPUMemoryUtilization <= 0 || c.GPUMemoryUtilization > 1:
 		return fmt.Errorf("--gpu-memory-utilization must be in (0, 1], got %v", c.GPUMemoryUtilization)
+	case c.CPUWeights != "blocks" && c.CPUWeights != "float32":
+		return fmt.Errorf("--cpu-weights must be blocks or float32, got %q", c.CPUWeights)
 	case c.TensorParallelSize < 1 || c.TensorParallelSize > 64:
 		return fmt.Errorf("--tensor-parallel-size must be in [1, 64], got %d", c.TensorParallelSize)
 	}

@@ -41,7 +41,9 @@ func resolveDevice(cfg Config) (device, choice string) {
 
 // openDevices makes one backend per rank: cpu backends sharing the cores, or gpu devices
 // 0..n-1 joined by NCCL. It runs on the loop's locked thread, which is left bound to device 0.
-func openDevices(cfg Config, mc *models.Config) (*devices, error) {
+// fastCPU makes the cpu backends with vector attention over a float16 KV cache
+// (cpu.Options), for a model whose weights are kept as ggml blocks.
+func openDevices(cfg Config, mc *models.Config, fastCPU bool) (*devices, error) {
 	n := cfg.TensorParallelSize
 	d := &devices{}
 	if cfg.Device == "cpu" {
@@ -50,7 +52,7 @@ func openDevices(cfg Config, mc *models.Config) (*devices, error) {
 			threads = runtime.GOMAXPROCS(0)
 		}
 		for r := 0; r < n; r++ {
-			b := cpu.New(max(1, threads/n))
+			b := cpu.NewWith(max(1, threads/n), cpu.Options{VectorFloat32: fastCPU, KVFloat16: fastCPU})
 			d.backends, d.closers = append(d.backends, b), append(d.closers, b.Close)
 		}
 		if n > 1 {
@@ -112,6 +114,9 @@ func (d *devices) kvBlocks(cfg Config, spec ops.KVCacheSpec) (int, error) {
 	}
 	g, ok := d.backends[0].(*gpu.Backend)
 	if !ok {
+		if c, ok := d.backends[0].(*cpu.Backend); ok {
+			perRank = perRank * int64(c.KVValueBytes()) / 4 // the spec counts float32 values
+		}
 		return int(cfg.KVCacheMemory / (perRank * int64(len(d.backends)))), nil
 	}
 	free, total, err := g.Lib().MemInfo()

@@ -77,6 +77,9 @@ func TestSmolLM2GGUFEngine(t *testing.T) {
 
 	cfg := DefaultConfig()
 	cfg.Model = smolLM2GGUF
+	// The exact path: the reference is transformers' float32 run, which the quantized kernels
+	// (the default, --cpu-weights blocks) only approximate (models' TestSmolLM2BlocksAgainstFloat32).
+	cfg.CPUWeights = "float32"
 	cfg.MaxNumBatchedTokens = 256
 	cfg.MaxNumSeqs = 16
 	cfg.KVCacheMemory = 32 << 20

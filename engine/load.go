@@ -13,6 +13,7 @@ import (
 	"github.com/atom-go/atom/engine/tokenizer"
 	"github.com/atom-go/atom/models"
 	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
 )
 
 // New loads the checkpoint named by cfg.Model, sizes the KV cache and starts the engine loop.
@@ -69,11 +70,22 @@ func gpuCannotServe(err error) bool {
 
 // buildOn loads the model on cfg.Device, already resolved.
 func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
-	ck, err := models.OpenCheckpoint(cfg.Model)
+	blocks := cfg.Device == "cpu" && cfg.CPUWeights != "float32"
+	ck, err := models.OpenCheckpointWith(cfg.Model, models.OpenOptions{KeepBlocks: blocks})
 	if err != nil {
 		return nil, err
 	}
-	dev, err := openDevices(cfg, ck.Config)
+	// The fast cpu path (vector attention over a float16 KV cache) goes with weights kept as
+	// blocks, already an approximation; a checkpoint without any stays on the exact path.
+	fast := blocks && ck.HasBlocks()
+	if cfg.Device == "cpu" {
+		weights := "float32 and 16-bit weights, exact path"
+		if fast {
+			weights = "GGUF Q4_0/Q4_1/Q8_0 weights as blocks with 8-bit activations, float16 KV cache (--cpu-weights float32: the exact path)"
+		}
+		log.Info("cpu kernels " + cpu.Kernels() + " (chosen by cpu features); " + weights)
+	}
+	dev, err := openDevices(cfg, ck.Config, fast)
 	if err != nil {
 		ck.Close()
 		return nil, err

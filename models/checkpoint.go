@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 
 	"github.com/atom-go/atom/ops/offheap"
 )
@@ -21,7 +22,8 @@ type Checkpoint struct {
 	meta    map[string]any // GGUF metadata; nil for safetensors
 	// owned holds tensors converted on load (dequantized GGUF weights), outside the Go heap so
 	// that they do not raise the collector's heap goal by their size.
-	owned []*offheap.Block
+	owned   []*offheap.Block
+	ownedMu sync.Mutex // blocks are dequantized on first use, possibly by several ranks at once
 }
 
 // allocOwned returns n zeroed bytes that live until Close.
@@ -33,6 +35,8 @@ func (c *Checkpoint) allocOwned(n int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.ownedMu.Lock()
+	defer c.ownedMu.Unlock()
 	c.owned = append(c.owned, b)
 	return b.Bytes(), nil
 }
@@ -43,6 +47,21 @@ func (c *Checkpoint) allocOwned(n int) ([]byte, error) {
 // (GGUFInDir) loads its weights from that file, with config.json checked against it. The errors
 // name what is missing: the path itself (wrapping fs.ErrNotExist), or what a directory lacks.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
+	return OpenCheckpointWith(dir, OpenOptions{})
+}
+
+// OpenOptions are the choices of OpenCheckpointWith.
+type OpenOptions struct {
+	// KeepBlocks keeps a GGUF file's Q4_0, Q4_1 and Q8_0 tensors as their ggml blocks
+	// (TensorInfo.Blocks, handed to a backend that has kernels for them) instead of
+	// dequantizing them to float32 at open; a backend without such kernels gets them
+	// dequantized on first use. The cpu backend's block kernels quantize activations to 8 bits
+	// and are an approximation of the float32 weights (the exact reference).
+	KeepBlocks bool
+}
+
+// OpenCheckpointWith is OpenCheckpoint with options.
+func OpenCheckpointWith(dir string, o OpenOptions) (*Checkpoint, error) {
 	st, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -52,7 +71,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 	case err != nil:
 		return nil, fmt.Errorf("open checkpoint: %w", err)
 	case !st.IsDir() && filepath.Ext(dir) == ".gguf":
-		return OpenGGUF(dir)
+		return openGGUF(dir, o)
 	case !st.IsDir():
 		return nil, fmt.Errorf("open checkpoint %s: %s", dir, wantCheckpoint)
 	}
@@ -68,7 +87,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("open checkpoint %s: no config.json and no .gguf file: %s: %w", dir, wantCheckpoint, cerr)
 	}
 	if file != "" {
-		return openGGUFDir(dir, file)
+		return openGGUFDir(dir, file, o)
 	}
 	cfg, err := LoadConfig(dir)
 	if err != nil {
@@ -155,6 +174,16 @@ func (c *Checkpoint) Tensor(name string) (*TensorInfo, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w %s", c.Dir, ErrMissingTensor, name)
 	}
 	return t, nil
+}
+
+// HasBlocks reports whether any tensor is kept as ggml blocks (OpenOptions.KeepBlocks).
+func (c *Checkpoint) HasBlocks() bool {
+	for _, t := range c.tensors {
+		if t.Blocks != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Has reports whether the checkpoint holds name.

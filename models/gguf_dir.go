@@ -46,12 +46,12 @@ func GGUFInDir(dir string) (string, error) {
 
 // openGGUFDir opens the GGUF file of a GGUF directory and checks that the directory's
 // config.json describes it; generation_config.json's defaults apply as for safetensors.
-func openGGUFDir(dir, file string) (*Checkpoint, error) {
+func openGGUFDir(dir, file string, o OpenOptions) (*Checkpoint, error) {
 	dirCfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err
 	}
-	ck, err := OpenGGUF(file)
+	ck, err := openGGUF(file, o)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func ReadGGUFConfig(path string) (*Config, map[string]any, error) {
 			continue
 		}
 		noAlloc := func(int) ([]byte, error) { return nil, errors.New("rope_freqs.weight must be float32") }
-		ti, _, err := ggufTensorInfo(path, t, cfg, arch, noAlloc)
+		ti, _, err := ggufTensorInfo(path, t, cfg, arch, noAlloc, false)
 		if err != nil {
 			return nil, nil, err
 		}

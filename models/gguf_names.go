@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/atom-go/atom/models/formats"
 	"github.com/atom-go/atom/ops"
 )
 
@@ -78,13 +79,15 @@ func ggufHFName(name string) string {
 // PyTorch order ([out, in]), LLaMA-family q/k rows un-permuted back to the rotate-half layout,
 // quantized tensors dequantized to owned float32 (F32, F16 and BF16 tensors are used in place),
 // and a Config built from the metadata. GGUFMetadata returns the raw metadata.
-func OpenGGUF(path string) (*Checkpoint, error) {
+func OpenGGUF(path string) (*Checkpoint, error) { return openGGUF(path, OpenOptions{}) }
+
+func openGGUF(path string, o OpenOptions) (*Checkpoint, error) {
 	m, err := mapGGUF(path)
 	if err != nil {
 		return nil, fmt.Errorf("open gguf: %w", err)
 	}
 	ck := &Checkpoint{Dir: path, files: []*safetensorsFile{{path: path, mapping: m}}}
-	if err := ck.loadGGUF(path, m); err != nil {
+	if err := ck.loadGGUF(path, m, o.KeepBlocks); err != nil {
 		ck.Close()
 		return nil, err
 	}
@@ -98,7 +101,7 @@ func OpenGGUF(path string) (*Checkpoint, error) {
 // shared: callers must not modify it. It stays valid after Close.
 func (c *Checkpoint) GGUFMetadata() map[string]any { return c.meta }
 
-func (c *Checkpoint) loadGGUF(path string, m []byte) error {
+func (c *Checkpoint) loadGGUF(path string, m []byte, keepBlocks bool) error {
 	g, arch, cfg, err := parseGGUFConfig(path, m)
 	if g != nil {
 		c.meta = g.meta
@@ -110,7 +113,7 @@ func (c *Checkpoint) loadGGUF(path string, m []byte) error {
 	c.tensors = make(map[string]*TensorInfo, len(g.tensors))
 	var jobs []*rowJob
 	for _, t := range g.tensors {
-		ti, job, err := ggufTensorInfo(path, t, cfg, arch, c.allocOwned)
+		ti, job, err := ggufTensorInfo(path, t, cfg, arch, c.allocOwned, keepBlocks)
 		if err != nil {
 			return err
 		}
@@ -138,7 +141,7 @@ func ggufShape(dims []uint64) []int {
 // ggufTensorInfo describes one tensor in Hugging Face terms. For a tensor that must be
 // converted (dequantized or row-permuted) it allocates the destination with alloc and returns
 // the job that fills it.
-func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch, alloc func(int) ([]byte, error)) (*TensorInfo, *rowJob, error) {
+func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch, alloc func(int) ([]byte, error), keepBlocks bool) (*TensorInfo, *rowJob, error) {
 	hf := ggufHFName(t.name)
 	ti := &TensorInfo{Name: hf, File: path, Shape: ggufShape(t.dims)}
 	info := ggmlTypes[t.typ] // parseGGUF admitted only known types
@@ -187,6 +190,9 @@ func ggufTensorInfo(path string, t *ggufTensor, cfg *Config, arch ggufArch, allo
 		return nil, nil, fmt.Errorf("%s: tensor %s: type %s is not supported (supported: %s)", path, t.name, info.name, ggufSupportedTypes())
 	}
 	ti.DType = ops.F32
+	if keepBlocks && len(t.dims) == 2 && keptBlocks[t.typ] {
+		return ggufBlocks(path, t, ti, rows, cols, rowOf, alloc)
+	}
 	var err error
 	if ti.Data, err = alloc(4 * rows * cols); err != nil {
 		return nil, nil, fmt.Errorf("%s: tensor %s: %w", path, t.name, err)
@@ -247,4 +253,35 @@ func parseGGUFConfig(path string, m []byte) (*ggufFile, ggufArch, *Config, error
 		}
 	}
 	return g, arch, cfg, nil
+}
+
+// keptBlocks are the ggml types OpenOptions.KeepBlocks keeps as blocks (those ops.GGMLType
+// describes).
+var keptBlocks = map[ggmlType]bool{ggmlQ4_0: true, ggmlQ4_1: true, ggmlQ8_0: true}
+
+// ggufBlocks describes a quantized tensor kept as its blocks: in place in the mapping, or,
+// where LLaMA q/k rows must be un-permuted, a copy with the rows moved (the job fills it). Its
+// float32 form is dequantized from the (un-permuted) blocks on first use only.
+func ggufBlocks(path string, t *ggufTensor, ti *TensorInfo, rows, cols int, rowOf func(int) int,
+	alloc func(int) ([]byte, error)) (*TensorInfo, *rowJob, error) {
+	info := ggmlTypes[t.typ]
+	rb := cols / info.block * info.size
+	raw := t.data[:rows*rb]
+	var job *rowJob
+	if rowOf != nil {
+		var err error
+		if raw, err = alloc(rows * rb); err != nil {
+			return nil, nil, fmt.Errorf("%s: tensor %s: %w", path, t.name, err)
+		}
+		job = &rowJob{dst: raw, src: t.data, rows: rows, dstRow: rb, srcRow: rb, dstRowOf: rowOf, conv: copyConv}
+	}
+	ti.Blocks = formats.NewBlocks(ops.GGMLType(t.typ), raw, func() ([]byte, error) {
+		dst, err := alloc(4 * rows * cols)
+		if err != nil {
+			return nil, fmt.Errorf("dequantize: %w", err)
+		}
+		runRowJobs([]*rowJob{{dst: dst, src: raw, rows: rows, dstRow: 4 * cols, srcRow: rb, conv: dequantConv(info.dequant)}})
+		return dst, nil
+	})
+	return ti, job, nil
 }

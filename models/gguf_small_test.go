@@ -100,7 +100,7 @@ func TestSmallGGUFLoads(t *testing.T) {
 	b := smallGGUF(nil)
 	require.Less(t, len(b), 3<<10)
 	ck := &Checkpoint{Dir: "small.gguf"}
-	require.NoError(t, ck.loadGGUF("small.gguf", b))
+	require.NoError(t, ck.loadGGUF("small.gguf", b, false))
 	defer ck.Close()
 	c := ck.Config
 	require.Equal(t, []int{smallHidden, smallHeadDim, smallVocab, 1}, []int{c.HiddenSize, c.HeadDim, c.VocabSize, c.NumLayers})
@@ -164,7 +164,7 @@ func TestGGUFRefusesAbsurdMetadata(t *testing.T) {
 			b := smallGGUF(tc.override)
 			var err error
 			ck := &Checkpoint{Dir: "bad.gguf"}
-			n := allocated(func() { err = ck.loadGGUF("bad.gguf", b) })
+			n := allocated(func() { err = ck.loadGGUF("bad.gguf", b, false) })
 			require.Empty(t, ck.owned, "nothing may be converted for a refused file")
 			ck.Close()
 			require.ErrorContains(t, err, "bad.gguf: ")

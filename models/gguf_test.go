@@ -274,7 +274,7 @@ func TestGGUFRandomCorruptionNeverPanics(t *testing.T) {
 					t.Fatalf("iteration %d panicked: %v", i, r)
 				}
 			}()
-			_ = ck.loadGGUF("fuzz.gguf", b)
+			_ = ck.loadGGUF("fuzz.gguf", b, false)
 			ck.Close()
 		}()
 	}
@@ -330,7 +330,7 @@ func FuzzGGUF(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range [][]byte{b, append(b[:len(b):len(b)], fuzzGGUFData...)} {
 			ck := &Checkpoint{Dir: "fuzz.gguf"}
-			err := ck.loadGGUF("fuzz.gguf", in)
+			err := ck.loadGGUF("fuzz.gguf", in, false)
 			ck.Close()
 			if err == nil {
 				require.NoError(t, ck.Config.validate(hfField), "a loaded file's config must be valid")
@@ -343,7 +343,7 @@ func TestFuzzGGUFSeedsLoad(t *testing.T) {
 	b := fuzzGGUFSeed(nil)
 	require.Less(t, len(b), 600)
 	ck := &Checkpoint{Dir: "seed.gguf"}
-	require.NoError(t, ck.loadGGUF("seed.gguf", append(b, fuzzGGUFData...)))
+	require.NoError(t, ck.loadGGUF("seed.gguf", append(b, fuzzGGUFData...), false))
 	defer ck.Close()
 	require.Equal(t, smallVocab, ck.Config.VocabSize)
 }

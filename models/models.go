@@ -112,7 +112,7 @@ func buildRank(ck *Checkpoint, be ops.Backend, opt Options, sh layers.Shard, b b
 	}
 	var total int64
 	for _, t := range ck.tensors {
-		total += int64(len(t.Data))
+		total += t.Size()
 	}
 	load := formats.NewLoader(ck, be, total, opt.Progress)
 	c := layers.NewContext(be, sh, load, format, opt.MaxTokens, opt.MaxSeqs)

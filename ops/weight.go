@@ -31,6 +31,11 @@ const (
 	// GPU kernel that wants one scalar may do that at load, where all the rows' scales are
 	// equal it loses nothing).
 	ChannelFP8
+	// GGMLBlocks weights are ggml block quantizations (WeightDesc.GGML) as GGUF files store
+	// them, [N, K] with K whole blocks, no separate scales (each block carries its own). A
+	// backend without kernels for them refuses them with ErrUnsupportedWeight and the loader
+	// hands it the dequantized float32 weight instead.
+	GGMLBlocks
 )
 
 // IsFP8 reports whether f is one of the FP8 formats (F8E4M3 elements with float32 scales).
@@ -44,6 +49,8 @@ func (f WeightFormat) String() string {
 		return "fp8 block-scaled"
 	case ChannelFP8:
 		return "fp8 per-channel"
+	case GGMLBlocks:
+		return "ggml blocks"
 	}
 	return fmt.Sprintf("format(%d)", uint8(f))
 }
@@ -64,6 +71,8 @@ type WeightDesc struct {
 	Format WeightFormat
 	DType  DType
 	Scales *WeightScales
+	// GGML is the block type of a GGMLBlocks weight.
+	GGML GGMLType
 }
 
 // Plain is the descriptor of an unquantized weight of dtype dt.

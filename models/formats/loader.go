@@ -23,6 +23,17 @@ type TensorInfo struct {
 	DType ops.DType
 	Shape []int
 	Data  []byte
+	// Blocks, when set, holds the tensor as ggml blocks; Data is then nil and DType F32 (what
+	// the blocks dequantize to, on first need: Blocks.Dequantized).
+	Blocks *Blocks
+}
+
+// Size returns the bytes the tensor occupies as stored.
+func (ti *TensorInfo) Size() int64 {
+	if ti.Data == nil && ti.Blocks != nil {
+		return int64(len(ti.Blocks.Raw))
+	}
+	return int64(len(ti.Data))
 }
 
 // Source is a checkpoint's tensors by name.
@@ -63,7 +74,16 @@ func (l *Loader) Get(name string, shape ...int) (ops.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return l.Upload(ti, ti.Shape, ops.Plain(ti.DType), ti.Data)
+	if ti.Blocks != nil && len(ti.Shape) == 2 {
+		if w, ok, err := l.uploadBlocks(ti, ti.Shape, ti.Blocks.Type, ti.Blocks.Raw); ok || err != nil {
+			return w, err
+		}
+	}
+	data, err := l.data(ti)
+	if err != nil {
+		return nil, err
+	}
+	return l.Upload(ti, ti.Shape, ops.Plain(ti.DType), data)
 }
 
 // Info finds a tensor and checks its shape against shape.
@@ -109,24 +129,43 @@ func (l *Loader) Slice(name string, dim, lo, hi int, shape ...int) (ops.Tensor, 
 	if lo < 0 || dim >= len(ti.Shape) || hi > ti.Shape[dim] || lo > hi {
 		return nil, fmt.Errorf("%s: cannot take [%d, %d) of dimension %d of shape %v", name, lo, hi, dim, ti.Shape)
 	}
-	es := ti.DType.Size()
-	var data []byte
 	sub := append([]int(nil), ti.Shape...)
 	sub[dim] = hi - lo
+	if b := ti.Blocks; b != nil && len(ti.Shape) == 2 {
+		var part []byte
+		ok := true
+		if dim == 0 {
+			rb, _ := b.Type.RowBytes(ti.Shape[1])
+			part = b.Raw[lo*rb : hi*rb]
+		} else {
+			part, ok = blockCols(b, ti.Shape[0], ti.Shape[1], lo, hi)
+		}
+		if ok {
+			if w, ok, err := l.uploadBlocks(ti, sub, b.Type, part); ok || err != nil {
+				return w, err
+			}
+		}
+	}
+	all, err := l.data(ti)
+	if err != nil {
+		return nil, err
+	}
+	es := ti.DType.Size()
+	var data []byte
 	switch {
 	case dim == 0:
 		row := es
 		for _, d := range ti.Shape[1:] {
 			row *= d
 		}
-		data = ti.Data[lo*row : hi*row]
+		data = all[lo*row : hi*row]
 	case dim == 1 && len(ti.Shape) == 2 && lo == 0 && hi == ti.Shape[1]:
-		data = ti.Data // all the columns (one rank): in place, not a copy on the heap
+		data = all // all the columns (one rank): in place, not a copy on the heap
 	case dim == 1 && len(ti.Shape) == 2:
 		rows, cols := ti.Shape[0], ti.Shape[1]
 		data = make([]byte, rows*(hi-lo)*es)
 		for r := 0; r < rows; r++ {
-			copy(data[r*(hi-lo)*es:(r+1)*(hi-lo)*es], ti.Data[(r*cols+lo)*es:(r*cols+hi)*es])
+			copy(data[r*(hi-lo)*es:(r+1)*(hi-lo)*es], all[(r*cols+lo)*es:(r*cols+hi)*es])
 		}
 	default:
 		return nil, fmt.Errorf("%s: cannot shard dimension %d of shape %v", name, dim, ti.Shape)
@@ -167,6 +206,10 @@ func (l *Loader) Stack(name string, parts ...Part) (ops.Tensor, error) {
 		mixed = mixed || ti.DType != infos[0].DType
 		rows += p.Hi - p.Lo
 	}
+	shape := append([]int{rows}, infos[0].Shape[1:]...)
+	if w, ok, err := l.stackBlocks(name, shape, parts, infos); ok || err != nil {
+		return w, err
+	}
 	dt := infos[0].DType
 	if mixed {
 		dt = ops.F32
@@ -178,13 +221,16 @@ func (l *Loader) Stack(name string, parts ...Part) (ops.Tensor, error) {
 		for _, d := range ti.Shape[1:] {
 			row *= d
 		}
-		src := ti.Data[p.Lo*row : p.Hi*row]
+		all, err := l.data(ti)
+		if err != nil {
+			return nil, err
+		}
+		src := all[p.Lo*row : p.Hi*row]
 		if mixed {
 			src = widen(src, ti.DType)
 		}
 		data = append(data, src)
 	}
-	shape := append([]int{rows}, infos[0].Shape[1:]...)
 	fused := &TensorInfo{Name: name, File: infos[0].File, DType: dt, Shape: shape}
 	return l.Upload(fused, shape, ops.Plain(dt), data...)
 }

@@ -3,12 +3,14 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/atom-go/atom/ops"
 	"github.com/atom-go/atom/ops/offheap"
 )
 
-// KVCache is the cpu paged cache: per layer, K and V as float32 [numBlocks, blockSize, kvHeads, headDim].
+// KVCache is the cpu paged cache: per layer, K and V as float32 [numBlocks, blockSize, kvHeads, headDim]
+// (float16 in k16 and v16 instead with Options.KVFloat16).
 // The values live in one anonymous mapping outside the Go heap (ops/offheap), so that a cache of
 // --kv-cache-memory bytes adds that much to the resident size and nothing to the collector's
 // heap goal. The mapping is released by Close or by the backend's Close (as a gpu backend's
@@ -17,6 +19,7 @@ import (
 type KVCache struct {
 	numBlocks, blockSize, kvHeads, headDim int
 	k, v                                   [][]float32
+	k16, v16                               [][]uint16
 	mem                                    *offheap.Block
 	be                                     *Backend
 	f8                                     *fp8KV // an fp8 cache (fp8_kv.go): k and v are nil
@@ -37,7 +40,7 @@ func (b *Backend) NewKVCache(layers, numBlocks, blockSize, kvHeads, headDim int)
 			layers, numBlocks, blockSize, kvHeads, headDim)
 	}
 	n, ok := offheap.Size(numBlocks, blockSize, kvHeads, headDim)
-	total, ok2 := offheap.Size(n, 2, layers, 4)
+	total, ok2 := offheap.Size(n, 2, layers, b.KVValueBytes())
 	if !ok || !ok2 {
 		return nil, fmt.Errorf("kv cache: %d layers of %d blocks of %d tokens × %d heads × %d overflow the address space",
 			layers, numBlocks, blockSize, kvHeads, headDim)
@@ -47,6 +50,15 @@ func (b *Backend) NewKVCache(layers, numBlocks, blockSize, kvHeads, headDim int)
 		return nil, fmt.Errorf("kv cache: %w", err)
 	}
 	c := &KVCache{numBlocks: numBlocks, blockSize: blockSize, kvHeads: kvHeads, headDim: headDim, mem: mem, be: b}
+	if b.kv16 {
+		all := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(mem.Bytes()))), 2*layers*n)
+		for l := 0; l < layers; l++ {
+			c.k16 = append(c.k16, all[2*l*n:(2*l+1)*n:(2*l+1)*n])
+			c.v16 = append(c.v16, all[(2*l+1)*n:(2*l+2)*n:(2*l+2)*n])
+		}
+		b.track(mem)
+		return c, nil
+	}
 	all := mem.Float32s()
 	for l := 0; l < layers; l++ {
 		c.k = append(c.k, all[2*l*n:(2*l+1)*n:(2*l+1)*n])
@@ -72,6 +84,11 @@ func (b *Backend) RopeWriteKV(q, k, v ops.Tensor, rope *ops.RoPE, cache ops.KVCa
 			kr := kt.f32[t*kvw : (t+1)*kvw]
 			rotate(kr, rope, pos)
 			slot := int(meta.SlotMapping[t])
+			if c.k16 != nil {
+				putF16(c.k16[layer][slot*kvw:(slot+1)*kvw], kr)
+				putF16(c.v16[layer][slot*kvw:(slot+1)*kvw], vt.f32[t*kvw:(t+1)*kvw])
+				continue
+			}
 			copy(c.k[layer][slot*kvw:(slot+1)*kvw], kr)
 			copy(c.v[layer][slot*kvw:(slot+1)*kvw], vt.f32[t*kvw:(t+1)*kvw])
 		}
@@ -97,9 +114,9 @@ func (b *Backend) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, norm *ops.
 	}
 	b.pool.run(nt, func(lo, hi, worker int) {
 		var qn, kn []float32
+		buf := b.pool.buf(worker, 2*hd+kvw)
 		if norm != nil {
-			buf := b.pool.buf(worker, 2*hd)
-			qn, kn = norm.Q.(*Tensor).row(0, buf[:hd]), norm.K.(*Tensor).row(0, buf[hd:])
+			qn, kn = norm.Q.(*Tensor).row(0, buf[:hd]), norm.K.(*Tensor).row(0, buf[hd:2*hd])
 		}
 		for t := lo; t < hi; t++ {
 			pos, row := float64(meta.Positions[t]), src.f32[t*w:(t+1)*w]
@@ -108,6 +125,15 @@ func (b *Backend) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, norm *ops.
 			normHeads(qr, qn, hd, norm)
 			rotate(qr, rope, pos)
 			slot := int(meta.SlotMapping[t])
+			if c.k16 != nil { // k rotated in scratch, then rounded into the cache
+				kc := buf[2*hd:]
+				copy(kc, row[qw:qw+kvw])
+				normHeads(kc, kn, hd, norm)
+				rotate(kc, rope, pos)
+				putF16(c.k16[layer][slot*kvw:(slot+1)*kvw], kc)
+				putF16(c.v16[layer][slot*kvw:(slot+1)*kvw], row[qw+kvw:])
+				continue
+			}
 			kc := c.k[layer][slot*kvw : (slot+1)*kvw]
 			copy(kc, row[qw:qw+kvw])
 			normHeads(kc, kn, hd, norm)
@@ -148,6 +174,10 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 	o, qt, c := out.(*Tensor), q.(*Tensor), cache.(*KVCache)
 	if c.f8 != nil {
 		b.attentionFP8(o, qt, c, layer, meta, a)
+		return
+	}
+	if b.vec || c.k16 != nil {
+		b.attentionVec(o, qt, c, layer, meta, a)
 		return
 	}
 	hd, group := a.HeadDim, a.NumHeads/a.NumKVHeads

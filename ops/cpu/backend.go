@@ -15,19 +15,47 @@ type Backend struct {
 	pool *pool
 	mu   sync.Mutex
 	kv   map[*offheap.Block]struct{} // KV caches' and buffers' memory not yet released
+	vec  bool                        // Options.VectorFloat32
+	kv16 bool                        // Options.KVFloat16
+	// qs and qds are the 8-bit activations of the quantized Linear (qLinear), kept between calls.
+	qs    []int8
+	qds   []float32
+	quads []quad // per worker
+	// attnState and attnFirst hold attentionVec's per-part softmax state and its items' index,
+	// kept between calls.
+	attnState []float32
+	attnFirst []int32
 }
 
 var _ ops.Backend = (*Backend)(nil)
 
-// New returns a cpu backend using the given number of worker goroutines (0: GOMAXPROCS).
-func New(workers int) *Backend {
-	return &Backend{pool: newPool(workers), kv: map[*offheap.Block]struct{}{}}
+// New returns a cpu backend using the given number of worker goroutines (0: GOMAXPROCS): the
+// exact reference.
+func New(workers int) *Backend { return NewWith(workers, Options{}) }
+
+// Options are the choices of NewWith.
+type Options struct {
+	// VectorFloat32 computes attention's float32 dot products and sums with the vector kernels
+	// (Kernels), which sum in another order than the reference's loops: results differ from
+	// New's by float32 rounding. The weights' format is the loader's choice, not this one.
+	VectorFloat32 bool
+	// KVFloat16 stores the KV cache as float16 (half the bytes a decode step reads; K and V
+	// rounded to 11 significant bits, as llama.cpp's default cache). It implies VectorFloat32,
+	// whose attention reads it; the reference attention reads float32 caches only.
+	KVFloat16 bool
+}
+
+// NewWith returns a cpu backend with options.
+func NewWith(workers int, o Options) *Backend {
+	p := newPool(workers)
+	return &Backend{pool: p, kv: map[*offheap.Block]struct{}{}, vec: o.VectorFloat32 || o.KVFloat16, kv16: o.KVFloat16,
+		quads: make([]quad, p.workers)}
 }
 
 // Close stops the worker goroutines and releases every KV cache and buffer the backend
 // allocated: none of its tensors may be used afterwards.
 func (b *Backend) Close() {
-	close(b.pool.jobs)
+	b.pool.close()
 	b.mu.Lock()
 	blocks := b.kv
 	b.kv = map[*offheap.Block]struct{}{}
@@ -54,9 +82,24 @@ func (b *Backend) release(m *offheap.Block) {
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
-// Weight wraps checkpoint bytes of an unquantized weight; 16-bit weights stay 16-bit and are
-// widened row by row.
+// KVValueBytes returns the bytes of one cached K or V value: 4, or 2 with Options.KVFloat16.
+func (b *Backend) KVValueBytes() int {
+	if b.kv16 {
+		return 2
+	}
+	return 4
+}
+
+// Weight wraps checkpoint bytes of a weight: 16-bit weights stay 16-bit and are widened row by
+// row, FP8 ones are dequantized row by row, ggml Q4_0, Q4_1 and Q8_0 blocks stay blocks.
 func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
+	if d.Format == ops.GGMLBlocks {
+		t, err := b.qWeight(d, shape, raw)
+		if err != nil {
+			return nil, fmt.Errorf("weight %s: %w", name, err)
+		}
+		return t, nil
+	}
 	if d.Format.IsFP8() {
 		t, err := b.fp8Weight(d, shape, raw)
 		if err != nil {

@@ -12,6 +12,10 @@ func (b *Backend) Linear(out, x, w, bias ops.Tensor) {
 	if bias != nil {
 		bt = bias.(*Tensor)
 	}
+	if wt.q != nil {
+		b.qLinear(o, xt, wt, bt)
+		return
+	}
 	in, outF, rows := wt.cols(), wt.rows(), xt.rows()
 	tiles := (outF + tileRows - 1) / tileRows
 	b.pool.run(tiles, func(lo, hi, worker int) {

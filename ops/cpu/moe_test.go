@@ -217,7 +217,7 @@ func TestMoEAllocatesNothingPerToken(t *testing.T) {
 		})
 	}
 	one, many := allocs(1), allocs(n)
-	// The worker pool allocates its WaitGroup once per parallel section: two per chunk.
+	// A parallel section's closure may be allocated: two per chunk.
 	require.LessOrEqual(t, many, one+float64(2*(n/moeChunk)), "allocations grow with the batch")
 	require.LessOrEqual(t, one, 16.0)
 }

@@ -61,6 +61,19 @@ func TestRopeWriteKVFused(t *testing.T) {
 			if withNorm { // the norm must have changed something, or the check above proves little
 				require.NotEqual(t, wc.k[0], mustRopeOnly(t, b, qkv, rope, sh.kvHeads, sh.hd, meta), name)
 			}
+			// A float16 cache holds the same K and V rounded, and q is the same.
+			b16 := NewWith(3, Options{KVFloat16: true})
+			c16, err := b16.NewKVCache(1, blocks, blockSize, sh.kvHeads, sh.hd)
+			require.NoError(t, err)
+			q16 := b16.Buffer(rows, qw)
+			b16.RopeWriteKVFused(q16, qkv, rope, norm, c16, 0, meta)
+			require.Equal(t, gotQ.(*Tensor).f32, q16.(*Tensor).f32, name+": q, float16 cache")
+			k16, v16 := make([]uint16, len(wc.k[0])), make([]uint16, len(wc.v[0]))
+			putF16(k16, wc.k[0])
+			putF16(v16, wc.v[0])
+			require.Equal(t, k16, c16.(*KVCache).k16[0], name+": k, float16 cache")
+			require.Equal(t, v16, c16.(*KVCache).v16[0], name+": v, float16 cache")
+			b16.Close()
 		}
 	}
 }

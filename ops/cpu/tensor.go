@@ -1,6 +1,9 @@
-// Package cpu is the pure-Go reference backend of ops: float32 compute over bf16, f16 or f32
-// weights (read in place from the memory-mapped checkpoint), parallel across cores.
-// It imports only ops and the standard library.
+// Package cpu is the cpu backend of ops. New gives the reference: float32 compute over bf16,
+// f16 or f32 weights (read in place from the memory-mapped checkpoint), parallel across cores.
+// ggml Q4_0/Q4_1/Q8_0 weights are kept as their blocks and applied with dot-product kernels
+// against 8-bit activations (an approximation, as llama.cpp's), in portable Go and AVX2
+// assembly chosen at start by cpu feature detection (Kernels). It imports ops, ops/offheap,
+// golang.org/x/sys/cpu and the standard library.
 package cpu
 
 import (
@@ -18,6 +21,7 @@ type Tensor struct {
 	f32   []float32
 	u16   []uint16
 	fp8   *fp8Data // an F8E4M3 block-scaled weight
+	q     *qData   // a ggml block-quantized weight (dt F32: what it dequantizes to)
 }
 
 // Shape returns the dimensions.
@@ -26,7 +30,7 @@ func (t *Tensor) Shape() []int { return t.shape }
 // DType returns the element type.
 func (t *Tensor) DType() ops.DType { return t.dt }
 
-// Float32 exposes the data of a float32 tensor (nil for 16-bit weights).
+// Float32 exposes the data of a float32 tensor (nil for 16-bit and quantized weights).
 func (t *Tensor) Float32() []float32 { return t.f32 }
 
 // rows is the product of all but the last dimension; cols the last. A 1-D tensor is one row.
@@ -42,6 +46,9 @@ func (t *Tensor) cols() int { return t.shape[len(t.shape)-1] }
 
 // at returns element i widened to float32.
 func (t *Tensor) at(i int) float32 {
+	if t.q != nil {
+		return t.q.at(i)
+	}
 	switch t.dt {
 	case ops.BF16:
 		return math.Float32frombits(uint32(t.u16[i]) << 16)
@@ -56,6 +63,10 @@ func (t *Tensor) at(i int) float32 {
 // row decodes row r of a 2-D weight into dst (len cols), converting 16-bit types.
 func (t *Tensor) row(r int, dst []float32) []float32 {
 	n := t.cols()
+	if t.q != nil {
+		t.q.row(r, dst[:n])
+		return dst[:n]
+	}
 	switch t.dt {
 	case ops.F32:
 		return t.f32[r*n : (r+1)*n]
