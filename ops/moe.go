@@ -124,7 +124,8 @@ type MoERouting interface {
 	// Spec is the spec it was made for.
 	Spec() MoESpec
 	// Read copies the last routing of rows tokens to the host (waiting for queued work): ids and
-	// weights [rows, k], row-major, each row's experts in descending weight (ties: lower id first).
+	// weights [rows, k], row-major, each row's experts in descending weight (ties: lower id first;
+	// with a selection bias, in descending biased score).
 	Read(rows int, ids []int32, weights []float32)
 }
 

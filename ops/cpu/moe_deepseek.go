@@ -28,7 +28,7 @@ func (b *Backend) deepseekRoute(r *moeRouting, lt *Tensor, bias ops.Tensor) {
 		buf := b.pool.buf(worker, 3*e+max(s.Groups, 1))
 		score, choice, bv, gs := buf[:e], buf[e:2*e], buf[2*e:3*e], buf[3*e:]
 		if bt != nil {
-			bt.row(0, bv)
+			bv = bt.row(0, bv) // a float32 bias is its own row, a 16-bit one is widened into bv
 		}
 		for t := lo; t < hi; t++ {
 			x := lt.f32[t*e : (t+1)*e]
