@@ -229,6 +229,37 @@ CASES = {
         torch.bfloat16,
         {"bias": True},
     ),
+    # DeepSeek-V3's native block-scaled FP8 layout: every projection (attention, experts, shared
+    # experts) in float8_e4m3fn with [8, 16] weight_scale_inv blocks, the routers unquantized.
+    "deepseek_v3-fp8": (
+        "DeepseekV3Config",
+        base(
+            num_hidden_layers=3,
+            num_key_value_heads=4,
+            rms_norm_eps=1e-6,
+            **mla(24),
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            n_group=4,
+            topk_group=2,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rope_scaling={
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "mscale": 0.707,
+                "mscale_all_dim": 1.0,
+            },
+        ),
+        torch.bfloat16,
+        {"bias": True, "fp8_block_moe": [8, 16]},
+    ),
     # mixtral: top-2 always renormalised, a sliding window below max_position_embeddings (served
     # by capping the model length, as for Mistral; the references stay inside it).
     "mixtral-f16": (
@@ -569,7 +600,7 @@ def save_quantized(
                 tensors[pname], tensors[mod + ".weight_scale"] = q, sc.contiguous()
                 deq[pname] = d
                 continue
-        elif pname.endswith("_proj.weight") and "mlp.gate." not in pname:
+        elif pname.endswith(("_proj.weight", "_proj_with_mqa.weight")) and "mlp.gate." not in pname:
             bn, bk = extra["fp8_block_moe"]
             q, sc, d = quantize_fp8(t, bn, bk)
             tensors[pname], tensors[mod + ".weight_scale_inv"] = q.contiguous(), sc.contiguous()
