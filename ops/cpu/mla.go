@@ -93,6 +93,9 @@ func rotateMLA(x []float32, rope *ops.RoPE, pos float64, interleaved bool) {
 	}
 }
 
+// mlaChunk is how many tokens of one head an MLAAttention work item takes.
+const mlaChunk = 16
+
 // MLAAttention runs the absorbed form per (token, head): q_lat = W_UKᵀ·q_nope, scores
 // q_lat·kv_c + q_pe·k_pe over the context, o_lat = Σ p·kv_c, out = W_UV·o_lat. It equals the
 // decompressed form (keys [W_UK·kv_c, k_pe], values W_UV·kv_c) up to float32 rounding.
@@ -116,48 +119,60 @@ func (b *Backend) MLAAttention(out, q, kvB ops.Tensor, cache ops.KVCache, layer 
 		return s
 	}
 	kc := c.c[layer]
-	b.pool.run(nt*a.Heads, func(lo, hi, worker int) {
-		buf := b.pool.buf(worker, maxLen+3*r)
-		scores, qlat, olat, wrow := buf[:maxLen], buf[maxLen:maxLen+r], buf[maxLen+r:maxLen+2*r], buf[maxLen+2*r:]
+	// Work items are (head, chunk of tokens), head-major, so that a worker widens a head's
+	// W_UK and W_UV rows once for the tokens of its items rather than once per token.
+	chunks := (nt + mlaChunk - 1) / mlaChunk
+	b.pool.run(a.Heads*chunks, func(lo, hi, worker int) {
+		buf := b.pool.buf(worker, maxLen+2*r+(nd+vd)*r)
+		scores, qlat, olat, w := buf[:maxLen], buf[maxLen:maxLen+r], buf[maxLen+r:maxLen+2*r], buf[maxLen+2*r:]
+		head := -1
 		for i := lo; i < hi; i++ {
-			t, h := i/a.Heads, i%a.Heads
-			table := meta.BlockTables[seqOf(t)*meta.BlockTableStride:]
-			n := int(meta.Positions[t]) + 1
-			qh := qt.f32[t*qw+h*(nd+rd) : t*qw+(h+1)*(nd+rd)]
-			// W_UK folded into q: q_lat[c] = Σ_i q_nope[i]·W_UK[i][c].
-			clear(qlat)
-			for j := range nd {
-				wr := wt.row(h*(nd+vd)+j, wrow)
-				for k, w := range wr {
-					qlat[k] += qh[j] * w
+			h, ch := i/chunks, i%chunks
+			if h != head { // this head's W_UK rows, then its W_UV rows, as float32
+				for j := range nd + vd {
+					dst := w[j*r : (j+1)*r]
+					copy(dst, wt.row(h*(nd+vd)+j, dst))
 				}
+				head = h
 			}
-			mx := float32(math.Inf(-1))
-			for p := range n {
-				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
-				lat := kc[slot*dim : (slot+1)*dim]
-				sc := (dot(qlat, lat[:r]) + dot(qh[nd:], lat[r:])) * a.Scale
-				scores[p] = sc
-				mx = max(mx, sc)
-			}
-			var sum float32
-			for p := range n {
-				e := float32(math.Exp(float64(scores[p] - mx)))
-				scores[p] = e
-				sum += e
-			}
-			clear(olat)
-			for p := range n {
-				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
-				w := scores[p] / sum
-				for k, v := range kc[slot*dim : slot*dim+r] {
-					olat[k] += w * v
+			for t := ch * mlaChunk; t < min(nt, (ch+1)*mlaChunk); t++ {
+				table := meta.BlockTables[seqOf(t)*meta.BlockTableStride:]
+				n := int(meta.Positions[t]) + 1
+				qh := qt.f32[t*qw+h*(nd+rd) : t*qw+(h+1)*(nd+rd)]
+				// W_UK folded into q: q_lat[c] = Σ_i q_nope[i]·W_UK[i][c].
+				clear(qlat)
+				for j := range nd {
+					for k, wv := range w[j*r : (j+1)*r] {
+						qlat[k] += qh[j] * wv
+					}
 				}
-			}
-			// W_UV after: out[j] = W_UV[j]·o_lat.
-			oh := o.f32[t*o.cols()+h*vd : t*o.cols()+(h+1)*vd]
-			for j := range vd {
-				oh[j] = dot(wt.row(h*(nd+vd)+nd+j, wrow), olat)
+				mx := float32(math.Inf(-1))
+				for p := range n {
+					slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
+					lat := kc[slot*dim : (slot+1)*dim]
+					sc := (dot(qlat, lat[:r]) + dot(qh[nd:], lat[r:])) * a.Scale
+					scores[p] = sc
+					mx = max(mx, sc)
+				}
+				var sum float32
+				for p := range n {
+					e := float32(math.Exp(float64(scores[p] - mx)))
+					scores[p] = e
+					sum += e
+				}
+				clear(olat)
+				for p := range n {
+					slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
+					pw := scores[p] / sum
+					for k, v := range kc[slot*dim : slot*dim+r] {
+						olat[k] += pw * v
+					}
+				}
+				// W_UV after: out[j] = W_UV[j]·o_lat.
+				oh := o.f32[t*o.cols()+h*vd : t*o.cols()+(h+1)*vd]
+				for j := range vd {
+					oh[j] = dot(w[(nd+j)*r:(nd+j+1)*r], olat)
+				}
 			}
 		}
 	})

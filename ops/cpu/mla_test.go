@@ -56,23 +56,33 @@ func TestMLAMatchesDecompressedAttention(t *testing.T) {
 				normW[i]++
 			}
 			const bs = 4
-			c, err := b.NewLatentKVCache(1, 8, bs, a.LatentDim())
+			c, err := b.NewLatentKVCache(1, 16, bs, a.LatentDim())
 			require.NoError(t, err)
 			cache := c.(*LatentKVCache)
 			seqLen := []int{0, 0}
 			qw, dim := a.Heads*(a.NopeDim+a.RopeDim), a.LatentDim()
-			// Pass 1: 5 tokens of sequence 0 and 2 of sequence 1; pass 2: one more of each.
-			for _, news := range [][2]int{{5, 2}, {1, 1}} {
-				meta := &ops.AttnMetadata{QueryStart: []int32{0}, BlockTableStride: 4}
+			// Pass 1: 21 tokens of sequence 0 (more than one work item's chunk) and 2 of sequence 1;
+			// pass 2: one more of each. Sequence 0 holds blocks 15 down to 8, sequence 1 0 to 7.
+			const stride = 8
+			table := func(s, p int) int32 {
+				if s == 0 {
+					return int32(15 - p/bs)
+				}
+				return int32(p / bs)
+			}
+			for _, news := range [][2]int{{21, 2}, {1, 1}} {
+				meta := &ops.AttnMetadata{QueryStart: []int32{0}, BlockTableStride: stride}
 				for s, n := range news {
 					for p := seqLen[s]; p < seqLen[s]+n; p++ {
 						meta.Positions = append(meta.Positions, int32(p))
-						meta.SlotMapping = append(meta.SlotMapping, int32((3-s)*4*bs/2+p)) // blocks 6,7 and 4,5
+						meta.SlotMapping = append(meta.SlotMapping, table(s, p)*bs+int32(p%bs))
 					}
 					seqLen[s] += n
 					meta.QueryStart = append(meta.QueryStart, int32(len(meta.Positions)))
 					meta.SeqLens = append(meta.SeqLens, int32(seqLen[s]))
-					meta.BlockTables = append(meta.BlockTables, int32((3-s)*2), int32((3-s)*2+1), 0, 0)
+					for blk := range stride {
+						meta.BlockTables = append(meta.BlockTables, table(s, blk*bs))
+					}
 				}
 				nt := meta.NumTokens()
 				qv, kvv := randVals(r, nt*qw, 1), randVals(r, nt*dim, 1)
@@ -118,7 +128,7 @@ func TestMLAMatchesDecompressedAttention(t *testing.T) {
 						scores, vals := make([]float64, n), make([][]float64, n)
 						mx := math.Inf(-1)
 						for p := range n {
-							slot := int(meta.BlockTables[s*4+p/bs])*bs + p%bs
+							slot := int(meta.BlockTables[s*stride+p/bs])*bs + p%bs
 							lat := cache.c[0][slot*dim:][:dim]
 							var sc float64
 							for j := range a.NopeDim { // k_nope[j] = W_UK[j]·kv_c
