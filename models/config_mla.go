@@ -151,9 +151,15 @@ func (c *Config) validateMLA(name fieldNamer) error {
 			c.NumHeads, m.NopeDim+m.VDim, m.KVLoraRank),
 		checkProduct(n("num_hidden_layers")+" × (kv_lora_rank + qk_rope_head_dim)", maxKVPerToken,
 			c.NumLayers, m.KVLoraRank+m.RopeDim),
-		checkProduct("moe_intermediate_size × n_shared_experts × hidden_size", maxProjElems,
-			c.MoE.Intermediate, d.SharedExperts, c.HiddenSize),
 	); err != nil {
+		return err
+	}
+	if c.MoE.NumExperts == 0 { // a dense model: the routing fields are not used
+		return nil
+	}
+	// moe_intermediate_size is in range here (validateMoE checked it for a sparse model).
+	if err := checkProduct(n("moe_intermediate_size")+" × n_shared_experts × "+n("hidden_size"), maxProjElems,
+		c.MoE.Intermediate, d.SharedExperts, c.HiddenSize); err != nil {
 		return err
 	}
 	switch d.TopKMethod {
