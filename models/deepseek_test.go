@@ -173,7 +173,7 @@ type noBiasRouter struct {
 
 // TestDeepSeekRefusedWithoutKernels: a backend without MLA refuses the model with
 // ops.ErrUnsupportedKVCache, one without DeepSeek-V3's router with ops.ErrUnsupportedMoE, so
-// --device auto falls back to the cpu.
+// --device auto falls back to the cpu; an fp8 latent cache is refused on the cpu too.
 func TestDeepSeekRefusedWithoutKernels(t *testing.T) {
 	be := cpu.New(1)
 	defer be.Close()
@@ -192,8 +192,18 @@ func TestDeepSeekRefusedWithoutKernels(t *testing.T) {
 		require.ErrorIs(t, err, tc.want, tc.model)
 		ck.Close()
 	}
+	// --kv-cache-dtype fp8: no backend holds an fp8 latent cache yet.
+	ck, err := OpenCheckpoint("../testdata/models/deepseek_v3-bf16")
+	require.NoError(t, err)
+	defer ck.Close()
+	m, err := Load(ck, be, Options{MaxTokens: 8, MaxSeqs: 1, FP8KV: true})
+	require.NoError(t, err)
+	_, err = m.NewKVCache(4, 16)
+	require.ErrorIs(t, err, ops.ErrUnsupportedKVCache)
+	require.ErrorContains(t, err, "fp8 latent")
+
 	spec := ops.KVCacheSpec{Ranks: 1, Layers: []ops.KVLayerSpec{{Kind: ops.KVLatent, Heads: 1, HeadDim: 40, DType: ops.F32}}}
-	_, err := ops.NewKVCacheFor(noMLA{be}, spec, 4, 16)
+	_, err = ops.NewKVCacheFor(noMLA{be}, spec, 4, 16)
 	require.ErrorIs(t, err, ops.ErrUnsupportedKVCache)
 	spec.Layers = append(spec.Layers, ops.KVLayerSpec{Kind: ops.KVPair, Heads: 1, HeadDim: 40, DType: ops.F32})
 	_, err = ops.NewKVCacheFor(be, spec, 4, 16)
