@@ -141,6 +141,9 @@ func (c *Config) validateMLA(name fieldNamer) error {
 	); err != nil {
 		return err
 	}
+	if c.AttentionBias { // no published checkpoint has them; o_proj's would need a row-parallel bias
+		return fmt.Errorf("%s = true: DeepSeek's attention biases are not supported", n("attention_bias"))
+	}
 	if m.RopeDim%2 != 0 {
 		return fmt.Errorf("%s = %d: RoPE needs an even number of dimensions", n("qk_rope_head_dim"), m.RopeDim)
 	}

@@ -31,7 +31,7 @@ func newDeepSeek(c *layers.Context, cfg *Config) rankModel {
 	rope := layers.NewRotary(c, layers.RotaryConfig{HeadDim: mla.RopeDim, RotaryDim: mla.RopeDim,
 		Theta: cfg.RoPETheta, Scaling: cfg.RoPEScaling, MaxPositions: cfg.MaxPositions})
 	ac := layers.MLAConfig{Hidden: h, Heads: cfg.NumHeads, QLoraRank: mla.QLoraRank, KVLoraRank: mla.KVLoraRank,
-		NopeDim: mla.NopeDim, RopeDim: mla.RopeDim, VDim: mla.VDim, Bias: cfg.AttentionBias, NormEps: eps,
+		NopeDim: mla.NopeDim, RopeDim: mla.RopeDim, VDim: mla.VDim, NormEps: eps,
 		Interleaved: mla.Interleaved, Rope: rope, SoftmaxScale: mlaSoftmaxScale(cfg.RoPEScaling)}
 	moe := deepSeekMoE(c, cfg)
 	for i := range cfg.NumLayers {

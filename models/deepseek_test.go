@@ -90,6 +90,7 @@ func TestDeepSeekConfig(t *testing.T) {
 		{"shared experts negative", set("n_shared_experts", -1), "n_shared_experts = -1: must be at least 0"},
 		{"too many mtp layers", set("num_nextn_predict_layers", 1000), "num_nextn_predict_layers = 1000: exceeds 16"},
 		{"too many experts", set("n_routed_experts", 4096), "num_experts = 4096: exceeds 512"},
+		{"attention biases", set("attention_bias", true), "attention_bias = true: DeepSeek's attention biases are not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig(deepSeekConfig(t, tc.edit))

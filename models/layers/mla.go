@@ -13,9 +13,7 @@ type MLAConfig struct {
 	// QLoraRank > 0 projects q through q_a_proj, q_a_layernorm and q_b_proj; 0: q_proj.
 	QLoraRank                          int
 	KVLoraRank, NopeDim, RopeDim, VDim int
-	// Bias: q_a_proj and kv_a_proj_with_mqa have biases (attention_bias).
-	Bias    bool
-	NormEps float32
+	NormEps                            float32
 	// Interleaved is the GPT-J RoPE layout on the rope parts.
 	Interleaved bool
 	Rope        *ops.RoPE
@@ -53,14 +51,14 @@ func NewMLA(c *Context, prefix string, mc MLAConfig) *MLA {
 	heads, qk := hi-lo, mc.NopeDim+mc.RopeDim
 	m := &MLA{rope: mc.Rope, mb: mb, c: c}
 	if mc.QLoraRank > 0 {
-		m.QA = NewReplicated(c, prefix+".q_a_proj", mc.Hidden, mc.QLoraRank, mc.Bias)
+		m.QA = NewReplicated(c, prefix+".q_a_proj", mc.Hidden, mc.QLoraRank, false)
 		m.QANorm = NewRMSNorm(c, prefix+".q_a_layernorm", mc.QLoraRank, mc.NormEps)
 		m.QB = NewColumnParallel(c, prefix+".q_b_proj", mc.QLoraRank, mc.Heads*qk, false)
 		m.qa, m.qan = c.workspace("mla.q_a", mc.QLoraRank), c.workspace("mla.q_a_norm", mc.QLoraRank)
 	} else {
 		m.Q = NewColumnParallel(c, prefix+".q_proj", mc.Hidden, mc.Heads*qk, false)
 	}
-	m.KVA = NewReplicated(c, prefix+".kv_a_proj_with_mqa", mc.Hidden, mc.KVLoraRank+mc.RopeDim, mc.Bias)
+	m.KVA = NewReplicated(c, prefix+".kv_a_proj_with_mqa", mc.Hidden, mc.KVLoraRank+mc.RopeDim, false)
 	m.KVANorm = NewRMSNorm(c, prefix+".kv_a_layernorm", mc.KVLoraRank, mc.NormEps)
 	m.KVB = NewColumnParallel(c, prefix+".kv_b_proj", mc.KVLoraRank, mc.Heads*(mc.NopeDim+mc.VDim), false)
 	m.O = NewRowParallel(c, prefix+".o_proj", mc.Heads*mc.VDim, mc.Hidden)
@@ -89,13 +87,13 @@ func (m *MLA) Forward(s *Stream, norm, next *RMSNorm, cache ops.KVCache, layer i
 	q, kv, out := m.q.View(), m.kv.View(), m.out.View()
 	if m.QA != nil {
 		qa, qan := m.qa.View(), m.qan.View()
-		be.Linear(qa, x, m.QA.W, m.QA.Bias)
+		be.Linear(qa, x, m.QA.W, nil)
 		be.RMSNorm(qan, qa, nil, m.QANorm.W, m.QANorm.Eps)
 		be.Linear(q, qan, m.QB.W, nil)
 	} else {
 		be.Linear(q, x, m.Q.W, nil)
 	}
-	be.Linear(kv, x, m.KVA.W, m.KVA.Bias)
+	be.Linear(kv, x, m.KVA.W, nil)
 	m.mb.MLAWriteKV(q, kv, m.KVANorm.W, m.rope, cache, layer, meta, m.shape)
 	m.mb.MLAAttention(out, q, m.KVB.W, cache, layer, meta, m.shape)
 	m.O.AddTo(s, out, next)
