@@ -148,9 +148,9 @@ func mixedPrompts(n int, seed uint64) [][]int32 {
 // TestBatchInvariance: each request's greedy output is the same alone and among 32 concurrent
 // requests, with and without prefix caching, and with preemption forced by a tiny cache: on a
 // dense model and on the MoE families (whose router must not make one request's experts, or
-// their sum, depend on its batch-mates).
+// their sum, depend on its batch-mates), and DeepSeek's latent cache and grouped routing.
 func TestBatchInvariance(t *testing.T) {
-	for _, model := range []string{"qwen3-bf16", "qwen3_moe-bf16", "qwen2_moe-bf16"} {
+	for _, model := range []string{"qwen3-bf16", "qwen3_moe-bf16", "qwen2_moe-bf16", "deepseek_v3-bf16", "deepseek_v2-lite-bf16"} {
 		t.Run(model, func(t *testing.T) { testBatchInvariance(t, model) })
 	}
 }

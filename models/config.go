@@ -38,6 +38,7 @@ type Config struct {
 	SlidingWindow    int
 	GenerationConfig GenerationConfig
 	MoE              MoEConfig
+	MLA              MLAConfig // DeepSeek's Multi-head Latent Attention (config_mla.go)
 	// Quantization is quantization_config.quant_method ("fp8", "compressed-tensors", ...; "" for
 	// an unquantized checkpoint): it picks the weight format (formats.For).
 	Quantization string
@@ -57,6 +58,7 @@ type MoEConfig struct {
 	SparseStep   int   // decoder_sparse_step (0: absent, which is 1)
 	MLPOnly      []int // mlp_only_layers: layers kept dense
 	NoQKVBias    bool  // qkv_bias is false (Qwen2-MoE; its q, k and v have biases by default)
+	DeepSeek     DeepSeekMoE
 }
 
 // GenerationConfig holds generation_config.json defaults.
@@ -100,6 +102,7 @@ type rawConfig struct {
 	UseSlidingWindow  *bool           `json:"use_sliding_window"`
 	Quantization      *rawQuant       `json:"quantization_config"`
 	rawMoE
+	rawMLA
 }
 
 type rawRoPE struct {
@@ -215,6 +218,9 @@ func ParseConfig(b []byte) (*Config, error) {
 		c.SlidingWindow = window
 	}
 	if err := parseMoE(&r.rawMoE, &c.MoE); err != nil {
+		return nil, err
+	}
+	if err := parseMLA(&r.rawMLA, c); err != nil {
 		return nil, err
 	}
 	ropeBlock, err := parseRoPE(&r, c)

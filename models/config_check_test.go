@@ -259,6 +259,11 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"architectures":["Qwen3MoeForCausalLM"],"hidden_size":64,"intermediate_size":96,"num_hidden_layers":4,` +
 		`"num_attention_heads":2,"vocab_size":32,"num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":16,` +
 		`"decoder_sparse_step":2,"mlp_only_layers":[1],"norm_topk_prob":true,"shared_expert_intermediate_size":32}`))
+	f.Add([]byte(`{"architectures":["DeepseekV3ForCausalLM"],"hidden_size":64,"intermediate_size":96,"num_hidden_layers":3,` +
+		`"num_attention_heads":4,"vocab_size":32,"n_routed_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":16,` +
+		`"q_lora_rank":24,"kv_lora_rank":32,"qk_nope_head_dim":16,"qk_rope_head_dim":8,"v_head_dim":16,"n_group":4,` +
+		`"topk_group":2,"n_shared_experts":1,"first_k_dense_replace":1,"routed_scaling_factor":2.5,"topk_method":"noaux_tc",` +
+		`"rope_scaling":{"type":"yarn","factor":40,"mscale":1,"mscale_all_dim":1,"original_max_position_embeddings":4096}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseConfig(b)
 		if err != nil {

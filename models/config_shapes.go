@@ -38,6 +38,11 @@ func (c *Config) expectedShape(name string) ([]int, bool) {
 	if layer, err := strconv.Atoi(n); err != nil || layer < 0 || layer >= c.NumLayers {
 		return nil, false
 	}
+	if isDeepSeek(c.Architecture) {
+		if want, ok := c.expectedMLAShape(suffix); ok {
+			return want, true
+		}
+	}
 	q, kv, inter := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.Intermediate
 	switch suffix {
 	case "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.bias":

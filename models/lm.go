@@ -41,8 +41,15 @@ func rotary(c *layers.Context, cfg *Config) *ops.RoPE {
 		Theta: cfg.RoPETheta, Scaling: cfg.RoPEScaling, MaxPositions: cfg.MaxPositions})
 }
 
+// attention is a decoder layer's attention sublayer: GQA (layers.Attention) or DeepSeek's MLA
+// (layers.MLA), each declaring its own cache.
+type attention interface {
+	Forward(s *layers.Stream, norm, next *layers.RMSNorm, cache ops.KVCache, layer int, meta *ops.AttnMetadata)
+	KVSpec() ops.KVLayerSpec
+}
+
 // declareKV appends an attention layer's cache to the model's KV cache spec.
-func (m *causalLM) declareKV(a *layers.Attention) { m.kv.Layers = append(m.kv.Layers, a.KVSpec()) }
+func (m *causalLM) declareKV(a attention) { m.kv.Layers = append(m.kv.Layers, a.KVSpec()) }
 
 func (m *causalLM) base() *causalLM { return m }
 

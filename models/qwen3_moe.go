@@ -25,7 +25,7 @@ type qwen3Moe struct {
 // residual stream.
 type moeLayer struct {
 	inNorm, postNorm *layers.RMSNorm
-	attn             *layers.Attention
+	attn             attention
 	ffn              layers.FeedForward
 }
 

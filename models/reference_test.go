@@ -80,7 +80,7 @@ func TestModelsMatchTransformersReference(t *testing.T) {
 			require.NoError(t, err)
 			c := ck.Config
 			const bs, blocks = 4, 32
-			cache, err := be.NewKVCache(c.NumLayers, blocks, bs, c.NumKVHeads, c.HeadDim)
+			cache, err := m.NewKVCache(blocks, bs)
 			require.NoError(t, err)
 			logits := make([]float32, c.VocabSize)
 			for ci, tc := range ref.Cases {

@@ -128,11 +128,11 @@ func TestDecoderResidualStream(t *testing.T) {
 		{"spare", func(*testing.T) ops.Backend { return &spareBackend{Backend: cpu.New(0)} },
 			func(t *testing.T, be ops.Backend, c sublayers) {
 				require.Equal(t, 3*c.normLinear, be.(*spareBackend).calls)
-				require.Equal(t, 3*(c.normLinear-1), be.(*spareBackend).swapped)
+				require.Equal(t, 3*c.swapped, be.(*spareBackend).swapped)
 			}},
 		{"residual", func(t *testing.T) ops.Backend { return &residualBackend{Backend: cpu.New(0), t: t} },
 			func(t *testing.T, be ops.Backend, c sublayers) {
-				require.Equal(t, 2*c.normLinear, be.(*residualBackend).added)
+				require.Equal(t, 2*c.added, be.(*residualBackend).added)
 				require.Equal(t, 2*c.summed, be.(*residualBackend).summed)
 			}},
 	} {
@@ -154,11 +154,25 @@ func TestDecoderResidualStream(t *testing.T) {
 // sublayers counts what one pass of a model runs on the fused residual paths: every attention
 // and every dense MLP is a NormLinear (and, at one row, a fused residual add); a MoE block is
 // neither (its norm feeds the router, the experts and the shared expert), so the NormLinear
-// after it adds its output (no Summed).
-type sublayers struct{ normLinear, summed int }
+// after it adds its output (no Summed). DeepSeek's MLA is like a MoE block on its input (its
+// norm feeds the q and the latent projections) and like an attention on its output (o_proj
+// adds itself).
+type sublayers struct{ normLinear, swapped, added, summed int }
 
 func countSublayers(c *Config) sublayers {
 	var n sublayers
+	if isDeepSeek(c.Architecture) {
+		for i := range c.NumLayers {
+			n.added++ // o_proj
+			if !c.DeepSeekSparse(i) {
+				n.normLinear++
+				n.swapped++ // every MLP's NormLinear adds the attention's output
+				n.added++
+				n.summed++ // after the fused attention add
+			}
+		}
+		return n
+	}
 	for i := range c.NumLayers {
 		n.normLinear++ // attention
 		if i > 0 && !c.SparseLayer(i-1) {
@@ -169,6 +183,7 @@ func countSublayers(c *Config) sublayers {
 			n.summed++ // after the fused attention add
 		}
 	}
+	n.added, n.swapped = n.normLinear, n.normLinear-1 // the first attention has nothing to add
 	return n
 }
 

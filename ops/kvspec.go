@@ -78,12 +78,16 @@ func (s KVCacheSpec) BlockBytes(blockSize int) int64 {
 
 // NewKVCacheFor allocates the cache spec describes on be: numBlocks blocks of blockSize tokens
 // in every layer. The backends hold K/V pairs of one shape in every layer, in their activation
-// dtype, over the whole context; another spec is refused with ErrUnsupportedKVCache.
+// dtype, over the whole context, or (an MLABackend) latent vectors of one width in every
+// layer; another spec is refused with ErrUnsupportedKVCache.
 func NewKVCacheFor(be Backend, spec KVCacheSpec, numBlocks, blockSize int) (KVCache, error) {
 	if len(spec.Layers) == 0 {
 		return nil, fmt.Errorf("%w: no layers", ErrUnsupportedKVCache)
 	}
 	first := spec.Layers[0]
+	if first.Kind == KVLatent {
+		return newLatentKVCacheFor(be, spec, numBlocks, blockSize)
+	}
 	for i, l := range spec.Layers {
 		if l.Kind != KVPair || l.SlidingWindow != 0 || l.Heads != first.Heads || l.HeadDim != first.HeadDim || l.DType != first.DType {
 			return nil, fmt.Errorf("%w on the %s backend: layer %d is %+v, layer 0 %+v", ErrUnsupportedKVCache, be.Name(), i, l, first)

@@ -29,6 +29,58 @@ type MoESpec struct {
 	MaxTokens int
 	// Renormalize divides the k chosen probabilities by their sum (norm_topk_prob; Mixtral always).
 	Renormalize bool
+
+	// DeepSeek's routing (the zero values are the softmax top-k above; a backend that routes
+	// only that refuses the others with ErrUnsupportedMoE).
+
+	// Scoring turns the router's logits into scores: softmax (V2) or sigmoid (V3).
+	Scoring MoEScoring
+	// Groups > 0 limits the choice to the TopKGroups best of Groups equal groups of experts
+	// (n_group, topk_group): a group scores its best expert, or the sum of its best two biased
+	// scores when Bias (vLLM's grouped_topk).
+	Groups, TopKGroups int
+	// Bias: the experts are chosen by score + a per-expert bias (DeepSeek-V3's
+	// e_score_correction_bias, passed to MoEBiasRouter.MoERouteBias) and weighted by the
+	// unbiased score.
+	Bias bool
+	// Scale multiplies the final weights (routed_scaling_factor); 0 means 1.
+	Scale float32
+	// SharedPlain: MoEExperts' shared output is added unscaled (DeepSeek's shared experts take
+	// no gate; sharedGate is nil).
+	SharedPlain bool
+}
+
+// String prints the spec as %+v would, with DeepSeek's options only where it has them (so the
+// plain specs of the other families print as they always have).
+func (s MoESpec) String() string {
+	out := fmt.Sprintf("{Experts:%d TopK:%d Hidden:%d Inter:%d MaxTokens:%d Renormalize:%t",
+		s.Experts, s.TopK, s.Hidden, s.Inter, s.MaxTokens, s.Renormalize)
+	if !s.Plain() {
+		out += fmt.Sprintf(" Scoring:%d Groups:%d TopKGroups:%d Bias:%t Scale:%v SharedPlain:%t",
+			s.Scoring, s.Groups, s.TopKGroups, s.Bias, s.Scale, s.SharedPlain)
+	}
+	return out + "}"
+}
+
+// MoEScoring is how a router's logits become expert scores.
+type MoEScoring uint8
+
+// The scoring functions.
+const (
+	ScoreSoftmax MoEScoring = iota
+	ScoreSigmoid
+)
+
+// Plain reports whether the spec routes as MoERoute's softmax top-k alone (no DeepSeek
+// options): what a backend with only that router accepts.
+func (s MoESpec) Plain() bool {
+	return s.Scoring == ScoreSoftmax && s.Groups == 0 && !s.Bias && (s.Scale == 0 || s.Scale == 1) && !s.SharedPlain
+}
+
+// MoEBiasRouter is a backend that can route with a per-expert selection bias (a spec with
+// Bias): MoERoute with bias [E] added to the scores for the choice only.
+type MoEBiasRouter interface {
+	MoERouteBias(r MoERouting, logits, bias Tensor)
 }
 
 // Check refuses a spec outside the limits or with k > E.
@@ -40,6 +92,26 @@ func (s MoESpec) Check() error {
 		return fmt.Errorf("%w: top-%d of %d experts (want 1 to min(%d, experts))", ErrUnsupportedMoE, s.TopK, s.Experts, MaxTopK)
 	case s.Hidden < 1 || s.Inter < 1 || s.MaxTokens < 1:
 		return fmt.Errorf("%w: hidden %d, expert width %d, %d tokens", ErrUnsupportedMoE, s.Hidden, s.Inter, s.MaxTokens)
+	case s.Scoring > ScoreSigmoid:
+		return fmt.Errorf("%w: scoring %d", ErrUnsupportedMoE, s.Scoring)
+	case s.Scale < 0 || s.Scale != s.Scale:
+		return fmt.Errorf("%w: routed scaling factor %v", ErrUnsupportedMoE, s.Scale)
+	case s.Groups < 0 || s.TopKGroups < 0:
+		return fmt.Errorf("%w: %d groups, top-%d groups", ErrUnsupportedMoE, s.Groups, s.TopKGroups)
+	}
+	if s.Groups > 0 {
+		// Every chosen expert must come from a chosen group, and a biased group scores its best two.
+		per := s.Experts / max(s.Groups, 1)
+		switch {
+		case s.Experts%s.Groups != 0:
+			return fmt.Errorf("%w: %d experts do not split into %d groups", ErrUnsupportedMoE, s.Experts, s.Groups)
+		case s.TopKGroups < 1 || s.TopKGroups > s.Groups:
+			return fmt.Errorf("%w: top-%d of %d groups (want 1 to the groups)", ErrUnsupportedMoE, s.TopKGroups, s.Groups)
+		case s.TopK > s.TopKGroups*per:
+			return fmt.Errorf("%w: top-%d experts from %d groups of %d", ErrUnsupportedMoE, s.TopK, s.TopKGroups, per)
+		case s.Bias && per < 2:
+			return fmt.Errorf("%w: groups of %d experts (a biased group scores its best two)", ErrUnsupportedMoE, per)
+		}
 	}
 	return nil
 }
@@ -52,7 +124,8 @@ type MoERouting interface {
 	// Spec is the spec it was made for.
 	Spec() MoESpec
 	// Read copies the last routing of rows tokens to the host (waiting for queued work): ids and
-	// weights [rows, k], row-major, each row's experts in descending weight (ties: lower id first).
+	// weights [rows, k], row-major, each row's experts in descending weight (ties: lower id first;
+	// with a selection bias, in descending biased score).
 	Read(rows int, ids []int32, weights []float32)
 }
 
@@ -65,12 +138,14 @@ type MoEBackend interface {
 	NewMoE(spec MoESpec) (MoERouting, error)
 	// MoERoute routes each row of logits [rows, E]: softmax in float32 over all E experts, the
 	// k largest probabilities (ties: the lower expert id first, as vLLM's topk_softmax kernel
-	// breaks them), divided by their sum when spec.Renormalize.
+	// breaks them), divided by their sum when spec.Renormalize. A backend that accepts a spec
+	// with DeepSeek's options (Scoring, Groups, Scale) routes as they say.
 	MoERoute(r MoERouting, logits Tensor)
 	// MoEExperts writes out[t] = Σ_j w[t,j] · down_e((silu(gate_e(x[t])) * up_e(x[t]))) over the
 	// k experts e = id[t,j] that the last MoERoute on r chose for row t, with w13 [E, 2I, H]
 	// (each expert's gate rows, then its up rows) and w2 [E, H, I]; then, when shared is not
-	// nil, adds sigmoid(sharedGate[t, 0]) · shared[t] (Qwen2-MoE's gated shared expert). Under
+	// nil, adds sigmoid(sharedGate[t, 0]) · shared[t] (Qwen2-MoE's gated shared expert), or
+	// shared[t] itself under spec.SharedPlain (DeepSeek's shared experts; sharedGate nil). Under
 	// tensor parallelism I is the rank's slice and out is a partial sum for the caller to reduce.
 	MoEExperts(out, x Tensor, r MoERouting, w13, w2, shared, sharedGate Tensor)
 }

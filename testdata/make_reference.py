@@ -71,6 +71,11 @@ def base(**over: object) -> dict:
     return cfg
 
 
+def mla(q_lora_rank: int | None) -> dict:
+    """The Multi-head Latent Attention widths of the DeepSeek cases."""
+    return dict(q_lora_rank=q_lora_rank, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
+
+
 # name -> (architecture config class, config kwargs, save dtype, extra)
 CASES = {
     "llama-bf16": ("LlamaConfig", base(), torch.bfloat16, {}),
@@ -149,6 +154,111 @@ CASES = {
         ),
         torch.bfloat16,
         {},
+    ),
+    # DeepSeek MLA families (hidden 64, 4 heads): kv_lora_rank 32, nope 16, rope 8, v 16; 8 routed
+    # experts top-2 plus shared experts. deepseek_v2-lite: the V2-Lite shape (q_proj, no
+    # q_lora_rank), greedy softmax routing, layer 0 dense. deepseek_v2-bf16: q_lora_rank and
+    # group-limited greedy routing. deepseek_v3-bf16: noaux_tc (sigmoid scores, a random
+    # e_score_correction_bias, groups), YaRN with mscale/mscale_all_dim, interleaved RoPE.
+    "deepseek_v2-lite-bf16": (
+        "DeepseekV2Config",
+        base(
+            num_hidden_layers=3,
+            num_key_value_heads=4,
+            rms_norm_eps=1e-6,
+            **mla(None),
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=2,
+            first_k_dense_replace=1,
+            topk_method="greedy",
+            norm_topk_prob=False,
+            routed_scaling_factor=1.0,
+        ),
+        torch.bfloat16,
+        {},
+    ),
+    "deepseek_v2-bf16": (
+        "DeepseekV2Config",
+        base(
+            num_hidden_layers=3,
+            num_key_value_heads=4,
+            rms_norm_eps=1e-6,
+            **mla(24),
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            first_k_dense_replace=0,
+            topk_method="group_limited_greedy",
+            n_group=4,
+            topk_group=2,
+            norm_topk_prob=False,
+            routed_scaling_factor=1.5,
+        ),
+        torch.bfloat16,
+        {},
+    ),
+    "deepseek_v3-bf16": (
+        "DeepseekV3Config",
+        base(
+            num_hidden_layers=3,
+            num_key_value_heads=4,
+            rms_norm_eps=1e-6,
+            **mla(24),
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            n_group=4,
+            topk_group=2,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rope_scaling={
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "mscale": 0.707,
+                "mscale_all_dim": 1.0,
+            },
+        ),
+        torch.bfloat16,
+        {"bias": True},
+    ),
+    # DeepSeek-V3's native block-scaled FP8 layout: every projection (attention, experts, shared
+    # experts) in float8_e4m3fn with [8, 16] weight_scale_inv blocks, the routers unquantized.
+    "deepseek_v3-fp8": (
+        "DeepseekV3Config",
+        base(
+            num_hidden_layers=3,
+            num_key_value_heads=4,
+            rms_norm_eps=1e-6,
+            **mla(24),
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            n_group=4,
+            topk_group=2,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rope_scaling={
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "mscale": 0.707,
+                "mscale_all_dim": 1.0,
+            },
+        ),
+        torch.bfloat16,
+        {"bias": True, "fp8_block_moe": [8, 16]},
     ),
     # mixtral: top-2 always renormalised, a sliding window below max_position_embeddings (served
     # by capping the model length, as for Mistral; the references stay inside it).
@@ -294,6 +404,10 @@ def make(name: str, out_root: str) -> None:
                 p.copy_(1.0 + 0.3 * torch.randn_like(p))
             if pname.endswith(".bias"):
                 p.copy_(0.3 * torch.randn_like(p))
+        if extra.get("bias"):  # DeepSeek-V3's selection bias, large enough to change choices
+            for bname, b in model.named_buffers():
+                if bname.endswith("e_score_correction_bias"):
+                    b.copy_(0.2 * torch.randn_like(b))
     out = os.path.join(out_root, name)
     shutil.rmtree(out, ignore_errors=True)
     if extra.get("fp8_block"):
@@ -486,7 +600,7 @@ def save_quantized(
                 tensors[pname], tensors[mod + ".weight_scale"] = q, sc.contiguous()
                 deq[pname] = d
                 continue
-        elif pname.endswith("_proj.weight") and "mlp.gate." not in pname:
+        elif pname.endswith(("_proj.weight", "_proj_with_mqa.weight")) and "mlp.gate." not in pname:
             bn, bk = extra["fp8_block_moe"]
             q, sc, d = quantize_fp8(t, bn, bk)
             tensors[pname], tensors[mod + ".weight_scale_inv"] = q.contiguous(), sc.contiguous()

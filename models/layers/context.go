@@ -2,8 +2,8 @@
 // of, as nano-vllm's layers/ and vLLM's model_executor/layers are: Embedding and the
 // vocab-parallel LM head, RMSNorm and the residual stream it runs on, Linear in its parallel
 // kinds (replicated, column-parallel, row-parallel, merged-column, q|k|v), the rotary
-// embedding, attention over the paged KV cache, the SwiGLU MLP and the sparse MoE block
-// (FusedMoE).
+// embedding, attention over the paged KV cache (GQA, and DeepSeek's Multi-head Latent Attention
+// over a latent cache), the SwiGLU MLP and the sparse MoE block (FusedMoE).
 //
 // Each layer owns its checkpoint names (with the packed modules it stacks), its slice of the
 // tensor-parallel split and its workspaces, and chooses the backend's fused paths itself (norm

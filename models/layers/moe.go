@@ -46,8 +46,17 @@ type MoEConfig struct {
 	// InterField names Inter in errors (the config's field: moe_intermediate_size).
 	InterField string
 	// SharedInter > 0 adds Qwen2-MoE's shared expert ("shared_expert", a SwiGLU MLP) scaled by
-	// sigmoid(shared_expert_gate(x)).
+	// sigmoid(shared_expert_gate(x)), or with SharedPlain DeepSeek's shared experts
+	// ("shared_experts", one MLP of SharedInter = n_shared_experts × moe_intermediate_size)
+	// added as they are.
 	SharedInter int
+	SharedPlain bool
+	// DeepSeek's routing (ops.MoESpec's fields of the same names): sigmoid scores, group-limited
+	// choice, e_score_correction_bias ("gate.e_score_correction_bias") and routed_scaling_factor.
+	Scoring            ops.MoEScoring
+	Groups, TopKGroups int
+	Bias               bool
+	Scale              float32
 }
 
 // FusedMoE is the sparse MoE block of vLLM's and ATOM's FusedMoE: a replicated router
@@ -59,7 +68,9 @@ type FusedMoE struct {
 	Router   *Linear    // [E, H], replicated
 	W13, W2  ops.Tensor // this rank's stacked experts
 	Shared   *MLP       // nil without a shared expert; its down projection is not reduced alone
-	SharedGt *Linear    // [1, H], replicated
+	SharedGt *Linear    // [1, H], replicated; nil for DeepSeek's ungated shared experts
+	Bias     ops.Tensor // [E], DeepSeek-V3's selection bias; nil without
+	biasR    ops.MoEBiasRouter
 	cfg      MoEConfig
 	c        *Context
 	route    ops.MoERouting
@@ -87,10 +98,23 @@ func NewFusedMoE(c *Context, prefix string, cfg MoEConfig) *FusedMoE {
 	// The routing workspace first: a backend without MoE kernels refuses here, before any
 	// expert weight is read.
 	m.route = c.moeRouting(ops.MoESpec{Experts: cfg.Experts, TopK: cfg.TopK, Hidden: cfg.Hidden, Inter: hi - lo,
-		MaxTokens: c.arena.rows, Renormalize: cfg.Renormalize})
+		MaxTokens: c.arena.rows, Renormalize: cfg.Renormalize, Scoring: cfg.Scoring, Groups: cfg.Groups,
+		TopKGroups: cfg.TopKGroups, Bias: cfg.Bias, Scale: cfg.Scale, SharedPlain: cfg.SharedPlain && cfg.SharedInter > 0})
+	if cfg.Bias && c.err == nil {
+		var ok bool
+		if m.biasR, ok = c.be.(ops.MoEBiasRouter); !ok {
+			c.fail(fmt.Errorf("mixture of experts: %w: no biased router on the %s backend", ops.ErrUnsupportedMoE, c.be.Name()))
+		}
+		m.Bias = c.get(prefix+".gate.e_score_correction_bias", cfg.Experts)
+	}
 	m.Router = NewReplicated(c, prefix+".gate", cfg.Hidden, cfg.Experts, false)
 	m.W13, m.W2 = c.experts(prefix+".experts", cfg, lo, hi)
-	if cfg.SharedInter > 0 {
+	switch {
+	case cfg.SharedInter > 0 && cfg.SharedPlain:
+		m.Shared = NewMLP(c, prefix+".shared_experts", cfg.Hidden, cfg.SharedInter)
+		m.Shared.Down.reduce = false
+		m.sharedY = c.workspace("moe.shared_out", cfg.Hidden)
+	case cfg.SharedInter > 0:
 		m.Shared = NewMLP(c, prefix+".shared_expert", cfg.Hidden, cfg.SharedInter)
 		m.Shared.Down.reduce = false // summed with the experts' partial sums, in one all-reduce
 		m.SharedGt = NewReplicated(c, prefix+".shared_expert_gate", cfg.Hidden, 1, false)
@@ -155,14 +179,21 @@ func (m *FusedMoE) Forward(s *Stream, norm, _ *RMSNorm) {
 	x := s.Norm(norm)
 	logits := m.logits.View()
 	be.Linear(logits, x, m.Router.W, nil)
-	be.MoERoute(m.route, logits)
+	if m.Bias != nil {
+		m.biasR.MoERouteBias(m.route, logits, m.Bias)
+	} else {
+		be.MoERoute(m.route, logits)
+	}
 	var shared, gate ops.Tensor
 	if m.Shared != nil {
 		gateUp, act := m.Shared.gateUp.View(), m.Shared.act.View()
-		shared, gate = m.sharedY.View(), m.sharedGt.View()
+		shared = m.sharedY.View()
 		be.Linear(gateUp, x, m.Shared.GateUp.W, nil)
 		be.LinearSwiGLU(shared, gateUp, act, m.Shared.Down.W)
-		be.Linear(gate, x, m.SharedGt.W, nil)
+		if m.SharedGt != nil {
+			gate = m.sharedGt.View()
+			be.Linear(gate, x, m.SharedGt.W, nil)
+		}
 	}
 	be.MoEExperts(s.x, x, m.route, m.W13, m.W2, shared, gate)
 	if m.reduce {

@@ -54,15 +54,28 @@ func (b *Backend) NewMoE(spec ops.MoESpec) (ops.MoERouting, error) {
 }
 
 // MoERoute: the float32 softmax of each row, its top k (lower id first on ties) and, when the
-// spec says so, their renormalisation, in the order transformers computes them.
-func (b *Backend) MoERoute(route ops.MoERouting, logits ops.Tensor) {
+// spec says so, their renormalisation, in the order transformers computes them; DeepSeek's
+// options (sigmoid scores, groups, scale) as deepseekRoute says.
+func (b *Backend) MoERoute(route ops.MoERouting, logits ops.Tensor) { b.route(route, logits, nil) }
+
+// MoERouteBias routes with DeepSeek-V3's per-expert selection bias [E].
+func (b *Backend) MoERouteBias(route ops.MoERouting, logits, bias ops.Tensor) {
+	b.route(route, logits, bias)
+}
+
+func (b *Backend) route(route ops.MoERouting, logits, bias ops.Tensor) {
 	r, lt := route.(*moeRouting), logits.(*Tensor)
 	e, k := r.spec.Experts, r.spec.TopK
 	rows := lt.rows()
-	if lt.cols() != e || rows > r.spec.MaxTokens {
-		panic(fmt.Sprintf("cpu MoERoute: logits %v for %d experts, %d tokens", lt.shape, e, r.spec.MaxTokens))
+	if lt.cols() != e || rows > r.spec.MaxTokens || (bias != nil) != r.spec.Bias ||
+		bias != nil && bias.(*Tensor).rows()*bias.(*Tensor).cols() != e {
+		panic(fmt.Sprintf("cpu MoERoute: logits %v for %d experts, %d tokens, bias %v", lt.shape, e, r.spec.MaxTokens, bias != nil))
 	}
 	r.rows = rows
+	if !r.spec.Plain() {
+		b.deepseekRoute(r, lt, bias)
+		return
+	}
 	b.pool.run(rows, func(lo, hi, worker int) {
 		p := b.pool.buf(worker, e)
 		for t := lo; t < hi; t++ {
@@ -130,10 +143,13 @@ func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w13, w2, s
 	}
 	r.o, r.x, r.w13, r.w2 = nil, nil, nil, nil
 	if shared != nil {
-		st, gt := shared.(*Tensor), sharedGate.(*Tensor)
+		st := shared.(*Tensor)
 		for t := 0; t < r.rows; t++ {
-			g := gt.f32[t*gt.cols()]
-			scale := 1 / (1 + float32(math.Exp(float64(-g))))
+			scale := float32(1)
+			if !s.SharedPlain {
+				gt := sharedGate.(*Tensor)
+				scale = 1 / (1 + float32(math.Exp(float64(-gt.f32[t*gt.cols()]))))
+			}
 			dst, src := o.f32[t*h:(t+1)*h], st.f32[t*h:(t+1)*h]
 			for i := range dst {
 				dst[i] += scale * src[i]

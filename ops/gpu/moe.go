@@ -56,6 +56,9 @@ func (b *Backend) NewMoE(spec ops.MoESpec) (ops.MoERouting, error) {
 	if err := spec.Check(); err != nil {
 		return nil, err
 	}
+	if !spec.Plain() {
+		return nil, fmt.Errorf("%w: the gpu router does softmax top-k only (DeepSeek's routing: %+v)", ops.ErrUnsupportedMoE, spec)
+	}
 	if spec.Hidden%8 != 0 || spec.Inter%8 != 0 {
 		return nil, fmt.Errorf("%w: the gpu expert kernels need hidden and expert widths divisible by 8 (hidden %d, expert width %d)",
 			ops.ErrUnsupportedMoE, spec.Hidden, spec.Inter)

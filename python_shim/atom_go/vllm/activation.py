@@ -25,6 +25,8 @@ ENV_ACTIVE = "ATOM_GO_VLLM"
 # Architectures atom-go serves, registered with vLLM as stubs: the Go registry's,
 # models.Architectures(); TestShimArchitecturesAreTheRegistry keeps the two lists equal.
 ARCHITECTURES = (
+    "DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLM",
     "LlamaForCausalLM",
     "MistralForCausalLM",
     "MixtralForCausalLM",
