@@ -1,0 +1,106 @@
+// Package spec holds speculative decoding's host-side pieces: the --speculative-config
+// settings and the n-gram (prompt lookup) proposer. The engine verifies the drafts it proposes
+// (engine/spec_step.go); the scheduler reserves their KV slots and rolls rejected ones back.
+package spec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// MaxSpeculativeTokens bounds num_speculative_tokens: a verify step computes 1+K positions per
+// sequence, and beyond a few tokens acceptance of n-gram drafts falls off anyway.
+const MaxSpeculativeTokens = 16
+
+// maxLookup bounds prompt_lookup_max: the proposer compares up to that many tokens at every
+// position of the context each step.
+const maxLookup = 1024
+
+// ErrInvalidConfig wraps every refusal of a --speculative-config value.
+var ErrInvalidConfig = errors.New("invalid --speculative-config")
+
+// Config is the subset of vLLM's SpeculativeConfig that atom-go implements, spelled as vLLM's
+// JSON spells it.
+type Config struct {
+	// Method is the drafting method; only "ngram" is implemented.
+	Method string `json:"method"`
+	// NumSpeculativeTokens is K, the most drafts proposed per sequence and step.
+	NumSpeculativeTokens int `json:"num_speculative_tokens"`
+	// PromptLookupMin and PromptLookupMax bound the length of the n-gram matched against the
+	// sequence's earlier tokens.
+	PromptLookupMin int `json:"prompt_lookup_min"`
+	// PromptLookupMax: see PromptLookupMin.
+	PromptLookupMax int `json:"prompt_lookup_max"`
+}
+
+// rawConfig detects unset fields, which vLLM fills in from one another.
+type rawConfig struct {
+	Method               *string `json:"method"`
+	NumSpeculativeTokens *int    `json:"num_speculative_tokens"`
+	PromptLookupMin      *int    `json:"prompt_lookup_min"`
+	PromptLookupMax      *int    `json:"prompt_lookup_max"`
+}
+
+// Parse reads a --speculative-config JSON object. The empty string means no speculation and
+// returns nil. Unknown fields and methods are refused rather than ignored, so that a vLLM
+// setting atom-go does not implement is never silently dropped.
+func Parse(s string) (*Config, error) {
+	if len(bytes.TrimSpace([]byte(s))) == 0 {
+		return nil, nil
+	}
+	var raw rawConfig
+	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("%w: %v (atom-go reads method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)", ErrInvalidConfig, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidConfig)
+	}
+	if raw.Method == nil {
+		return nil, fmt.Errorf("%w: method is required (atom-go implements \"ngram\")", ErrInvalidConfig)
+	}
+	c := &Config{Method: *raw.Method}
+	switch c.Method {
+	case "ngram":
+	case "draft_model", "mtp", "deepseek_mtp", "eagle", "eagle3", "medusa", "mlp_speculator":
+		return nil, fmt.Errorf("%w: method %q is not supported yet (only \"ngram\"; draft_model and mtp are planned, issue 32)", ErrInvalidConfig, c.Method)
+	default:
+		return nil, fmt.Errorf("%w: unknown method %q (only \"ngram\" is supported; draft_model and mtp are planned)", ErrInvalidConfig, c.Method)
+	}
+	if raw.NumSpeculativeTokens == nil {
+		return nil, fmt.Errorf("%w: num_speculative_tokens is required for method ngram", ErrInvalidConfig)
+	}
+	c.NumSpeculativeTokens = *raw.NumSpeculativeTokens
+	// vLLM's defaults: both unset gives 5 and 5; one set gives the other its value.
+	switch {
+	case raw.PromptLookupMin == nil && raw.PromptLookupMax == nil:
+		c.PromptLookupMin, c.PromptLookupMax = 5, 5
+	case raw.PromptLookupMin == nil:
+		c.PromptLookupMin, c.PromptLookupMax = *raw.PromptLookupMax, *raw.PromptLookupMax
+	case raw.PromptLookupMax == nil:
+		c.PromptLookupMin, c.PromptLookupMax = *raw.PromptLookupMin, *raw.PromptLookupMin
+	default:
+		c.PromptLookupMin, c.PromptLookupMax = *raw.PromptLookupMin, *raw.PromptLookupMax
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the ranges of an n-gram configuration.
+func (c *Config) Validate() error {
+	switch {
+	case c.Method != "ngram":
+		return fmt.Errorf("%w: method %q is not supported yet (only \"ngram\")", ErrInvalidConfig, c.Method)
+	case c.NumSpeculativeTokens < 1 || c.NumSpeculativeTokens > MaxSpeculativeTokens:
+		return fmt.Errorf("%w: num_speculative_tokens must be in [1, %d], got %d", ErrInvalidConfig, MaxSpeculativeTokens, c.NumSpeculativeTokens)
+	case c.PromptLookupMin < 1 || c.PromptLookupMax < 1:
+		return fmt.Errorf("%w: prompt_lookup_min and prompt_lookup_max must be at least 1, got %d and %d", ErrInvalidConfig, c.PromptLookupMin, c.PromptLookupMax)
+	case c.PromptLookupMin > c.PromptLookupMax:
+		return fmt.Errorf("%w: prompt_lookup_min %d exceeds prompt_lookup_max %d", ErrInvalidConfig, c.PromptLookupMin, c.PromptLookupMax)
+	case c.PromptLookupMax > maxLookup:
+		return fmt.Errorf("%w: prompt_lookup_max must be at most %d, got %d", ErrInvalidConfig, maxLookup, c.PromptLookupMax)
+	}
+	return nil
+}
