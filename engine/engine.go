@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/atom-go/atom/engine/sched"
+	"github.com/atom-go/atom/engine/spec"
 	"github.com/atom-go/atom/engine/tokenizer"
 	"github.com/atom-go/atom/models"
 )
@@ -40,9 +41,11 @@ type Engine struct {
 	pool     *samplerPool // engine-scheduled steps
 	rng      *rand.Rand
 	work     []Work
-	flight   *flight   // a queued step whose draw is not read yet (ahead.go)
-	flights  [2]flight // the storage flight points into
-	gate     *StepGate // tests only (testhook.go)
+	flight   *flight      // a queued step whose draw is not read yet (ahead.go)
+	flights  [2]flight    // the storage flight points into
+	gate     *StepGate    // tests only (testhook.go)
+	spec     *spec.Config // nil: no speculative decoding (spec_step.go)
+	draftBuf []int32      // the proposer's output, reused
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -57,6 +60,11 @@ type Stats struct {
 	Steps            int64   // cumulative forward passes
 	TokensPerSecond  float64 // generated tokens per second over the last steps
 	LastStepDuration time.Duration
+	// Speculative decoding, as vLLM's counters: verify steps' sequences that carried drafts,
+	// drafts proposed and verified, drafts accepted.
+	SpecNumDrafts         int64
+	SpecNumDraftTokens    int64
+	SpecNumAcceptedTokens int64
 }
 
 // Tokenizer returns the model's tokenizer, or nil when the checkpoint has none.

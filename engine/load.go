@@ -10,6 +10,7 @@ import (
 	"runtime"
 
 	"github.com/atom-go/atom/engine/sched"
+	"github.com/atom-go/atom/engine/spec"
 	"github.com/atom-go/atom/engine/tokenizer"
 	"github.com/atom-go/atom/models"
 	"github.com/atom-go/atom/ops"
@@ -108,7 +109,17 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		}
 	}()
 	mc := ck.Config
+	specCfg, err := spec.Parse(cfg.SpeculativeConfig)
+	if err != nil {
+		return nil, err
+	}
 	limits := models.Options{MaxTokens: cfg.MaxNumBatchedTokens, MaxSeqs: cfg.MaxNumSeqs}
+	if specCfg != nil {
+		// A verify step returns the logits of 1+K positions per sequence.
+		limits.MaxSeqs = min(cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs*(1+specCfg.NumSpeculativeTokens))
+		// Verify steps read every draw on the host before the next step's drafts exist.
+		cfg.NoAsyncScheduling = true
+	}
 	bar := newProgressBar("loading weights", log)
 	fp8KV, _ := ops.KVCacheFP8(cfg.KVCacheDType) // checked by Validate
 	model, err = models.LoadParallel(ck, dev.backends, dev.group, models.Options{MaxTokens: limits.MaxTokens, MaxSeqs: limits.MaxSeqs,
@@ -162,7 +173,7 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	e := &Engine{cfg: cfg, backend: backend, model: mc, tok: tok, runner: runner, sched: sc, maxModelLen: maxLen,
 		eos: mc.StopTokenIDs(), log: log, cmds: make(chan func()), stop: make(chan struct{}),
 		stopped: make(chan struct{}), reqs: map[string]*request{}, pool: newSamplerPool(), bySeq: map[*sched.Sequence]*choice{},
-		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15))}
+		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)), spec: specCfg}
 	if tok != nil {
 		if id, ok := tok.EOSTokenID(); ok && !contains(e.eos, id) {
 			e.eos = append(e.eos, id)

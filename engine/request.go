@@ -41,8 +41,13 @@ type request struct {
 
 // finishReason decides whether c ends after appending tok; the empty string means it goes on.
 func (e *Engine) finishReason(c *choice, tok int32) (reason string, stop any) {
+	return e.finishReasonAt(c, tok, c.seq.NumGenerated(), c.seq.Len())
+}
+
+// finishReasonAt is finishReason for tok as the n-th generated token of a sequence of length
+// seqLen: a verify step decides on its accepted drafts before the sequence was cut to them.
+func (e *Engine) finishReasonAt(c *choice, tok int32, n, seqLen int) (reason string, stop any) {
 	p := &c.req.params
-	n := c.seq.NumGenerated()
 	if n >= p.MinTokens {
 		for _, id := range c.req.stopIDs {
 			if id == tok {
@@ -53,7 +58,7 @@ func (e *Engine) finishReason(c *choice, tok int32) (reason string, stop any) {
 	if p.MaxTokens > 0 && n >= p.MaxTokens {
 		return "length", nil
 	}
-	if c.seq.Len() >= e.maxModelLen {
+	if seqLen >= e.maxModelLen {
 		return "length", nil
 	}
 	return "", nil

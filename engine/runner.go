@@ -16,6 +16,9 @@ type Work struct {
 	NumTokens  int
 	BlockTable []int32
 	Sample     bool
+	// Drafts, with Sample, asks for the logits of the last Drafts+1 positions instead of the
+	// last one: a speculative verify chunk whose last Drafts tokens are drafts.
+	Drafts int
 }
 
 // Runner executes flattened batches on one model and its KV cache. It owns reusable input
@@ -141,6 +144,9 @@ func (r *Runner) prepare(work []Work) error {
 		if w.NumTokens <= 0 || w.Start < 0 || end > len(w.Tokens) {
 			return fmt.Errorf("%w: work %d computes tokens [%d, %d) of %d", ErrInvalidRequest, i, w.Start, end, len(w.Tokens))
 		}
+		if w.Drafts < 0 || w.Drafts >= w.NumTokens || (w.Drafts > 0 && !w.Sample) {
+			return fmt.Errorf("%w: work %d verifies %d drafts in a chunk of %d tokens (sampled %v)", ErrInvalidRequest, i, w.Drafts, w.NumTokens, w.Sample)
+		}
 		if end > len(w.BlockTable)*r.blockSize {
 			return fmt.Errorf("%w: work %d needs %d tokens of KV but has %d blocks of %d", ErrInvalidRequest, i, end, len(w.BlockTable), r.blockSize)
 		}
@@ -164,7 +170,9 @@ func (r *Runner) prepare(work []Work) error {
 		m.QueryStart = append(m.QueryStart, int32(len(r.ids)))
 		m.SeqLens = append(m.SeqLens, int32(end))
 		if w.Sample {
-			r.sampleRows = append(r.sampleRows, int32(len(r.ids)-1))
+			for j := w.Drafts; j >= 0; j-- {
+				r.sampleRows = append(r.sampleRows, int32(len(r.ids)-1-j))
+			}
 		}
 	}
 	if len(r.ids) > r.limits.MaxTokens || len(work) > r.limits.MaxTokens || len(r.sampleRows) > r.limits.MaxSeqs {

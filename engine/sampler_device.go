@@ -58,9 +58,13 @@ func (e *Engine) runAndSample(batch sched.Batch) ([]*sched.Sequence, []Sample, e
 		}
 		c := e.bySeq[it.Seq]
 		p, n := &c.req.params, it.Seq.NumGenerated()
-		device = device && deviceEligible(p, n, c.req.stopIDs, p.Logprobs)
+		// Verify chunks use the host sampler: acceptance needs every position's draw.
+		device = device && it.Seq.NumDrafts() == 0 && deviceEligible(p, n, c.req.stopIDs, p.Logprobs)
 		e.pool.params = append(e.pool.params, rowSampling(p, c.seed, n))
 		sampled = append(sampled, it.Seq)
+		for range it.Seq.NumDrafts() {
+			sampled = append(sampled, it.Seq)
+		}
 	}
 	if device && len(sampled) > 0 {
 		toks, err := e.runner.RunSampled(e.work, e.pool.params)
@@ -79,11 +83,18 @@ func (e *Engine) runAndSample(batch sched.Batch) ([]*sched.Sequence, []Sample, e
 		return nil, nil, err
 	}
 	e.sched.Commit(batch)
-	for _, seq := range sampled {
+	for i := 0; i < len(sampled); {
+		seq := sampled[i]
 		c := e.bySeq[seq]
 		p := &c.req.params
-		e.pool.add(sampleInput{params: p, prompt: seq.TokenIDs[:seq.NumPromptTokens],
-			output: seq.OutputTokenIDs(), rng: c.rng, stopIDs: c.req.stopIDs, wantTopN: p.Logprobs})
+		// Row j of a verify chunk samples the token after draft j-1: its output so far ends
+		// there, so penalties and min_tokens see what the plain path would.
+		d := seq.NumDrafts()
+		for j := 0; j <= d; j++ {
+			e.pool.add(sampleInput{params: p, prompt: seq.TokenIDs[:seq.NumPromptTokens],
+				output: seq.TokenIDs[seq.NumPromptTokens : seq.Len()-d+j], rng: c.rng, stopIDs: c.req.stopIDs, wantTopN: p.Logprobs})
+		}
+		i += d + 1
 	}
 	return sampled, e.pool.run(logits, e.model.VocabSize), nil
 }

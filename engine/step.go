@@ -72,8 +72,12 @@ func (e *Engine) step() error {
 	e.work = e.work[:0]
 	var prompt int64
 	for _, it := range batch.Items {
-		e.work = append(e.work, Work{Tokens: it.Seq.TokenIDs, Start: it.Start, NumTokens: it.NumTokens,
-			BlockTable: it.Seq.BlockTable, Sample: it.Sample})
+		w := Work{Tokens: it.Seq.TokenIDs, Start: it.Start, NumTokens: it.NumTokens,
+			BlockTable: it.Seq.BlockTable, Sample: it.Sample}
+		if it.Sample {
+			w.Drafts = it.Seq.NumDrafts()
+		}
+		e.work = append(e.work, w)
 		if it.Start < it.Seq.NumPromptTokens {
 			prompt += int64(min(it.NumTokens, it.Seq.NumPromptTokens-it.Start))
 		}
@@ -85,13 +89,25 @@ func (e *Engine) step() error {
 	if err != nil {
 		return err
 	}
-	for i, seq := range sampled {
-		c, s := e.bySeq[seq], samples[i]
+	// sampled has one entry per row: a verify chunk's sequence appears once per verified
+	// position, its rows contiguous (spec_step.go).
+	var generated int64
+	for i := 0; i < len(sampled); {
+		seq := sampled[i]
+		c := e.bySeq[seq]
+		if d := seq.NumDrafts(); d > 0 {
+			generated += int64(e.verify(c, samples[i:i+d+1]))
+			i += d + 1
+			continue
+		}
+		s := samples[i]
+		i++
 		e.sched.AppendToken(seq, s.Token)
 		reason, stop := e.finishReason(c, s.Token)
 		e.emit(c, s, reason, stop)
+		generated++
+		e.propose(c)
 	}
-	generated := int64(len(sampled))
 	e.updateStats(prompt, generated, time.Since(start))
 	return nil
 }

@@ -222,7 +222,7 @@ func (bm *BlockManager) register(seq *Sequence, numTokens int) {
 	if !bm.prefixCaching {
 		return
 	}
-	full := min(numTokens, seq.Len()-seq.pending) / bm.blockSize
+	full := min(numTokens, seq.Len()-seq.pending-seq.drafts) / bm.blockSize
 	if full <= seq.numRegistered {
 		return
 	}

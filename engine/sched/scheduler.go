@@ -182,7 +182,13 @@ func (s *Scheduler) Schedule() Batch {
 
 	for i := 0; i < len(s.running) && budget > 0; {
 		seq := s.running[i]
-		n := s.chunk(seq.Len()-seq.NumComputed, budget)
+		want := seq.Len() - seq.NumComputed
+		n := s.chunk(want, budget)
+		if seq.drafts > 0 && n < want {
+			// A verify chunk is all or nothing: drafts that do not fit the budget are dropped.
+			s.trimDrafts(seq, min(seq.drafts, want-n))
+			n = min(n, seq.Len()-seq.NumComputed)
+		}
 		if n <= 0 {
 			// Sampled but the engine appended nothing yet: nothing to do.
 			i++
@@ -247,6 +253,7 @@ func (b *Batch) add(seq *Sequence, n int) {
 // Its KV is recomputed then, mostly from the prefix cache if the freed
 // blocks were not evicted meanwhile.
 func (s *Scheduler) preempt(seq *Sequence) {
+	s.trimDrafts(seq, seq.drafts)
 	s.bm.Free(seq)
 	seq.NumComputed, seq.Status = 0, Waiting
 	seq.numPreemptions++

@@ -77,6 +77,10 @@ type Sequence struct {
 	// for draws still on the device (Scheduler.ScheduleAhead); their blocks
 	// are not hashed until ResolvePending fills them in.
 	pending int
+	// drafts counts the speculative tokens at the end of TokenIDs (Scheduler.SetDrafts): they
+	// get KV slots and are computed by the verify step but are never hashed, and
+	// AcceptDrafts drops the rejected ones.
+	drafts int
 }
 
 // NewSequence returns a waiting sequence whose tokens are a copy of prompt;
@@ -95,6 +99,9 @@ func (s *Sequence) Len() int { return len(s.TokenIDs) }
 
 // NumPending returns how many of the last tokens are placeholders for draws not yet known.
 func (s *Sequence) NumPending() int { return s.pending }
+
+// NumDrafts returns how many of the last tokens are speculative drafts awaiting verification.
+func (s *Sequence) NumDrafts() int { return s.drafts }
 
 // NumGenerated returns the number of tokens generated so far.
 func (s *Sequence) NumGenerated() int { return len(s.TokenIDs) - s.NumPromptTokens }
