@@ -46,6 +46,9 @@ type Engine struct {
 	gate     *StepGate    // tests only (testhook.go)
 	spec     *spec.Config // nil: no speculative decoding (spec_step.go)
 	draftBuf []int32      // the proposer's output, reused
+	// specLogits is the last host-sampled step's logits, which verifySampled reads; a view of
+	// the runner's buffer, valid until the next step.
+	specLogits []float32
 
 	statsMu sync.Mutex
 	stats   Stats

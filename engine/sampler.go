@@ -32,10 +32,37 @@ type sampleInput struct {
 	rng      *rand.Rand
 	stopIDs  []int32 // masked while len(output) < MinTokens
 	wantTopN int
+	// skip leaves the row to the caller: a sampling request's verify rows are drawn in
+	// order, after the pool, since each draws only if the drafts before it were accepted.
+	skip bool
 }
 
 func (s *sampler) sample(logits []float32, in *sampleInput) Sample {
-	raw, logZ := logits, logSumExp(logits)
+	raw := logits
+	logits = s.process(logits, in)
+	var tok int32
+	if in.params.Temperature == 0 {
+		tok = argmax(logits)
+	} else {
+		tok = s.draw(logits, in.params, in.rng)
+	}
+	return s.result(raw, tok, in)
+}
+
+// result reports tok with its logprob under the raw logits and the top alternatives asked for.
+func (s *sampler) result(raw []float32, tok int32, in *sampleInput) Sample {
+	logZ := logSumExp(raw)
+	out := Sample{Token: tok, Logprob: raw[tok] - logZ}
+	if in.wantTopN > 0 {
+		out.TopIDs, out.TopLogprobs = topN(raw, in.wantTopN, logZ)
+	}
+	return out
+}
+
+// process returns the logits sampling draws from: penalties applied and stop tokens masked
+// while min_tokens is not reached, in the sampler's scratch (logits itself when nothing
+// applies).
+func (s *sampler) process(logits []float32, in *sampleInput) []float32 {
 	p := in.params
 	penalise := p.RepetitionPenalty != 1 || p.PresencePenalty != 0 || p.FrequencyPenalty != 0
 	mask := len(in.output) < p.MinTokens && len(in.stopIDs) > 0
@@ -51,26 +78,31 @@ func (s *sampler) sample(logits []float32, in *sampleInput) Sample {
 			}
 		}
 	}
-	var tok int32
-	if p.Temperature == 0 {
-		tok = argmax(logits)
-	} else {
-		tok = s.draw(logits, p, in.rng)
-	}
-	out := Sample{Token: tok, Logprob: raw[tok] - logZ}
-	if in.wantTopN > 0 {
-		out.TopIDs, out.TopLogprobs = topN(raw, in.wantTopN, logZ)
-	}
-	return out
+	return logits
 }
 
 // draw samples from softmax(logits/T) restricted by top-k, top-p and min-p.
 func (s *sampler) draw(logits []float32, p *SamplingParams, rng *rand.Rand) int32 {
+	idx, probs, cut, kept := s.dist(logits, p)
+	r := rng.Float64() * kept
+	for i := 0; i < cut; i++ {
+		r -= float64(probs[i])
+		if r < 0 {
+			return idx[i]
+		}
+	}
+	return idx[cut-1]
+}
+
+// dist sorts the vocabulary by logit and returns the unnormalised probabilities of
+// softmax(logits/T) in that order, the count cut of tokens top-k, top-p and min-p keep, and
+// their total mass kept: token idx[i] has probability probs[i]/kept for i < cut, else 0.
+func (s *sampler) dist(logits []float32, p *SamplingParams) (idx []int32, probs []float32, cut int, kept float64) {
 	n := len(logits)
 	if cap(s.idx) < n {
 		s.idx, s.probs = make([]int32, n), make([]float32, n)
 	}
-	idx, probs := s.idx[:n], s.probs[:n]
+	idx, probs = s.idx[:n], s.probs[:n]
 	for i := range idx {
 		idx[i] = int32(i)
 	}
@@ -91,7 +123,8 @@ func (s *sampler) draw(logits []float32, p *SamplingParams, rng *rand.Rand) int3
 	}
 	// top-p keeps the smallest prefix whose mass reaches top_p; min-p drops tokens below
 	// min_p times the most likely one. Both always keep the first token.
-	cut, cum := k, 0.0
+	cut = k
+	cum := 0.0
 	for i := 0; i < k; i++ {
 		pr := float64(probs[i]) / sum
 		if p.MinP > 0 && i > 0 && pr < p.MinP*float64(probs[0])/sum {
@@ -104,18 +137,10 @@ func (s *sampler) draw(logits []float32, p *SamplingParams, rng *rand.Rand) int3
 			break
 		}
 	}
-	var kept float64
 	for i := 0; i < cut; i++ {
 		kept += float64(probs[i])
 	}
-	r := rng.Float64() * kept
-	for i := 0; i < cut; i++ {
-		r -= float64(probs[i])
-		if r < 0 {
-			return idx[i]
-		}
-	}
-	return idx[cut-1]
+	return idx, probs, cut, kept
 }
 
 // topN returns the n most likely ids of raw logits and their logprobs.

@@ -92,9 +92,11 @@ func (e *Engine) runAndSample(batch sched.Batch) ([]*sched.Sequence, []Sample, e
 		d := seq.NumDrafts()
 		for j := 0; j <= d; j++ {
 			e.pool.add(sampleInput{params: p, prompt: seq.TokenIDs[:seq.NumPromptTokens],
-				output: seq.TokenIDs[seq.NumPromptTokens : seq.Len()-d+j], rng: c.rng, stopIDs: c.req.stopIDs, wantTopN: p.Logprobs})
+				output: seq.TokenIDs[seq.NumPromptTokens : seq.Len()-d+j], rng: c.rng, stopIDs: c.req.stopIDs, wantTopN: p.Logprobs,
+				skip: d > 0 && p.Temperature != 0})
 		}
 		i += d + 1
 	}
+	e.specLogits = logits
 	return sampled, e.pool.run(logits, e.model.VocabSize), nil
 }

@@ -48,6 +48,9 @@ func (p *samplerPool) run(logits []float32, vocab int) []Sample {
 		}
 		body := func() {
 			for i := lo; i < hi; i++ {
+				if p.ins[i].skip {
+					continue
+				}
 				p.outs[i] = p.samplers[w].sample(logits[i*vocab:(i+1)*vocab], &p.ins[i])
 			}
 		}

@@ -9,17 +9,17 @@ package engine
 // accepted drafts and the target's own next token, one at a time through the same stop checks
 // as a plain step, and rolls the rejected drafts back (sched.AcceptDrafts).
 //
-// Greedy requests only: a draft is accepted when it equals the target's argmax, so outputs are
-// token-identical with and without speculation. Requests that sample get no drafts.
+// Greedy: a draft is accepted when it equals the target's argmax, so outputs are
+// token-identical with and without speculation. Sampling: rejection sampling (spec_sample.go),
+// so the output distribution is the target's.
 //
 // Verify steps run eagerly (no CUDA graph), read on the host (no device sampling) and are
 // never scheduled ahead: speculation turns async scheduling off (load.go).
 
-// propose gives c's sequence drafts for its next step when speculation is on and the request
-// is greedy; the drafts are capped so that, all accepted, they and the verify step's own token
+// propose gives c's sequence drafts for its next step when speculation is on; the drafts are capped so that, all accepted, they and the verify step's own token
 // stay within max_tokens.
 func (e *Engine) propose(c *choice) {
-	if e.spec == nil || c.finished || c.req.params.Temperature != 0 {
+	if e.spec == nil || c.finished {
 		return
 	}
 	seq := c.seq
@@ -37,15 +37,20 @@ func (e *Engine) propose(c *choice) {
 }
 
 // verify accepts c's drafts against rows, the samples of its verify chunk (one per draft, then
-// the one after the last draft), emits the accepted drafts and the token that follows them,
-// and returns how many tokens it emitted.
-func (e *Engine) verify(c *choice, rows []Sample) int {
+// the one after the last draft; for a sampling request rows are drawn here, from the step's
+// logits rows row..), emits the accepted drafts and the token that follows them, and returns
+// how many tokens it emitted.
+func (e *Engine) verify(c *choice, rows []Sample, row int) int {
 	seq := c.seq
 	d := len(rows) - 1
-	drafts := seq.TokenIDs[seq.Len()-d:]
 	a := 0
-	for a < d && rows[a].Token == drafts[a] {
-		a++
+	if c.req.params.Temperature != 0 {
+		a = e.verifySampled(c, rows, row)
+	} else {
+		drafts := seq.TokenIDs[seq.Len()-d:]
+		for a < d && rows[a].Token == drafts[a] {
+			a++
+		}
 	}
 	e.statsMu.Lock()
 	e.stats.SpecNumDrafts++

@@ -96,7 +96,7 @@ func (e *Engine) step() error {
 		seq := sampled[i]
 		c := e.bySeq[seq]
 		if d := seq.NumDrafts(); d > 0 {
-			generated += int64(e.verify(c, samples[i:i+d+1]))
+			generated += int64(e.verify(c, samples[i:i+d+1], i))
 			i += d + 1
 			continue
 		}
