@@ -70,6 +70,23 @@ type Stats struct {
 	SpecNumAcceptedTokens int64
 }
 
+// SpecAcceptanceRate is the fraction of proposed drafts accepted (0 before any verify step).
+func (s Stats) SpecAcceptanceRate() float64 {
+	if s.SpecNumDraftTokens == 0 {
+		return 0
+	}
+	return float64(s.SpecNumAcceptedTokens) / float64(s.SpecNumDraftTokens)
+}
+
+// SpecMeanAcceptedLength is vLLM's mean acceptance length: tokens emitted per verify step, the
+// accepted drafts plus the target's own token (0 before any verify step).
+func (s Stats) SpecMeanAcceptedLength() float64 {
+	if s.SpecNumDrafts == 0 {
+		return 0
+	}
+	return 1 + float64(s.SpecNumAcceptedTokens)/float64(s.SpecNumDrafts)
+}
+
 // Tokenizer returns the model's tokenizer, or nil when the checkpoint has none.
 func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 

@@ -115,6 +115,12 @@ func (s *Server) writeMetrics(w io.Writer) {
 	counter("atom_prefix_cache_hits_total", "Prompt tokens served by the prefix cache.", float64(st.PrefixCacheHits))
 	counter("atom_prompt_tokens_total", "Prompt tokens computed.", float64(st.PromptTokens))
 	counter("atom_generation_tokens_total", "Tokens generated.", float64(st.GeneratedTokens))
+	// Speculative decoding (--speculative-config), named after vLLM's spec_decode counters.
+	counter("atom_spec_decode_num_drafts_total", "Verify steps' sequences that carried drafts.", float64(st.SpecNumDrafts))
+	counter("atom_spec_decode_num_draft_tokens_total", "Draft tokens proposed and verified.", float64(st.SpecNumDraftTokens))
+	counter("atom_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", float64(st.SpecNumAcceptedTokens))
+	gauge("atom_spec_decode_acceptance_rate", "Accepted draft tokens over proposed ones since start.", st.SpecAcceptanceRate())
+	gauge("atom_spec_decode_mean_accepted_length", "Tokens emitted per verify step (accepted drafts plus one) since start.", st.SpecMeanAcceptedLength())
 	staleV := 0.0
 	if stale {
 		staleV = 1

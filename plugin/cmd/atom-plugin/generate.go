@@ -24,6 +24,7 @@ type generateResult struct {
 	StopReason   any             `json:"stop_reason,omitempty"`
 	PromptIDs    []int32         `json:"prompt_token_ids"`
 	Timing       map[string]any  `json:"timing"`
+	SpecDecode   map[string]any  `json:"spec_decode,omitempty"` // with --speculative-config
 }
 
 // defaultMaxTokens is generate's --max-tokens when the flag is left out.
@@ -104,6 +105,12 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	total := time.Since(t1)
 	res.Timing = map[string]any{"load_s": loaded.Seconds(), "ttft_s": ttft.Seconds(), "total_s": total.Seconds(),
 		"output_tokens": len(res.TokenIDs), "tokens_per_s": float64(len(res.TokenIDs)) / total.Seconds()}
+	if cfg.SpeculativeConfig != "" {
+		es := e.Stats()
+		res.SpecDecode = map[string]any{"num_drafts": es.SpecNumDrafts, "num_draft_tokens": es.SpecNumDraftTokens,
+			"num_accepted_tokens": es.SpecNumAcceptedTokens, "acceptance_rate": es.SpecAcceptanceRate(),
+			"mean_accepted_length": es.SpecMeanAcceptedLength()}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		return enc.Encode(res)

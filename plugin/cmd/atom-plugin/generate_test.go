@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,4 +47,41 @@ func TestGenerateHelpSaysTheMaxTokensDefault(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, stderr, "most tokens to generate, >= 1")
 	require.Contains(t, stderr, "(default 32)")
+}
+
+// TestGenerateSpeculativeConfig: generate takes --speculative-config as vLLM spells it,
+// reports the drafts' acceptance in --json, gives the tokens it gives without speculation
+// (greedy), and refuses hostile values before loading the model.
+func TestGenerateSpeculativeConfig(t *testing.T) {
+	model := testModel(t, "qwen3-bf16")
+	base := []string{"generate", "--model", model, "--device", "cpu", "--kv-cache-memory", "16777216",
+		"--prompt-ids", "5,6,7,8,5,6,7,8,5,6,7,8", "--ignore-eos", "--temperature", "0", "--max-tokens", "24", "--json"}
+	plain, stderr, code := runPlugin(t, base...)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	var want, got struct {
+		TokenIDs   []int32        `json:"token_ids"`
+		SpecDecode map[string]any `json:"spec_decode"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(plain), &want))
+	require.Nil(t, want.SpecDecode)
+	out, stderr, code := runPlugin(t, append(base, "--speculative-config",
+		`{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}`)...)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, want.TokenIDs, got.TokenIDs)
+	require.Contains(t, got.SpecDecode, "acceptance_rate")
+	require.Contains(t, got.SpecDecode, "mean_accepted_length")
+	require.Positive(t, got.SpecDecode["num_draft_tokens"])
+
+	for _, tc := range []struct{ cfg, msg string }{
+		{`{"method": "ngram", "num_speculative_tokens": 17}`, "num_speculative_tokens must be in [1, 16]"},
+		{`{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2}`, "prompt_lookup_min 3 exceeds prompt_lookup_max 2"},
+		{`{"method": "mtp", "num_speculative_tokens": 1}`, "not supported yet"},
+		{`not json`, "invalid --speculative-config"},
+	} {
+		_, stderr, code := runPlugin(t, append(base, "--speculative-config", tc.cfg)...)
+		require.Equal(t, 1, code)
+		require.Contains(t, stderr, tc.msg)
+		require.NotContains(t, stderr, "loading weights", "refused before loading")
+	}
 }
