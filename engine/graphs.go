@@ -92,9 +92,13 @@ func (r *Runner) CaptureGraphs(sizes []int, maxLen int) (err error) {
 	if _, single := r.cache.(*gpu.KVCache); !ok || !single && !ranked {
 		return nil // the cpu backend
 	}
+	maxSeqs := r.limits.MaxSeqs
+	if r.decodeSeqs > 0 {
+		maxSeqs = min(maxSeqs, r.decodeSeqs)
+	}
 	var keep []int
 	for _, n := range sizes {
-		if n > 0 && n <= r.limits.MaxSeqs && n <= r.limits.MaxTokens && !slices.Contains(keep, n) {
+		if n > 0 && n <= maxSeqs && n <= r.limits.MaxTokens && !slices.Contains(keep, n) {
 			keep = append(keep, n)
 		}
 	}

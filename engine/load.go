@@ -115,7 +115,8 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	}
 	limits := models.Options{MaxTokens: cfg.MaxNumBatchedTokens, MaxSeqs: cfg.MaxNumSeqs}
 	if specCfg != nil {
-		// A verify step returns the logits of 1+K positions per sequence.
+		// A verify step returns the logits of 1+K positions per sequence: the logits buffer
+		// grows by that factor (bounded by the step's token budget).
 		limits.MaxSeqs = min(cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs*(1+specCfg.NumSpeculativeTokens))
 		// Verify steps read every draw on the host before the next step's drafts exist.
 		cfg.NoAsyncScheduling = true
@@ -153,6 +154,7 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	runner.decodeSeqs = cfg.MaxNumSeqs
 	if err := setupGraphs(cfg, runner, maxLen, log); err != nil {
 		return nil, err
 	}

@@ -31,6 +31,9 @@ type Runner struct {
 	numBlocks int
 	vocab     int
 	limits    models.Options
+	// decodeSeqs bounds the decode batches graphs are captured for when limits.MaxSeqs counts
+	// speculative verify rows too (0: limits.MaxSeqs).
+	decodeSeqs int
 
 	ids        []int32
 	meta       ops.AttnMetadata
