@@ -46,6 +46,9 @@ type Engine struct {
 	gate     *StepGate    // tests only (testhook.go)
 	spec     *spec.Config // nil: no speculative decoding (spec_step.go)
 	draftBuf []int32      // the proposer's output, reused
+	// specOracle replaces the n-gram proposer in tests (spec_test.go): drafts that are the
+	// target's own continuation put stops inside accepted runs on purpose.
+	specOracle func(dst, toks []int32, k int) []int32
 	// specLogits is the last host-sampled step's logits, which verifySampled reads; a view of
 	// the runner's buffer, valid until the next step.
 	specLogits []float32

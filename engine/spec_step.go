@@ -30,7 +30,11 @@ func (e *Engine) propose(c *choice) {
 	if k <= 0 {
 		return
 	}
-	e.draftBuf = e.spec.Propose(e.draftBuf[:0], seq.TokenIDs, k)
+	if e.specOracle != nil {
+		e.draftBuf = e.specOracle(e.draftBuf[:0], seq.TokenIDs, k)
+	} else {
+		e.draftBuf = e.spec.Propose(e.draftBuf[:0], seq.TokenIDs, k)
+	}
 	if len(e.draftBuf) > 0 {
 		e.sched.SetDrafts(seq, e.draftBuf)
 	}

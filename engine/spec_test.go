@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -135,10 +136,10 @@ func TestSpecSchedulingVariants(t *testing.T) {
 	}
 }
 
-// TestSpecStopsInsideAcceptedRuns: a stop token, a stop string, max_tokens and min_tokens end
-// a speculative request exactly where they end a plain one, also when the stop falls inside a
-// run of accepted drafts.
-func TestSpecStopsInsideAcceptedRuns(t *testing.T) {
+// TestSpecStopsMatchPlain: with n-gram drafts, a stop token, a stop string, max_tokens and
+// min_tokens end a speculative request exactly where they end a plain one (stops inside
+// accepted runs on purpose: TestSpecStopInsideOracleRuns).
+func TestSpecStopsMatchPlain(t *testing.T) {
 	const model = "qwen2-bf16"
 	plain := newTestEngine(t, model, nil)
 	e := newTestEngine(t, model, withSpec(nil))
@@ -172,4 +173,60 @@ func TestSpecStopsInsideAcceptedRuns(t *testing.T) {
 		}
 	}
 	require.Zero(t, e.Stats().KVBlocksUsed)
+}
+
+// TestSpecStopInsideOracleRuns: with drafts that are the target's own greedy continuation
+// (every draft accepted, as with a perfect drafter), a stop token, a stop string or the model
+// length falling inside the accepted run ends the request exactly where the plain engine ends
+// it, and the rest of the run is dropped with its KV.
+func TestSpecStopInsideOracleRuns(t *testing.T) {
+	const model = "qwen2-bf16"
+	prompt := mixedPrompts(1, 9)[0]
+	plain := newTestEngine(t, model, nil)
+	full := collect(t, plain, Request{ID: "f", PromptIDs: prompt, Params: greedy(30)})
+	cont := append(append([]int32{}, prompt...), full.TokenIDs...)
+	e := newTestEngine(t, model, withSpec(nil))
+	done := make(chan struct{})
+	require.True(t, e.send(func() {
+		e.specOracle = func(dst, toks []int32, k int) []int32 {
+			if len(toks) < len(cont) && slices.Equal(toks, cont[:len(toks)]) {
+				return append(dst, cont[len(toks):min(len(cont), len(toks)+k)]...)
+			}
+			return dst
+		}
+		close(done)
+	}))
+	<-done
+	cut := 0
+	for i := 1; i < len(full.TokenIDs); i++ {
+		variants := map[string]SamplingParams{}
+		p := greedy(30)
+		p.StopTokenIDs = []int32{full.TokenIDs[i]}
+		variants["stop-token"] = p
+		if len(full.Text) > i+2 {
+			p = greedy(30)
+			p.Stop = []string{full.Text[i : i+2]}
+			variants["stop-string"] = p
+		}
+		for name, p := range variants {
+			req := Request{ID: fmt.Sprint(name, i), PromptIDs: prompt, Params: p}
+			want := collect(t, plain, req)
+			before := e.Stats()
+			got := collect(t, e, req)
+			after := e.Stats()
+			require.Equal(t, want.TokenIDs, got.TokenIDs, "%s at %d", name, i)
+			require.Equal(t, want.Text, got.Text, "%s at %d", name, i)
+			require.Equal(t, want.FinishReason, got.FinishReason, "%s at %d", name, i)
+			require.Equal(t, want.StopReason, got.StopReason, "%s at %d", name, i)
+			// Alone in the engine, a step emits one token, or a verify step its accepted
+			// drafts plus one: fewer means a stop cut an accepted run.
+			if after.Steps-before.Steps+after.SpecNumAcceptedTokens-before.SpecNumAcceptedTokens > after.GeneratedTokens-before.GeneratedTokens {
+				cut++
+			}
+		}
+	}
+	require.Positive(t, cut, "stops fell inside runs of accepted drafts")
+	st := e.Stats()
+	require.Equal(t, st.SpecNumDraftTokens, st.SpecNumAcceptedTokens, "the oracle's drafts are all accepted")
+	require.Zero(t, st.KVBlocksUsed)
 }
