@@ -24,7 +24,7 @@ type SupervisorConfig struct {
 	// Load is the LoadModel request sent to every engine the supervisor starts.
 	Load *pb.LoadModelRequest
 	// MaxRestarts engine deaths within RestartWindow are recovered; one more and the
-	// supervisor gives up (a crash loop). Zero values: 3 in 5 minutes.
+	// supervisor gives up (a crash loop). Zero values: 3 in 5 minutes; MaxRestarts < 0: none.
 	MaxRestarts   int
 	RestartWindow time.Duration
 	// Log receives the supervisor's own records; nil: none.
@@ -53,7 +53,11 @@ type Supervisor struct {
 	restarts atomic.Int64
 	recomp   atomic.Int64
 	recovery atomic.Int64 // nanoseconds the last restart took, from the death to serving
+	info     atomic.Pointer[pb.ModelInfo]
 }
+
+// ErrRestarting is what Ready says while a dead engine is being restarted.
+var ErrRestarting = errors.New("the engine is restarting after a crash")
 
 // StartSupervisor starts and loads the first engine; it fails if that does.
 func StartSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, error) {
@@ -92,6 +96,7 @@ func (s *Supervisor) launch(ctx context.Context) (*Client, *Conn, error) {
 	for err == nil {
 		var p *pb.LoadProgress
 		if p, err = stream.Recv(); err == nil && p.GetDone() {
+			s.info.Store(p.GetInfo())
 			return c, conn, nil
 		}
 	}
@@ -158,7 +163,7 @@ func (s *Supervisor) died(gen uint64, cause error) {
 		}
 	}
 	s.deaths = append(kept, now)
-	giveUp := len(s.deaths) > s.cfg.MaxRestarts
+	giveUp := len(s.deaths) > max(s.cfg.MaxRestarts, 0)
 	if giveUp {
 		s.dead = fmt.Errorf("%w: it died %d times within %s (restart budget %d), last: %v",
 			ErrEngineGone, len(s.deaths), s.cfg.RestartWindow, s.cfg.MaxRestarts, cause)
@@ -230,6 +235,23 @@ func (s *Supervisor) Healthy() bool {
 	defer s.mu.Unlock()
 	return s.conn != nil && s.dead == nil
 }
+
+// Ready returns nil while an engine serves, ErrRestarting while one restarts, and the error
+// that made the supervisor give up after that.
+func (s *Supervisor) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.dead != nil:
+		return s.dead
+	case s.conn == nil:
+		return ErrRestarting
+	}
+	return nil
+}
+
+// Info is the loaded model's description, as the last engine started reported it.
+func (s *Supervisor) Info() *pb.ModelInfo { return s.info.Load() }
 
 // Pid is the engine process's id, 0 while none runs (for tests and debugging).
 func (s *Supervisor) Pid() int {
