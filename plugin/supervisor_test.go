@@ -171,3 +171,18 @@ func TestSupervisorRefusesToRecomputeSeeded(t *testing.T) {
 		require.NoError(t, errs[i])
 	}
 }
+
+// TestSupervisorWithoutRestarts: MaxRestarts < 0 (serve's --engine-max-restarts 0) gives up at
+// the first death.
+func TestSupervisorWithoutRestarts(t *testing.T) {
+	s, base := startSupervisor(t, -1)
+	_, errs := runBatch(t, s, batchRequest, func() { sigkill(t, s) })
+	for i := range streams {
+		require.ErrorIs(t, errs[i], plugin.ErrEngineGone, "stream %d", i)
+	}
+	require.ErrorIs(t, s.Ready(), plugin.ErrEngineGone)
+	require.Zero(t, s.Stats().Restarts)
+	left, err := os.ReadDir(base)
+	require.NoError(t, err)
+	require.Empty(t, left, "socket directories are left")
+}
