@@ -158,6 +158,13 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_KV_SLOTS", "", "python shim: KV slots (tokens) under SGLang when --max-total-tokens is not given"},
 }
 
+// DebugEnvVars are the ATOM_GO_* variables the product reads only to be tested: like EnvVars
+// they count as read by the product, but PrintEnvHelp leaves them out of --help (docs/testing.md
+// documents them).
+var DebugEnvVars = []EnvVar{
+	{"ATOM_GO_DEBUG_FAULT", "", "atom-plugin: exit@N or panic@N makes the plugin die at its N-th engine increment (tests of hosts' crash handling)"},
+}
+
 // DevEnvVars are the ATOM_GO_* variables that only tests and build scripts read.
 var DevEnvVars = []EnvVar{
 	{"ATOM_GO_REQUIRE_SGLANG", "", "python tests: 1 fails, instead of skipping, when SGLang cannot be installed"},

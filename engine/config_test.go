@@ -25,6 +25,10 @@ func TestEnvVarsCoverTheSources(t *testing.T) {
 		require.False(t, known[e.Name], "%s listed twice", e.Name)
 		known[e.Name] = true
 	}
+	for _, e := range DebugEnvVars {
+		require.False(t, known[e.Name], "%s listed twice", e.Name)
+		known[e.Name] = true
+	}
 	for _, e := range DevEnvVars {
 		require.False(t, known[e.Name] || dev[e.Name], "%s listed twice", e.Name)
 		dev[e.Name] = true
@@ -135,5 +139,14 @@ func TestAutoFallsBackOnlyForModelsTheGPUCannotServe(t *testing.T) {
 		{fs.ErrNotExist, false},
 	} {
 		require.Equal(t, tc.want, gpuCannotServe(tc.err), "%v", tc.err)
+	}
+}
+
+// TestDebugEnvVarsAreNotInHelp: the fault injection and its kind stay out of --help.
+func TestDebugEnvVarsAreNotInHelp(t *testing.T) {
+	var b strings.Builder
+	PrintEnvHelp(&b)
+	for _, e := range DebugEnvVars {
+		require.NotContains(t, b.String(), e.Name)
 	}
 }

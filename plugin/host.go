@@ -49,6 +49,7 @@ func (s *Server) ExecuteModel(_ context.Context, req *pb.ExecuteModelRequest) (*
 	if h == nil {
 		return nil, status.Error(codes.FailedPrecondition, "ExecuteModel: the engine is not in host mode: call InitKVCache first")
 	}
+	s.fault.hit()
 	p, err := bridge.DecodeExecuteModel(req.GetPayload())
 	if err != nil {
 		return nil, toStatus(err)

@@ -34,6 +34,8 @@ type Server struct {
 	eng     *engine.Engine
 	host    *engine.HostSession       // non-nil in host mode
 	streams map[string]*engine.Stream // running Generate requests
+
+	fault *fault // injected crash (FaultEnv), nil in normal use
 }
 
 // NewServer returns a Server with no model loaded.
@@ -41,7 +43,7 @@ func NewServer(version string, log hclog.Logger) *Server {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Server{version: version, log: log, streams: map[string]*engine.Stream{}}
+	return &Server{version: version, log: log, streams: map[string]*engine.Stream{}, fault: faultFromEnv(log)}
 }
 
 // Close closes the loaded engine, if any.

@@ -93,6 +93,7 @@ func (m *metrics) observeLatency(c *call) {
 func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	var buf bytes.Buffer
 	s.writeMetrics(&buf)
+	s.writeRestartMetrics(&buf)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	extendWrite(w)
 	_, _ = w.Write(buf.Bytes())

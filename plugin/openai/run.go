@@ -24,7 +24,7 @@ type event struct {
 // call is one HTTP request's engine requests, read together.
 type call struct {
 	s       *Server
-	streams []*engine.Stream
+	streams []Stream
 	events  chan event
 	closing <-chan struct{}
 	seqs    int64

@@ -21,7 +21,7 @@ import (
 
 // Server answers OpenAI-compatible requests with one engine.
 type Server struct {
-	eng     *engine.Engine
+	eng     Backend
 	m       model
 	name    string
 	log     *slog.Logger
@@ -46,14 +46,8 @@ func New(e *engine.Engine, name string, log *slog.Logger) *Server {
 // NewWithOptions returns a server for e, answering to the model name name, with the limits
 // and timeouts of o.
 func NewWithOptions(e *engine.Engine, name string, log *slog.Logger, o Options) *Server {
-	if log == nil {
-		log = slog.Default()
-	}
-	s := &Server{eng: e, name: name, log: log, opts: o, metrics: newMetrics(), created: time.Now().Unix(),
-		closing: make(chan struct{})}
-	s.m = model{tok: e.Tokenizer(), maxLen: e.MaxModelLen(), vocab: e.ModelConfig().VocabSize}
-	s.bodies.max = o.MaxTotalRequestBytes
-	return s
+	return NewWithBackend(local{e}, ModelInfo{Tokenizer: e.Tokenizer(), MaxModelLen: e.MaxModelLen(),
+		VocabSize: e.ModelConfig().VocabSize}, name, log, o)
 }
 
 // Handler routes the API. A known path asked with the wrong method is a 405 with Allow.
@@ -95,11 +89,15 @@ func (s *Server) openConns() int64 {
 	return 0
 }
 
-// health answers 200 while the server takes requests, 503 once it shuts down; it reads no
-// engine state, so it never waits for a step.
+// health answers 200 while the server takes requests, 503 once it shuts down or while its
+// engine is not ready (restarting after a crash, or gone for good); it never waits for a step.
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	if s.draining.Load() {
 		writeError(w, apiErr(http.StatusServiceUnavailable, "server_error", "", "the server is shutting down"))
+		return
+	}
+	if err := s.eng.Ready(); err != nil {
+		writeError(w, apiErr(http.StatusServiceUnavailable, "server_error", "", err.Error()))
 		return
 	}
 	w.WriteHeader(http.StatusOK)

@@ -1,0 +1,23 @@
+package plugin
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseFault(t *testing.T) {
+	f, err := parseFault("")
+	require.NoError(t, err)
+	require.Nil(t, f)
+	f, err = parseFault("panic@7")
+	require.NoError(t, err)
+	require.Equal(t, "panic", f.mode)
+	require.Equal(t, int64(7), f.at)
+	for _, bad := range []string{"exit", "exit@", "exit@0", "exit@-1", "boom@3", "exit@x"} {
+		_, err := parseFault(bad)
+		require.Error(t, err, bad)
+	}
+	var none *fault
+	none.hit() // a disarmed fault is a no-op
+}
