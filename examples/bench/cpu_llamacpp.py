@@ -4,8 +4,9 @@
 Measures, interleaved (llama.cpp, atom-go, llama.cpp, atom-go, ...), REPS runs each:
   prefill tok/s: a PROMPT-token prompt of fixed pseudo-random token ids, one pass;
   decode tok/s:  GEN greedy tokens after it (the first, sampled from the prefill, not counted);
-  streams:       atom-go only (`atom-plugin serve`): output tok/s of 1 and of STREAMS concurrent
-                 greedy completions of GEN tokens (llama-cpp-python's Llama serves one sequence).
+  streams:       output tok/s of 1 and of STREAMS concurrent greedy completions of GEN tokens
+                 through `atom-plugin serve` and through llama.cpp's own server
+                 (llama-cpp-python's llama_cpp.server, which serves one sequence at a time).
 and prints a markdown table (medians) with the machine's load, plus the raw runs as JSON.
 examples/bench/cpu-llamacpp.sh sets up the venv and the binary and runs this.
 """
@@ -66,10 +67,26 @@ def llama_run(llm: Any, ids: list[int], gen: int) -> tuple[float, float]:
 
 def atom_run(args: argparse.Namespace, ids: list[int]) -> tuple[float, float]:
     cmd = [
-        args.plugin, "generate", "--model", args.model, "--device", "cpu", "--threads", str(args.threads),
-        "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", str(args.gen), "--ignore-eos", "--json",
-        "--max-model-len", str(args.prompt + args.gen + 16), "--kv-cache-memory", str(256 << 20),
-        "--cpu-weights", args.cpu_weights,
+        args.plugin,
+        "generate",
+        "--model",
+        args.model,
+        "--device",
+        "cpu",
+        "--threads",
+        str(args.threads),
+        "--prompt-ids",
+        ",".join(map(str, ids)),
+        "--max-tokens",
+        str(args.gen),
+        "--ignore-eos",
+        "--json",
+        "--max-model-len",
+        str(args.prompt + args.gen + 16),
+        "--kv-cache-memory",
+        str(256 << 20),
+        "--cpu-weights",
+        args.cpu_weights,
     ]
     out = subprocess.run(cmd, capture_output=True, check=True, timeout=600)
     t = json.loads(out.stdout)["timing"]
@@ -88,31 +105,28 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return dict(json.loads(r.read()))
 
 
-def atom_streams(args: argparse.Namespace, ids: list[int]) -> dict[int, float]:
-    """Output tok/s of 1 and of args.streams concurrent completions through `atom-plugin serve`."""
-    port = free_port()
-    cmd = [
-        args.plugin, "serve", "--model", args.model, "--device", "cpu", "--threads", str(args.threads),
-        "--port", str(port), "--kv-cache-memory", str(256 << 20), "--cpu-weights", args.cpu_weights,
-    ]
+def streams_through(cmd: list[str], port: int, args: argparse.Namespace, extra: dict[str, Any]) -> dict[int, float]:
+    """Output tok/s of 1 and of args.streams concurrent greedy completions of args.gen tokens
+    through the OpenAI server that cmd starts on port (the same text prompts for both)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
+        for _ in range(1200):
             try:
-                urllib.request.urlopen(base + "/health", timeout=1).read()
+                urllib.request.urlopen(base + "/v1/models", timeout=1).read()
                 break
             except OSError:
                 time.sleep(0.1)
         model = json.loads(urllib.request.urlopen(base + "/v1/models").read())["data"][0]["id"]
         out: dict[int, float] = {}
         for n in (1, args.streams):
-            prompts = [ids[i * 7 % 50 : i * 7 % 50 + 32] for i in range(n)]  # distinct 32-token prompts
+            # Distinct short text prompts (llama.cpp's server takes text only; each side tokenizes).
+            prompts = [f"Story {i}: write a long tale about the sea, the sky and a small boat." for i in range(n)]
             done: list[int] = []
 
-            def one(p: list[int]) -> None:
-                r = post(base + "/v1/completions", {"model": model, "prompt": p, "max_tokens": args.gen,
-                                                    "temperature": 0, "ignore_eos": True})
+            def one(p: str, done: list[int] = done) -> None:
+                body = {"model": model, "prompt": p, "max_tokens": args.gen, "temperature": 0, **extra}
+                r = post(base + "/v1/completions", body)
                 done.append(int(r["usage"]["completion_tokens"]))
 
             threads = [threading.Thread(target=one, args=(p,)) for p in prompts]
@@ -126,6 +140,52 @@ def atom_streams(args: argparse.Namespace, ids: list[int]) -> dict[int, float]:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def atom_streams(args: argparse.Namespace) -> dict[int, float]:
+    """`atom-plugin serve`'s streams (EOS ignored, so every completion has args.gen tokens)."""
+    port = free_port()
+    cmd = [
+        args.plugin,
+        "serve",
+        "--model",
+        args.model,
+        "--device",
+        "cpu",
+        "--threads",
+        str(args.threads),
+        "--port",
+        str(port),
+        "--kv-cache-memory",
+        str(256 << 20),
+        "--cpu-weights",
+        args.cpu_weights,
+    ]
+    return streams_through(cmd, port, args, {"ignore_eos": True})
+
+
+def llama_streams(args: argparse.Namespace, eos: int) -> dict[int, float]:
+    """llama.cpp's own server (llama-cpp-python's `llama_cpp.server`, one sequence at a time),
+    EOS kept out by a logit bias, as `ignore_eos` is not among its request fields."""
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        args.model,
+        "--n_threads",
+        str(args.threads),
+        "--n_threads_batch",
+        str(args.threads),
+        "--n_ctx",
+        "2048",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+    ]
+    return streams_through(cmd, port, args, {"logit_bias": {str(eos): -100.0}})
 
 
 def main() -> None:
@@ -143,9 +203,15 @@ def main() -> None:
 
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=args.model, n_threads=args.threads, n_threads_batch=args.threads,
-                          n_ctx=args.prompt + args.gen + 16, n_batch=args.prompt, n_ubatch=args.prompt,
-                          verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=args.model,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        n_ctx=args.prompt + args.gen + 16,
+        n_batch=args.prompt,
+        n_ubatch=args.prompt,
+        verbose=False,
+    )
     rng = random.Random(0)
     ids = [rng.randrange(100, llm.n_vocab()) for _ in range(args.prompt)]
     runs: list[dict[str, Any]] = []
@@ -154,12 +220,24 @@ def main() -> None:
         for side in ("llama.cpp", "atom-go"):
             before = load()
             pf, dec = llama_run(llm, ids, args.gen) if side == "llama.cpp" else atom_run(args, ids)
-            runs.append({"rep": rep, "side": side, "prefill_tok_s": pf, "decode_tok_s": dec,
-                         "load_before": before, "load_after": load()})
-            print(f"{side:9s} rep {rep}: prefill {pf:7.1f} tok/s, decode {dec:6.1f} tok/s (load {before})",
-                  file=sys.stderr)
+            runs.append(
+                {
+                    "rep": rep,
+                    "side": side,
+                    "prefill_tok_s": pf,
+                    "decode_tok_s": dec,
+                    "load_before": before,
+                    "load_after": load(),
+                }
+            )
+            print(
+                f"{side:9s} rep {rep}: prefill {pf:7.1f} tok/s, decode {dec:6.1f} tok/s (load {before})",
+                file=sys.stderr,
+            )
+    eos = int(llm.token_eos())
     del llm
-    streams = atom_streams(args, ids) if args.streams > 0 else {}
+    streams = atom_streams(args) if args.streams > 0 else {}
+    lstreams = llama_streams(args, eos) if args.streams > 0 else {}
 
     def med(side: str, key: str) -> float:
         return statistics.median(r[key] for r in runs if r["side"] == side)
@@ -167,23 +245,32 @@ def main() -> None:
     def best(side: str, key: str) -> float:
         return max(r[key] for r in runs if r["side"] == side)
 
-    print(f"\nmodel {os.path.basename(args.model)}, {args.threads} threads, {os.cpu_count()} cpus ({cpu_name()}), "
-          f"llama-cpp-python {llama_cpp.__version__}, atom-go --cpu-weights {args.cpu_weights}, "
-          f"{args.reps} interleaved runs (median, best), load average {load()} at the end\n")
+    print(
+        f"\nmodel {os.path.basename(args.model)}, {args.threads} threads, {os.cpu_count()} cpus ({cpu_name()}), "
+        f"llama-cpp-python {llama_cpp.__version__}, atom-go --cpu-weights {args.cpu_weights}, "
+        f"{args.reps} interleaved runs (median, best), load average {load()} at the end\n"
+    )
     print("| | llama.cpp median | atom-go median | ratio | llama.cpp best | atom-go best | ratio |")
     print("|---|---|---|---|---|---|---|")
-    for key, label in (("prefill_tok_s", f"prefill, {args.prompt}-token prompt, tok/s"),
-                       ("decode_tok_s", f"decode, {args.gen} tokens, tok/s")):
+    for key, label in (
+        ("prefill_tok_s", f"prefill, {args.prompt}-token prompt, tok/s"),
+        ("decode_tok_s", f"decode, {args.gen} tokens, tok/s"),
+    ):
         a, b = med("llama.cpp", key), med("atom-go", key)
         ba, bb = best("llama.cpp", key), best("atom-go", key)
         print(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} | {ba:.1f} | {bb:.1f} | {bb / ba:.2f} |")
     if streams:
-        one, many = streams[1], streams[args.streams]
-        print(f"\natom-go serve, {args.gen} tokens a stream: 1 stream {one:.1f} output tok/s, {args.streams} streams "
-              f"{many:.1f} ({many / one:.2f}x)")
+        print(f"\nserving, {args.gen} greedy tokens a stream, output tok/s:\n")
+        print(f"| server | 1 stream | {args.streams} streams | {args.streams} / 1 |")
+        print("|---|---|---|---|")
+        for name, st in (("llama.cpp (llama_cpp.server)", lstreams), ("atom-go (atom-plugin serve)", streams)):
+            one, many = st[1], st[args.streams]
+            print(f"| {name} | {one:.1f} | {many:.1f} | {many / one:.2f}x |")
+        ratio = streams[args.streams] / lstreams[args.streams]
+        print(f"\n{args.streams} streams: atom-go {ratio:.2f}x llama.cpp's server")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"runs": runs, "streams": streams, "args": vars(args)}, f, indent=1)
+            json.dump({"runs": runs, "streams": streams, "llama_streams": lstreams, "args": vars(args)}, f, indent=1)
 
 
 if __name__ == "__main__":
