@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # atom-go's cpu backend against llama.cpp on the packaged model (SmolLM2-135M-Instruct Q4_1),
-# same GGUF, same thread count: prefill and decode tok/s, interleaved, plus atom-go's serving
-# throughput with 1 and 8 streams (examples/bench/cpu_llamacpp.py; docs/performance.md).
+# same GGUF, same thread count: prefill and decode tok/s, interleaved, plus the serving
+# throughput of 1 and 8 streams through `atom-plugin serve` and through llama.cpp's own server
+# (llama_cpp.server) (examples/bench/cpu_llamacpp.py; docs/performance.md).
 #
 #   bash examples/bench/cpu-llamacpp.sh [extra cpu_llamacpp.py flags]    # or: make bench-cpu
 #
@@ -16,10 +17,10 @@ cd "$root"
 version="${LLAMACPP_VERSION:-0.3.36}"
 venv="${LLAMACPP_VENV:-$HOME/.cache/atom-go/venv-llamacpp-$version}"
 model="${MODEL:-testdata/external/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}"
-if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
-	python3 -m venv "$venv"
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import llama_cpp.server.app" 2>/dev/null; then
+	[[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
 	"$venv/bin/pip" install --quiet --upgrade pip
-	CMAKE_ARGS="${LLAMACPP_CMAKE_ARGS:--DGGML_NATIVE=ON}" "$venv/bin/pip" install --quiet "llama-cpp-python==$version"
+	CMAKE_ARGS="${LLAMACPP_CMAKE_ARGS:--DGGML_NATIVE=ON}" "$venv/bin/pip" install --quiet "llama-cpp-python[server]==$version"
 fi
 [[ -s "$model" ]] || bash testdata/gguf/fetch.sh
 go build -o bin/atom-plugin ./plugin/cmd/atom-plugin
