@@ -59,7 +59,8 @@ func TestDecodeGraphsMatchEager(t *testing.T) {
 		dt   ops.DType
 	}{{"qwen3-bf16", ops.BF16}, {"llama-bf16", ops.BF16}, {"qwen2-bf16", ops.BF16}, {"mistral-f16", ops.F16},
 		{"llama3-rope-f32", ops.F32}, {"llama-yarn-bf16", ops.BF16},
-		{"qwen3_moe-bf16", ops.BF16}, {"qwen2_moe-bf16", ops.BF16}, {"mixtral-f16", ops.F16}, {"llama-fp8", ops.BF16}} {
+		{"qwen3_moe-bf16", ops.BF16}, {"qwen2_moe-bf16", ops.BF16}, {"mixtral-f16", ops.F16}, {"llama-fp8", ops.BF16},
+		{"deepseek_v2-lite-bf16", ops.BF16}, {"deepseek_v3-bf16", ops.BF16}} {
 		t.Run(tc.name, func(t *testing.T) { graphsVsEager(t, rng, tc.name, tc.dt) })
 	}
 }

@@ -98,6 +98,15 @@ type fns struct {
 		hidden, inter int32, s uintptr) int32
 	moeSum func(dt int32, out, y, ids uintptr, rows, topk, hidden int32, shared, sharedGate uintptr, gateStride int32,
 		s uintptr) int32
+	moeRouteGrouped func(dt int32, logits, bias, ids, weights uintptr, rows, experts, topk, scoring, groups,
+		topkGroups, renormalize int32, scale float32, s uintptr) int32
+
+	mlaWriteKV func(dt int32, q, kv, normW, cache, positions, slots, invFreq uintptr, attnFactor float32, tokens,
+		heads, kvRank, nope, ropeDim, interleaved int32, eps float32, numSlots int64, s uintptr) int32
+	mlaWorkspace func(dt, tokens, heads, kvRank, ropeDim, maxCtx int32, bytes *uint64) int32
+	mlaAttention func(dt int32, out, q, kvb, cache, tokenSeq, positions, tables uintptr, stride, tokens, heads,
+		kvRank, nope, ropeDim, vdim, blockSize int32, scale float32, maxCtx int32, work uintptr, workBytes uint64,
+		s uintptr) int32
 }
 
 type binding struct {
@@ -176,5 +185,9 @@ func (f *fns) table() []binding {
 		{&f.moeGateUp, "atomk_moe_gate_up"},
 		{&f.moeDown, "atomk_moe_down"},
 		{&f.moeSum, "atomk_moe_sum"},
+		{&f.moeRouteGrouped, "atomk_moe_route_grouped"},
+		{&f.mlaWriteKV, "atomk_mla_write_kv"},
+		{&f.mlaWorkspace, "atomk_mla_workspace"},
+		{&f.mlaAttention, "atomk_mla_attention"},
 	}
 }

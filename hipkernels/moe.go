@@ -97,3 +97,24 @@ func (l *Lib) MoESum(dt DType, out, y Ptr, a *MoEArgs, rows int, shared, sharedG
 			uintptr(shared), uintptr(sharedGate), int32(gateStride), uintptr(s))
 	})
 }
+
+// MoERouteGroupedArgs are DeepSeek's routing options (see atomk_moe_route_grouped).
+type MoERouteGroupedArgs struct {
+	Bias        Ptr // float32 [experts], or 0 for none
+	Sigmoid     bool
+	Groups      int // 0: no group limit
+	TopKGroups  int
+	Renormalize bool
+	Scale       float32
+}
+
+// MoERouteGrouped queues DeepSeek's routing of rows tokens into ids and weights [rows, topk]:
+// softmax or sigmoid scores, the choice on score + bias among the best groups, weights the
+// unbiased scores (renormalised when asked) times the scale.
+func (l *Lib) MoERouteGrouped(dt DType, logits, ids, weights Ptr, rows, experts, topk int, o *MoERouteGroupedArgs, s Stream) error {
+	return l.call("atomk_moe_route_grouped", func() int32 {
+		return l.f.moeRouteGrouped(int32(dt), uintptr(logits), uintptr(o.Bias), uintptr(ids), uintptr(weights),
+			int32(rows), int32(experts), int32(topk), boolInt(o.Sigmoid), int32(o.Groups), int32(o.TopKGroups),
+			boolInt(o.Renormalize), o.Scale, uintptr(s))
+	})
+}

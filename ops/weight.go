@@ -73,6 +73,10 @@ type WeightDesc struct {
 	Scales *WeightScales
 	// GGML is the block type of a GGMLBlocks weight.
 	GGML GGMLType
+	// Exact asks the backend to keep an unquantized weight's values in float32 rather than
+	// rounding them to its activation dtype: small vectors a kernel reads in float32, such as
+	// DeepSeek-V3's router selection bias (vLLM keeps e_score_correction_bias in float32 too).
+	Exact bool
 }
 
 // Plain is the descriptor of an unquantized weight of dtype dt.

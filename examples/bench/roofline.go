@@ -41,11 +41,26 @@ func newCost(c *models.Config) cost {
 	lm := float64(c.VocabSize) * h
 	elem := float64(c.DType.Size())
 	x := cost{kvPerToken: float64(c.NumLayers) * 2 * kvd * elem, attnPerPair: 4 * qd * float64(c.NumLayers), lmHead: lm, elem: elem}
-	var perToken, routed float64 // matmul weights every token multiplies; all routed experts
 	m := c.MoE
+	sparse, shared, gated := c.SparseLayer, float64(m.SharedInter), m.SharedInter > 0
+	if a := c.MLA; a.KVLoraRank > 0 {
+		// DeepSeek: the latent projections and the absorbed attention (a query head scores the
+		// kv_rank + rope latent and sums kv_rank values), one latent vector cached per token;
+		// n_shared_experts ungated shared experts.
+		heads, r, rope := float64(c.NumHeads), float64(a.KVLoraRank), float64(a.RopeDim)
+		q := h * heads * float64(a.NopeDim+a.RopeDim)
+		if a.QLoraRank > 0 {
+			q = h*float64(a.QLoraRank) + float64(a.QLoraRank)*heads*float64(a.NopeDim+a.RopeDim)
+		}
+		attn = q + h*(r+rope) + r*heads*float64(a.NopeDim+a.VDim) + heads*float64(a.VDim)*h
+		x.kvPerToken = float64(c.NumLayers) * (r + rope) * elem
+		x.attnPerPair = 2 * heads * (2*r + rope) * float64(c.NumLayers)
+		sparse, shared, gated = c.DeepSeekSparse, float64(m.Intermediate*m.DeepSeek.SharedExperts), false
+	}
+	var perToken, routed float64 // matmul weights every token multiplies; all routed experts
 	for l := range c.NumLayers {
 		perToken += attn
-		if !c.SparseLayer(l) {
+		if !sparse(l) {
 			perToken += 3 * h * inter
 			continue
 		}
@@ -54,8 +69,8 @@ func newCost(c *models.Config) cost {
 			width = inter
 		}
 		one := 3 * h * width
-		perToken += float64(m.NumExperts)*h + 3*h*float64(m.SharedInter) // router, shared expert
-		if m.SharedInter > 0 {
+		perToken += float64(m.NumExperts)*h + 3*h*shared // router, shared expert
+		if gated {
 			perToken += h // the shared expert's gate
 		}
 		routed += float64(m.NumExperts) * one

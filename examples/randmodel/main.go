@@ -33,6 +33,7 @@ type shape struct {
 	Theta                                                 float64
 	Tied, QKVBias, QKNorm                                 bool
 	MoE                                                   *moeShape // nil: dense
+	MLA                                                   *mlaShape // DeepSeek's attention and MoE layout; nil: GQA
 }
 
 // moeShape is a sparse MoE model's experts: every layer sparse, Experts of width Inter
@@ -63,6 +64,12 @@ var shapes = map[string]shape{
 		MoE: &moeShape{Experts: 128, TopK: 8, Inter: 768, NormTopK: true}},
 	"mixtral-8x7b": {Arch: "MixtralForCausalLM", Hidden: 4096, Intermediate: 14336, Layers: 32, Heads: 32, KVHeads: 8,
 		HeadDim: 128, Vocab: 32000, MaxPos: 32768, Theta: 1000000, MoE: &moeShape{Experts: 8, TopK: 2}},
+	// DeepSeek-V2-Lite (issue 31's benchmark): MLA with a 512-wide latent, 64 experts top-6 and
+	// two shared experts, the first layer dense; 2.4B of 15.7B parameters active a token.
+	"deepseek-v2-lite": {Arch: "DeepseekV2ForCausalLM", Hidden: 2048, Intermediate: 10944, Layers: 27, Heads: 16,
+		KVHeads: 16, HeadDim: 192, Vocab: 102400, MaxPos: 163840, Theta: 10000,
+		MoE: &moeShape{Experts: 64, TopK: 6, Inter: 1408},
+		MLA: &mlaShape{KVRank: 512, Nope: 128, Rope: 64, V: 128, DenseLayers: 1, Shared: 2}},
 }
 
 type tensor struct {
@@ -72,6 +79,9 @@ type tensor struct {
 }
 
 func (s shape) tensors() []tensor {
+	if s.MLA != nil {
+		return s.deepseekTensors()
+	}
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 	std := 1 / math.Sqrt(float64(s.Hidden))
 	out := []tensor{{"model.embed_tokens.weight", []int{s.Vocab, s.Hidden}, 1}, {"model.norm.weight", []int{s.Hidden}, 0}}
@@ -225,6 +235,9 @@ func writeConfig(s shape, dir, dtype, mode string) error {
 			cfg["num_experts"], cfg["moe_intermediate_size"], cfg["norm_topk_prob"] = m.Experts, m.Inter, m.NormTopK
 			cfg["decoder_sparse_step"], cfg["mlp_only_layers"] = 1, []int{}
 		}
+	}
+	if s.MLA != nil {
+		s.deepseekConfig(cfg)
 	}
 	if mode != "" {
 		cfg["quantization_config"] = fp8Config(mode)

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define ATOMK_ABI_VERSION 4
+#define ATOMK_ABI_VERSION 5
 
 /* Element types; the numbers match ops.DType in Go. */
 enum { ATOMK_F32 = 0, ATOMK_F16 = 1, ATOMK_BF16 = 2 };
@@ -315,9 +315,45 @@ int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const fl
                    const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
                    int experts, int topk, int hidden, int inter, void* stream);
 /* out[t] = Σ_j y[t*topk + j] over the token's experts in ascending id (ids [rows, topk]), plus
- * sigmoid(shared_gate[t * gate_stride]) * shared[t] when shared is not NULL. */
+ * sigmoid(shared_gate[t * gate_stride]) * shared[t] when shared is not NULL (shared[t] itself
+ * when shared_gate is NULL: DeepSeek's ungated shared experts). */
 int atomk_moe_sum(int dtype, void* out, const void* y, const int32_t* ids, int rows, int topk, int hidden,
                   const void* shared, const void* shared_gate, int gate_stride, void* stream);
+
+/* DeepSeek's routers (vLLM's grouped_topk; moe_route.cu): scores = softmax (scoring 0) or
+ * sigmoid (scoring 1) of the logits in float32; the choice is made on score + bias[e] (bias:
+ * float32 [experts], NULL for none) among the experts of the topk_groups best of `groups` equal
+ * groups (groups 0: all experts; a group scores its best choice score, or the sum of its best
+ * two with a bias); ties choose the lower id. weights = the chosen experts' unbiased scores in
+ * the order chosen, divided by their sum (+1e-20 under sigmoid) when renormalize, times scale.
+ * groups at most 32. */
+int atomk_moe_route_grouped(int dtype, const void* logits, const float* bias, int32_t* ids, float* weights, int rows,
+                            int experts, int topk, int scoring, int groups, int topk_groups, int renormalize,
+                            float scale, void* stream);
+
+/* Multi-head Latent Attention (DeepSeek V2/V3; mla.cu) over a latent cache [slots, kv_rank +
+ * rope_dim] per layer. q is [tokens, heads * (nope + rope_dim)]; kv_b is kv_b_proj's weight
+ * [heads * (nope + v_dim), kv_rank] (each head's W_UK rows, then its W_UV rows).
+ * atomk_mla_write_kv: kv [tokens, kv_rank + rope_dim] (kv_a_proj_with_mqa's output): its kv_c part
+ * RMS-normalised with norm_w (eps), its k_pe part and each head's rope part of q (in place)
+ * rotated at positions[t] (pairs 2i, 2i+1 when interleaved, else i, i + rope_dim/2; angle
+ * pos * inv_freq[i], times attn_factor); [kv_c, k_pe] stored at row slots[t] of cache (skipped
+ * when outside [0, num_slots)). kv_rank a multiple of 32 up to 512, kv_rank + rope_dim <= 640,
+ * nope <= 256. */
+int atomk_mla_write_kv(int dtype, void* q, const void* kv, const void* norm_w, void* cache, const int32_t* positions,
+                       const int32_t* slots, const float* inv_freq, float attn_factor, int tokens, int heads,
+                       int kv_rank, int nope, int rope_dim, int interleaved, float eps, int64_t num_slots,
+                       void* stream);
+/* The workspace bytes atomk_mla_attention needs for tokens rows and contexts up to max_ctx. */
+int atomk_mla_workspace(int dtype, int tokens, int heads, int kv_rank, int rope_dim, int max_ctx, size_t* bytes);
+/* out [tokens, heads * v_dim] = causal attention of each token (sequence token_seq[t], at
+ * positions[t], its context in block_tables as atomk_paged_attention's) with keys [W_UK_h·kv_c,
+ * k_pe] and values W_UV_h·kv_c, computed in the absorbed form; scale multiplies q·k. */
+int atomk_mla_attention(int dtype, void* out, const void* q, const void* kvb, const void* cache,
+                        const int32_t* token_seq, const int32_t* positions, const int32_t* block_tables,
+                        int block_table_stride, int tokens, int heads, int kv_rank, int nope, int rope_dim, int vdim,
+                        int block_size, float scale, int max_ctx, void* workspace, size_t workspace_size,
+                        void* stream);
 
 #ifdef __cplusplus
 }

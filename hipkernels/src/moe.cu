@@ -10,7 +10,7 @@
 //   4. down:    y[slot] = w[slot] · (act[slot] · down_eᵀ), the routing weight in the epilogue;
 //   5. sum:     out[t] = Σ_j y[t, j] over the token's k experts in ascending id (the order the
 //               cpu reference and transformers' index_add use), plus the sigmoid-gated shared
-//               expert where the family has one.
+//               expert where the family has one (DeepSeek's ungated shared experts as they are).
 // Steps 3 and 4 run one of two kernels over the tiles step 2 made. The tensor-core one (CUDA,
 // 16-bit) takes 64-row tiles: a grouped GEMM with mma.sync m16n8k16 whose A rows are gathered
 // through the sorted slot ids. The skinny one takes 4-row tiles, for decode-sized batches: each
@@ -23,6 +23,7 @@
 
 #include "atomk_vec.h"
 #include "gemv_input.h"
+#include "moe_rank.h"
 
 #if defined(ATOMK_CUDA)
 #include "atomk_mma.h"
@@ -39,17 +40,6 @@ constexpr int kMmaRows = 64;       // tile rows of the tensor-core kernel
 constexpr int kSkinnyThreads = 256;
 constexpr int kSkinnyWarps = kSkinnyThreads / ATOMK_WARP_SIZE;
 constexpr int kSumThreads = 128;
-
-// Whether (v, i) ranks before (u, j): the larger probability, the lower id on a tie; an empty
-// candidate (id -1) never ranks first, any real one does (so a row of NaNs still yields k
-// distinct ids, as on the cpu).
-__device__ __forceinline__ bool ranks_before(float v, int i, float u, int j) {
-    if (i < 0) return false;
-    if (j < 0) return true;
-    if (v > u) return true;
-    if (u > v) return false;
-    return i < j;  // equal, or a NaN: the lower id
-}
 
 // Routes one row on one warp: lane l holds experts l, l + W, l + 2W, ...
 template <typename T>
@@ -367,7 +357,8 @@ __global__ void __launch_bounds__(kSumThreads) moe_sum_kernel(T* __restrict__ ou
         for (int i = 0; i < CE; ++i) s[i] += f[i];
     }
     if (shared) {
-        const float scale = 1.f / (1.f + expf(-atomk_to_float(shared_gate[(size_t)t * gate_stride])));
+        const float scale =
+            shared_gate ? 1.f / (1.f + expf(-atomk_to_float(shared_gate[(size_t)t * gate_stride]))) : 1.f;
         float f[CE];
         Chunk<T>::unpack(load_cached(reinterpret_cast<const uint4*>(shared + (size_t)t * hidden) + c), f);
 #pragma unroll
@@ -543,7 +534,7 @@ int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const fl
 int atomk_moe_sum(int dtype, void* out, const void* y, const int32_t* ids, int rows, int topk, int hidden,
                   const void* shared, const void* shared_gate, int gate_stride, void* stream) {
     if (rows < 0 || topk < 1 || topk > ATOMK_MOE_MAX_TOPK || hidden < 8 || hidden % 8 ||
-        (shared && (!shared_gate || gate_stride < 1)))
+        (shared_gate && gate_stride < 1))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_moe_sum: %d rows, top-%d, hidden %d, gate stride %d", rows, topk, hidden,
                           gate_stride);
     if (rows == 0) return ATOMK_OK;

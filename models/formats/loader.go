@@ -70,6 +70,16 @@ func (l *Loader) Done() {
 
 // Get loads a whole tensor.
 func (l *Loader) Get(name string, shape ...int) (ops.Tensor, error) {
+	return l.get(name, false, shape)
+}
+
+// GetExact is Get for a small unquantized vector that the backend must keep in float32
+// (ops.WeightDesc.Exact): a router's selection bias.
+func (l *Loader) GetExact(name string, shape ...int) (ops.Tensor, error) {
+	return l.get(name, true, shape)
+}
+
+func (l *Loader) get(name string, exact bool, shape []int) (ops.Tensor, error) {
 	ti, err := l.Info(name, shape...)
 	if err != nil {
 		return nil, err
@@ -83,7 +93,9 @@ func (l *Loader) Get(name string, shape ...int) (ops.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return l.Upload(ti, ti.Shape, ops.Plain(ti.DType), data)
+	d := ops.Plain(ti.DType)
+	d.Exact = exact
+	return l.Upload(ti, ti.Shape, d, data)
 }
 
 // Info finds a tensor and checks its shape against shape.

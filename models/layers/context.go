@@ -116,6 +116,17 @@ func (c *Context) get(name string, shape ...int) ops.Tensor {
 	return t
 }
 
+// getExact loads a whole tensor that the backend keeps in float32 (ops.WeightDesc.Exact),
+// recording the error.
+func (c *Context) getExact(name string, shape ...int) ops.Tensor {
+	if c.err != nil {
+		return nil
+	}
+	t, err := c.load.GetExact(name, shape...)
+	c.fail(err)
+	return t
+}
+
 // Buf is a workspace: an activation buffer of the context's row capacity, and its view of the
 // current pass's rows.
 type Buf struct {

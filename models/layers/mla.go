@@ -73,10 +73,14 @@ func NewMLA(c *Context, prefix string, mc MLAConfig) *MLA {
 	return m
 }
 
-// KVSpec is the layer's latent cache: one [kv_c, k_pe] vector per token, float32 (the cpu's
-// MLA is exact), the same on every rank.
+// KVSpec is the layer's latent cache: one [kv_c, k_pe] vector per token in the activations'
+// dtype (float32 on the cpu, whose MLA is exact), the same on every rank.
 func (m *MLA) KVSpec() ops.KVLayerSpec {
-	return ops.KVLayerSpec{Kind: ops.KVLatent, Heads: 1, HeadDim: m.shape.LatentDim(), DType: ops.F32}
+	s := ops.KVLayerSpec{Kind: ops.KVLatent, Heads: 1, HeadDim: m.shape.LatentDim(), DType: ops.F32}
+	if m.q != nil && m.q.t != nil {
+		s.DType = m.q.t.DType()
+	}
+	return s
 }
 
 // Forward adds the layer's output on norm(stream) into the stream, writing this pass's latents

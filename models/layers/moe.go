@@ -105,7 +105,7 @@ func NewFusedMoE(c *Context, prefix string, cfg MoEConfig) *FusedMoE {
 		if m.biasR, ok = c.be.(ops.MoEBiasRouter); !ok {
 			c.fail(fmt.Errorf("mixture of experts: %w: no biased router on the %s backend", ops.ErrUnsupportedMoE, c.be.Name()))
 		}
-		m.Bias = c.get(prefix+".gate.e_score_correction_bias", cfg.Experts)
+		m.Bias = c.getExact(prefix+".gate.e_score_correction_bias", cfg.Experts)
 	}
 	m.Router = NewReplicated(c, prefix+".gate", cfg.Hidden, cfg.Experts, false)
 	m.W13, m.W2 = c.experts(prefix+".experts", cfg, lo, hi)

@@ -308,15 +308,19 @@ func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]by
 	if bytes != n*dt.Size() {
 		return nil, fmt.Errorf("weight %s: %d bytes for shape %v of %s (want %d)", name, bytes, shape, dt, n*dt.Size())
 	}
-	p, err := b.alloc(n * b.dt.Size())
+	to := b.dt
+	if d.Exact {
+		to = ops.F32
+	}
+	p, err := b.alloc(n * to.Size())
 	if err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
-	t := &Tensor{ptr: p, dt: b.dt, shape: append([]int(nil), shape...)}
+	t := &Tensor{ptr: p, dt: to, shape: append([]int(nil), shape...)}
 	off := 0 // elements uploaded so far: each part goes straight to its place
 	for _, part := range raw {
 		cnt := len(part) / dt.Size()
-		if err := b.upload(p+hipkernels.Ptr(off*b.dt.Size()), part, dt, cnt); err != nil {
+		if err := b.uploadAs(p+hipkernels.Ptr(off*to.Size()), part, dt, to, cnt); err != nil {
 			return nil, fmt.Errorf("weight %s: %w", name, err)
 		}
 		off += cnt

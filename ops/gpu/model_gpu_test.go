@@ -37,10 +37,16 @@ type reference struct {
 // checkpoint in bf16 gets more: its router's top-k is discontinuous, so where two experts'
 // probabilities are nearly tied the rounding of the hidden state can swap one of a token's
 // experts for another, moving that layer's output by a whole expert's contribution
-// (qwen3_moe-bf16: 2 of 39 steps off by 0.27 and 0.39, greedy 39/39). The float32 pass of the
-// MoE checkpoints, which rounds nothing, is their exactness check (0.0000).
-func logprobTolerance(dt ops.DType, moe bool) float64 {
+// (qwen3_moe-bf16: 2 of 39 steps off by 0.27 and 0.39, greedy 39/39). DeepSeek's group-limited
+// routers (V2's 8 groups, V3's biased top-2 group scores) swap a whole group of experts on such a
+// near tie, and scale the routed sum (deepseek_v2-bf16 and deepseek_v3-bf16: one step each off
+// by about 0.6). The float32 pass of the MoE checkpoints, which rounds nothing, is their
+// exactness check (0.0000); in bf16 a greedy token must match only where the reference's top-2
+// margin exceeds the tolerance (a smaller one is within the error the rounding allows).
+func logprobTolerance(dt ops.DType, moe, grouped bool) float64 {
 	switch {
+	case dt == ops.BF16 && grouped:
+		return 0.75
 	case dt == ops.BF16 && moe:
 		return 0.5
 	case dt == ops.BF16:
@@ -122,9 +128,15 @@ func runReference(t *testing.T, dir string, dt ops.DType) {
 	require.NoError(t, err)
 	c := ck.Config
 	const bs, blocks = 4, 32
-	cache, err := be.NewKVCache(c.NumLayers, blocks, bs, c.NumKVHeads, c.HeadDim)
+	cache, err := m.NewKVCache(blocks, bs)
 	require.NoError(t, err)
 	logits := make([]float32, c.VocabSize)
+	moe, grouped := c.MoE.NumExperts > 0, c.MoE.DeepSeek.Groups > 1
+	tol := logprobTolerance(dt, moe, grouped)
+	floor := marginFloor
+	if moe && dt == ops.BF16 {
+		floor = tol
+	}
 	maxErr, checked, mismatches := 0.0, 0, 0
 	for ci, tc := range ref.Cases {
 		ctx, input := 0, append([]int32(nil), tc.PromptIDs...)
@@ -133,7 +145,7 @@ func runReference(t *testing.T, dir string, dt ops.DType) {
 			h := m.Forward(input, meta, cache)
 			be.ReadRows(m.Logits(h, []int32{int32(len(input) - 1)}), logits)
 			lp := logSoftmax(logits)
-			if st.Margin > marginFloor {
+			if st.Margin > floor {
 				checked++
 				if int32(argmax(lp)) != st.Token {
 					mismatches++
@@ -144,7 +156,7 @@ func runReference(t *testing.T, dir string, dt ops.DType) {
 			for k, id := range st.TopIDs {
 				stepErr = math.Max(stepErr, math.Abs(st.TopLogprobs[k]-lp[id]))
 			}
-			if stepErr > logprobTolerance(dt, false) {
+			if stepErr > logprobTolerance(dt, false, false) {
 				t.Logf("case %d step %d: top logprob off by %.4f (margin %.3f)", ci, si, stepErr, st.Margin)
 			}
 			maxErr = math.Max(maxErr, stepErr)
@@ -152,7 +164,6 @@ func runReference(t *testing.T, dir string, dt ops.DType) {
 			input = []int32{st.Token} // teacher-forced, as in models/reference_test.go
 		}
 	}
-	tol := logprobTolerance(dt, ck.Config.MoE.NumExperts > 0)
 	record("%-44s %-8v max |dlogprob| %.4f (limit %.2f), greedy %d/%d", "model "+filepath.Base(dir), dt, maxErr, tol, checked-mismatches, checked)
 	require.LessOrEqual(t, maxErr, tol, "largest top-logprob error")
 }
@@ -174,7 +185,8 @@ func singleSeq(ctx, n, blockSize, blocks int) *ops.AttnMetadata {
 // step mixing decodes with a second prefill chunk) on the gpu and the cpu backend and compares
 // the logits of every sequence.
 func TestModelBatchMatchesCPU(t *testing.T) {
-	for _, name := range []string{"qwen3-bf16", "llama-linear-f16", "qwen2-bf16", "qwen3_moe-bf16", "qwen2_moe-bf16", "mixtral-f16"} {
+	for _, name := range []string{"qwen3-bf16", "llama-linear-f16", "qwen2-bf16", "qwen3_moe-bf16", "qwen2_moe-bf16", "mixtral-f16",
+		"deepseek_v2-lite-bf16", "deepseek_v2-bf16", "deepseek_v3-bf16"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join("../../testdata/models", name)
 			ck, err := models.OpenCheckpoint(dir)
@@ -188,9 +200,9 @@ func TestModelBatchMatchesCPU(t *testing.T) {
 			cm, err := models.Load(ck, c, opt)
 			require.NoError(t, err)
 			const bs, blocks, stride = 4, 64, 16
-			gc, err := g.NewKVCache(cfg.NumLayers, blocks, bs, cfg.NumKVHeads, cfg.HeadDim)
+			gc, err := gm.NewKVCache(blocks, bs)
 			require.NoError(t, err)
-			cc, err := c.NewKVCache(cfg.NumLayers, blocks, bs, cfg.NumKVHeads, cfg.HeadDim)
+			cc, err := cm.NewKVCache(blocks, bs)
 			require.NoError(t, err)
 			perm := rng.Perm(blocks)
 			prompts := make([][]int32, 4)

@@ -14,6 +14,10 @@ import (
 // tokens. A token's output depends on its own slots only, so the chunking changes no result.
 const moeChunkSlots = 8192
 
+// maxRouteGroups is the most expert groups the grouped router takes (a lane of its warp per
+// group; DeepSeek V2 and V3 have 8).
+const maxRouteGroups = 32
+
 // moeRouting is the gpu's MoE workspace, all on the device and sized at NewMoE: the routing of
 // the last MoERoute and one chunk's grouping and expert scratch.
 type moeRouting struct {
@@ -28,6 +32,8 @@ type moeRouting struct {
 	numTiles devBuf
 	act, y   devBuf
 	args     hipkernels.MoEArgs // the current pass's operands (kept here: a call allocates nothing)
+	// routeArgs are the grouped router's options (kept here for the same reason).
+	routeArgs hipkernels.MoERouteGroupedArgs
 }
 
 func (r *moeRouting) Spec() ops.MoESpec { return r.spec }
@@ -56,8 +62,9 @@ func (b *Backend) NewMoE(spec ops.MoESpec) (ops.MoERouting, error) {
 	if err := spec.Check(); err != nil {
 		return nil, err
 	}
-	if !spec.Plain() {
-		return nil, fmt.Errorf("%w: the gpu router does softmax top-k only (DeepSeek's routing: %+v)", ops.ErrUnsupportedMoE, spec)
+	if spec.Scoring > ops.ScoreSigmoid || spec.Groups > maxRouteGroups {
+		return nil, fmt.Errorf("%w: the gpu routers take softmax or sigmoid scores and at most %d expert groups (%v)",
+			ops.ErrUnsupportedMoE, maxRouteGroups, spec)
 	}
 	if spec.Hidden%8 != 0 || spec.Inter%8 != 0 {
 		return nil, fmt.Errorf("%w: the gpu expert kernels need hidden and expert widths divisible by 8 (hidden %d, expert width %d)",
@@ -95,23 +102,50 @@ func (r *moeRouting) free() {
 	}
 }
 
-// MoERoute queues the router kernel over logits [rows, E].
+// MoERoute queues the router kernel over logits [rows, E]: the softmax top-k one, or the
+// grouped one for a spec with DeepSeek's options.
 func (b *Backend) MoERoute(route ops.MoERouting, logits ops.Tensor) {
-	r, lt := route.(*moeRouting), logits.(*Tensor)
+	b.route("MoERoute", route.(*moeRouting), logits.(*Tensor), 0)
+}
+
+// MoERouteBias queues DeepSeek-V3's router: the choice on score + bias [E], which must be a
+// float32 weight (loaded with WeightDesc.Exact), the weights from the unbiased scores.
+func (b *Backend) MoERouteBias(route ops.MoERouting, logits, bias ops.Tensor) {
+	r, bt := route.(*moeRouting), bias.(*Tensor)
+	if bt.dt != ops.F32 || bt.elems() != r.spec.Experts {
+		shapeErr("MoERouteBias", "bias %v of %v for %d experts (float32 wanted)", bt.shape, bt.dt, r.spec.Experts)
+	}
+	b.route("MoERouteBias", r, logits.(*Tensor), bt.ptr)
+}
+
+func (b *Backend) route(op string, r *moeRouting, lt *Tensor, bias hipkernels.Ptr) {
 	s := r.spec
 	rows := lt.rows()
 	if lt.cols() != s.Experts || rows > s.MaxTokens {
-		shapeErr("MoERoute", "logits %v for %d experts, %d tokens", lt.shape, s.Experts, s.MaxTokens)
+		shapeErr(op, "logits %v for %d experts, %d tokens", lt.shape, s.Experts, s.MaxTokens)
 	}
-	r.rows, r.grouped = rows, rows <= r.chunk
+	r.rows = rows
+	if !s.Plain() || bias != 0 {
+		scale := s.Scale
+		if scale == 0 {
+			scale = 1
+		}
+		r.grouped = false
+		o := &r.routeArgs
+		*o = hipkernels.MoERouteGroupedArgs{Bias: bias, Sigmoid: s.Scoring == ops.ScoreSigmoid, Groups: s.Groups,
+			TopKGroups: s.TopKGroups, Renormalize: s.Renormalize, Scale: scale}
+		b.must(op, b.lib.MoERouteGrouped(b.kdt, lt.ptr, r.ids.ptr, r.w.ptr, rows, s.Experts, s.TopK, o, b.stream))
+		return
+	}
+	r.grouped = rows <= r.chunk
 	if !r.grouped {
-		b.must("MoERoute", b.lib.MoERoute(b.kdt, lt.ptr, r.ids.ptr, r.w.ptr, rows, s.Experts, s.TopK, s.Renormalize, b.stream))
+		b.must(op, b.lib.MoERoute(b.kdt, lt.ptr, r.ids.ptr, r.w.ptr, rows, s.Experts, s.TopK, s.Renormalize, b.stream))
 		return
 	}
 	// One chunk: the grouping MoEExperts needs is made in the same launch (at decode sizes a
 	// launch saved is worth a few percent of the step).
 	a := r.pass(0, rows)
-	b.must("MoERoute", b.lib.MoERouteAlign(b.kdt, lt.ptr, rows, s.Renormalize, a, b.stream))
+	b.must(op, b.lib.MoERouteAlign(b.kdt, lt.ptr, rows, s.Renormalize, a, b.stream))
 }
 
 // pass sets r.args for the chunk of n tokens from token t0, at the tile rows its size takes.
@@ -138,11 +172,18 @@ func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w13, w2, s
 	var sp, gp hipkernels.Ptr
 	gateCols := 0
 	if shared != nil {
-		st, gt := shared.(*Tensor), sharedGate.(*Tensor)
-		if st.cols() != h || st.rows() < r.rows || gt.rows() < r.rows {
-			shapeErr("MoEExperts", "shared expert %v, gate %v for %d rows of width %d", st.shape, gt.shape, r.rows, h)
+		st := shared.(*Tensor)
+		if st.cols() != h || st.rows() < r.rows || (sharedGate == nil) != s.SharedPlain {
+			shapeErr("MoEExperts", "shared expert %v (gate %t) for %d rows of width %d, %v", st.shape, sharedGate != nil, r.rows, h, s)
 		}
-		sp, gp, gateCols = st.ptr, gt.ptr, gt.cols()
+		sp = st.ptr
+		if sharedGate != nil {
+			gt := sharedGate.(*Tensor)
+			if gt.rows() < r.rows {
+				shapeErr("MoEExperts", "shared expert gate %v for %d rows", gt.shape, r.rows)
+			}
+			gp, gateCols = gt.ptr, gt.cols()
+		}
 	}
 	es := hipkernels.Ptr(b.dt.Size())
 	for t0 := 0; t0 < r.rows; t0 += r.chunk {
@@ -156,7 +197,10 @@ func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w13, w2, s
 		b.must("MoEExperts", b.lib.MoEDown(b.kdt, r.y.ptr, r.act.ptr, dn.ptr, a, b.stream))
 		var spc, gpc hipkernels.Ptr
 		if sp != 0 {
-			spc, gpc = sp+off, gp+hipkernels.Ptr(t0*gateCols)*es
+			spc = sp + off
+		}
+		if gp != 0 {
+			gpc = gp + hipkernels.Ptr(t0*gateCols)*es
 		}
 		b.must("MoEExperts", b.lib.MoESum(b.kdt, o.ptr+off, r.y.ptr, a, n, spc, gpc, gateCols, b.stream))
 	}

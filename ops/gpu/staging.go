@@ -111,12 +111,17 @@ func (b *Backend) copyIn(dst, src hipkernels.Ptr, n int) error {
 // upload copies n elements of raw (type from) to dst in the compute dtype, one staging chunk at
 // a time, so the pinned copies of one chunk overlap the conversion of the next.
 func (b *Backend) upload(dst hipkernels.Ptr, raw []byte, from ops.DType, n int) error {
-	per := b.chunk / max(from.Size(), b.dt.Size())
+	return b.uploadAs(dst, raw, from, b.dt, n)
+}
+
+// uploadAs is upload converting to dtype to.
+func (b *Backend) uploadAs(dst hipkernels.Ptr, raw []byte, from, to ops.DType, n int) error {
+	per := b.chunk / max(from.Size(), to.Size())
 	for lo := 0; lo < n; lo += per {
 		cnt := min(per, n-lo)
 		src := raw[lo*from.Size() : (lo+cnt)*from.Size()]
-		off := hipkernels.Ptr(lo * b.dt.Size())
-		if err := b.stage(dst+off, cnt*b.dt.Size(), func(buf []byte) { convertElems(buf, b.dt, src, from, cnt) }); err != nil {
+		off := hipkernels.Ptr(lo * to.Size())
+		if err := b.stage(dst+off, cnt*to.Size(), func(buf []byte) { convertElems(buf, to, src, from, cnt) }); err != nil {
 			return err
 		}
 	}
