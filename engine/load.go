@@ -94,13 +94,19 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	be := dev.backends[0]
 	// The cpu backend reads weights in place from the mapping, so the checkpoint stays open
 	// until the engine is closed, after the model and the backends; a failed start releases all.
-	var model models.Model
+	var model, draftModel models.Model
+	var draftCk *models.Checkpoint
 	release := func() {
-		if c, ok := model.(interface{ Close() }); ok {
-			c.Close()
+		for _, m := range []models.Model{model, draftModel} {
+			if c, ok := m.(interface{ Close() }); ok {
+				c.Close()
+			}
 		}
 		dev.close()
 		ck.Close()
+		if draftCk != nil {
+			draftCk.Close()
+		}
 	}
 	ok := false
 	defer func() {
@@ -129,13 +135,27 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		return nil, err
 	}
 	maxLen := mc.MaxModelLen()
+	var draftSpecs []ops.KVCacheSpec
+	if specCfg != nil && specCfg.Method == spec.MethodDraftModel {
+		draftCk, draftModel, err = loadDraft(cfg, specCfg, mc, dev, fast, fp8KV, log)
+		if err != nil {
+			return nil, err
+		}
+		if dl := draftCk.Config.MaxModelLen(); dl < maxLen {
+			if cfg.MaxModelLen > dl {
+				return nil, fmt.Errorf("--max-model-len %d exceeds the draft model's %d", cfg.MaxModelLen, dl)
+			}
+			maxLen = dl
+		}
+		draftSpecs = append(draftSpecs, draftModel.KVCacheSpec())
+	}
 	if cfg.MaxModelLen > 0 {
 		if cfg.MaxModelLen > maxLen {
 			return nil, fmt.Errorf("--max-model-len %d exceeds the model's %d", cfg.MaxModelLen, maxLen)
 		}
 		maxLen = cfg.MaxModelLen
 	}
-	numBlocks, err := dev.kvBlocks(cfg, model.KVCacheSpec())
+	numBlocks, err := dev.kvBlocks(cfg, model.KVCacheSpec(), draftSpecs...)
 	if err != nil {
 		return nil, err
 	}
@@ -158,8 +178,21 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	if err := setupGraphs(cfg, runner, maxLen, log); err != nil {
 		return nil, err
 	}
+	var dr *drafter
+	lookahead := 0
+	if draftModel != nil {
+		// The draft's step carries the target's tokens plus one sampled token per sequence.
+		dlim := models.Options{MaxTokens: cfg.MaxNumBatchedTokens + cfg.MaxNumSeqs, MaxSeqs: cfg.MaxNumSeqs}
+		drun, err := NewRunner(draftModel, be, dlim, numBlocks, cfg.BlockSize)
+		if err != nil {
+			return nil, fmt.Errorf("draft model: %w", err)
+		}
+		dr = &drafter{runner: drun, k: specCfg.NumSpeculativeTokens, vocab: mc.VocabSize}
+		lookahead = specCfg.NumSpeculativeTokens
+	}
 	sc, err := sched.New(sched.Config{NumBlocks: numBlocks, BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs,
-		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxModelLen: maxLen, EnablePrefixCaching: !cfg.NoPrefixCaching})
+		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxModelLen: maxLen, EnablePrefixCaching: !cfg.NoPrefixCaching,
+		LookaheadTokens: lookahead})
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +208,7 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	e := &Engine{cfg: cfg, backend: backend, model: mc, tok: tok, runner: runner, sched: sc, maxModelLen: maxLen,
 		eos: mc.StopTokenIDs(), log: log, cmds: make(chan func()), stop: make(chan struct{}),
 		stopped: make(chan struct{}), reqs: map[string]*request{}, pool: newSamplerPool(), bySeq: map[*sched.Sequence]*choice{},
-		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)), spec: specCfg}
+		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)), spec: specCfg, drafter: dr}
 	if tok != nil {
 		if id, ok := tok.EOSTokenID(); ok && !contains(e.eos, id) {
 			e.eos = append(e.eos, id)
@@ -185,6 +218,30 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		"kv_blocks", numBlocks, "block_size", cfg.BlockSize, "max_model_len", maxLen)
 	e.release, ok = release, true
 	return e, nil
+}
+
+// loadDraft opens and loads the draft model of --speculative-config method draft_model on the
+// target's backends: a checkpoint whose vocabulary is the target's (mc), so that its token ids
+// mean what the target's do.
+func loadDraft(cfg Config, sc *spec.Config, mc *models.Config, dev *devices, fast, fp8KV bool, log *slog.Logger) (*models.Checkpoint, models.Model, error) {
+	ck, err := models.OpenCheckpointWith(sc.Model, models.OpenOptions{KeepBlocks: fast})
+	if err != nil {
+		return nil, nil, fmt.Errorf("draft model: %w", err)
+	}
+	if v := ck.Config.VocabSize; v != mc.VocabSize {
+		ck.Close()
+		return nil, nil, fmt.Errorf("%w: the draft model %s has a vocabulary of %d tokens, the target %d: a draft model must share the target's tokenizer",
+			spec.ErrInvalidConfig, sc.Model, v, mc.VocabSize)
+	}
+	bar := newProgressBar("loading draft weights", log)
+	m, err := models.LoadParallel(ck, dev.backends, dev.group, models.Options{MaxTokens: cfg.MaxNumBatchedTokens + cfg.MaxNumSeqs,
+		MaxSeqs: cfg.MaxNumSeqs, Progress: bar.update, FP8KV: fp8KV})
+	if err != nil {
+		ck.Close()
+		return nil, nil, fmt.Errorf("draft model %s: %w", sc.Model, err)
+	}
+	log.Info("draft model ready", "model", sc.Model, "arch", ck.Config.Architecture, "num_speculative_tokens", sc.NumSpeculativeTokens)
+	return ck, m, nil
 }
 
 // loadTokenizer loads tokenizer.json from --tokenizer or the model directory, or, for a

@@ -41,7 +41,7 @@ func TestSpecRejectionSamplingMatchesTarget(t *testing.T) {
 			counts := make([]float64, len(logits))
 			accepted := 0
 			for range n {
-				got, ok := s.verifyDraft(logits, &in, tc.draft)
+				got, ok := s.verifyDraft(logits, &in, tc.draft, nil)
 				counts[got.Token]++
 				if ok {
 					accepted++

@@ -1,0 +1,283 @@
+package engine
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// withDraft turns on draft-model speculation with the testdata checkpoint draft and k drafts.
+func withDraft(draft string, k int, edit func(*Config)) func(*Config) {
+	return withDraftPath(filepath.Join(testModels, draft), k, edit)
+}
+
+// withDraftPath turns on draft-model speculation with the checkpoint at dir and k drafts.
+func withDraftPath(dir string, k int, edit func(*Config)) func(*Config) {
+	return func(c *Config) {
+		c.SpeculativeConfig = fmt.Sprintf(`{"method": "draft_model", "model": %q, "num_speculative_tokens": %d}`, dir, k)
+		if edit != nil {
+			edit(c)
+		}
+	}
+}
+
+// familyNames lists the testdata checkpoints (they share one tokenizer and VOCAB=384).
+func familyNames(t *testing.T) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(testModels, "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, dirs)
+	names := make([]string, len(dirs))
+	for i, d := range dirs {
+		names[i] = filepath.Base(d)
+	}
+	return names
+}
+
+// TestSpecDraftGreedyIdenticalEveryFamily: greedy outputs (tokens, logprobs, texts) are those
+// of the plain engine on every testdata family, with another family's checkpoint as the draft
+// model (nearly every draft rejected) and with a perturbed copy of the target (drafts accepted
+// and rejected, so the draft's KV is rolled back part way); with the target itself as the
+// draft, every draft is accepted and every verify step emits K+1 tokens. No KV block leaks.
+func TestSpecDraftGreedyIdenticalEveryFamily(t *testing.T) {
+	names := familyNames(t)
+	prompts := append(specPrompts(4, 11), mixedPrompts(3, 4)...)
+	params := func(i int) SamplingParams {
+		p := greedy(10 + 3*i)
+		p.Logprobs = 2
+		return p
+	}
+	const k = 3
+	// max_tokens 1 + 4(K+1): the prefill's token, then four verify steps of K drafts each.
+	selfParams := func(int) SamplingParams { return greedy(1 + 4*(k+1)) }
+	var accepted, proposed int64
+	for i, name := range names {
+		draft := names[(i+1)%len(names)]
+		t.Run(name, func(t *testing.T) {
+			plain := newTestEngine(t, name, nil)
+			want := runAll(t, plain, specRequests(prompts, params))
+			e := newTestEngine(t, name, withDraft(draft, k, nil))
+			got := runAll(t, e, specRequests(prompts, params))
+			requireSameOutputs(t, want, got)
+			st := e.Stats()
+			require.Zero(t, st.KVBlocksUsed, "%+v", st)
+			require.Positive(t, st.SpecNumDraftTokens, "drafts were proposed")
+			accepted += st.SpecNumAcceptedTokens
+			proposed += st.SpecNumDraftTokens
+			t.Logf("%s drafted by %s: %d of %d drafts accepted in %d verify steps", name, draft,
+				st.SpecNumAcceptedTokens, st.SpecNumDraftTokens, st.SpecNumDrafts)
+
+			if near := perturbedCheckpoint(t, name, "model.norm.weight", 0.3); near != "" {
+				e := newTestEngine(t, name, withDraftPath(near, k, nil))
+				got := runAll(t, e, specRequests(prompts, params))
+				requireSameOutputs(t, want, got)
+				st := e.Stats()
+				require.Zero(t, st.KVBlocksUsed, "%+v", st)
+				accepted += st.SpecNumAcceptedTokens
+				proposed += st.SpecNumDraftTokens
+				t.Logf("%s drafted by its perturbed copy: %d of %d drafts accepted in %d verify steps", name,
+					st.SpecNumAcceptedTokens, st.SpecNumDraftTokens, st.SpecNumDrafts)
+			}
+
+			want = runAll(t, plain, specRequests(prompts, selfParams))
+			self := newTestEngine(t, name, withDraft(name, k, nil))
+			got = runAll(t, self, specRequests(prompts, selfParams))
+			requireSameOutputs(t, want, got)
+			st = self.Stats()
+			require.Equal(t, int64(len(prompts)*4), st.SpecNumDrafts, "%+v", st)
+			require.Equal(t, 1.0, st.SpecAcceptanceRate(), "%+v", st)
+			require.Equal(t, float64(k+1), st.SpecMeanAcceptedLength(), "%+v", st)
+			require.Zero(t, st.KVBlocksUsed, "%+v", st)
+		})
+	}
+	require.Positive(t, accepted, "some drafts were accepted")
+	require.Less(t, accepted, proposed, "some drafts were rejected")
+}
+
+// TestSpecDraftSchedulingVariants: with a draft model, outputs stay those of the plain engine
+// under preemption by a tiny KV cache, small token budgets (chunked prefill of both models,
+// drafts trimmed to the budget), without prefix caching, with one-token blocks, and with
+// prompts sharing prefixes; no KV block leaks.
+func TestSpecDraftSchedulingVariants(t *testing.T) {
+	const model = "qwen3-bf16"
+	draft := perturbedCheckpoint(t, model, "model.norm.weight", 0.3)
+	self := filepath.Join(testModels, model)
+	prompts := append(specPrompts(6, 5), mixedPrompts(8, 7)...)
+	params := func(i int) SamplingParams { return greedy(12 + i%9) }
+	want := runAll(t, newTestEngine(t, model, nil), specRequests(prompts, params))
+	for _, tc := range []struct {
+		name  string
+		draft string
+		edit  func(*Config)
+	}{
+		{"preemption", draft, func(c *Config) { c.NumKVBlocks = 14; c.MaxModelLen = 200; c.BlockSize = 16 }},
+		{"preemption-self", self, func(c *Config) { c.NumKVBlocks = 14; c.MaxModelLen = 200; c.BlockSize = 16 }},
+		{"small-chunks", draft, func(c *Config) { c.MaxNumBatchedTokens = 5 }},
+		{"small-chunks-self", self, func(c *Config) { c.MaxNumBatchedTokens = 5 }},
+		{"no-prefix-caching", draft, func(c *Config) { c.NoPrefixCaching = true }},
+		{"block-size-1", self, func(c *Config) { c.BlockSize = 1; c.NumKVBlocks = 900; c.MaxModelLen = 200 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEngine(t, model, withDraftPath(tc.draft, 3, tc.edit))
+			got := runAll(t, e, specRequests(prompts, params))
+			requireSameOutputs(t, want, got)
+			st := e.Stats()
+			if tc.name == "preemption" || tc.name == "preemption-self" {
+				require.Positive(t, st.NumPreemptions, "the tiny cache should have forced preemption")
+			}
+			if tc.draft == self {
+				// The target drafting for itself: a wrong draft KV (a cached prefix without it,
+				// a stale slot after a rollback or a preemption) would show as a rejection.
+				require.Equal(t, st.SpecNumDraftTokens, st.SpecNumAcceptedTokens, "%+v", st)
+			}
+			require.Positive(t, st.SpecNumAcceptedTokens)
+			require.Zero(t, st.KVBlocksUsed, "%+v", st)
+			t.Logf("%s: %d of %d drafts accepted", tc.name, st.SpecNumAcceptedTokens, st.SpecNumDraftTokens)
+		})
+	}
+}
+
+// TestSpecDraftStopsMatchPlain: with the target as its own draft model (every draft accepted),
+// a stop token, a stop string, max_tokens and min_tokens end a request exactly where they end
+// a plain one, also inside an accepted run.
+func TestSpecDraftStopsMatchPlain(t *testing.T) {
+	const model = "qwen2-bf16"
+	plain := newTestEngine(t, model, nil)
+	e := newTestEngine(t, model, withDraft(model, 4, nil))
+	prompt := mixedPrompts(1, 9)[0]
+	full := collect(t, plain, Request{ID: "f", PromptIDs: prompt, Params: greedy(24)})
+	for i := range full.TokenIDs {
+		variants := map[string]SamplingParams{}
+		p := greedy(24)
+		p.StopTokenIDs = []int32{full.TokenIDs[i]}
+		variants["stop-token"] = p
+		variants["max-tokens"] = greedy(i + 1)
+		p = greedy(24)
+		p.StopTokenIDs, p.MinTokens = []int32{full.TokenIDs[i]}, i+1
+		variants["min-tokens"] = p
+		if len(full.Text) > i+2 {
+			p = greedy(24)
+			p.Stop = []string{full.Text[i : i+2]}
+			variants["stop-string"] = p
+		}
+		for name, p := range variants {
+			p.Logprobs = 1
+			req := Request{ID: fmt.Sprint(name, i), PromptIDs: prompt, Params: p}
+			want := collect(t, plain, req)
+			got := collect(t, e, req)
+			require.Equal(t, want.TokenIDs, got.TokenIDs, "%s at %d", name, i)
+			require.Equal(t, want.Text, got.Text, "%s at %d", name, i)
+			require.Equal(t, want.FinishReason, got.FinishReason, "%s at %d", name, i)
+			require.Equal(t, want.StopReason, got.StopReason, "%s at %d", name, i)
+			require.Len(t, got.Logprobs, len(want.Logprobs), "%s at %d", name, i)
+		}
+	}
+	st := e.Stats()
+	require.Equal(t, st.SpecNumDraftTokens, st.SpecNumAcceptedTokens)
+	require.Zero(t, st.KVBlocksUsed)
+}
+
+// TestSpecDraftSeededSamplingReproducible: with a draft model whose distribution differs from
+// the target's, a seeded sampling request gives the same tokens alone and among other
+// requests, run after run; its drafts are drawn from the draft's q and both accepted and
+// rejected; no KV block leaks.
+func TestSpecDraftSeededSamplingReproducible(t *testing.T) {
+	const model = "qwen3-bf16"
+	draft := perturbedCheckpoint(t, model, "model.norm.weight", 0.5)
+	prompts := specPrompts(6, 21)
+	params := func(i int) SamplingParams {
+		p := DefaultSamplingParams()
+		p.MaxTokens, p.IgnoreEOS, p.Temperature, p.Logprobs = 16, true, 0.5+0.3*float64(i%3), 1
+		if i%3 == 2 {
+			p.TopK, p.TopP = 20, 0.9
+		}
+		seed := int64(100 + i)
+		p.Seed = &seed
+		if i%2 == 1 {
+			p.N = 2
+		}
+		return p
+	}
+	e := newTestEngine(t, model, withDraftPath(draft, 3, nil))
+	first := runAll(t, e, specRequests(prompts, params))
+	again := runAll(t, newTestEngine(t, model, withDraftPath(draft, 3, nil)), specRequests(prompts, params))
+	requireSameOutputs(t, first, again)
+	for i := range prompts {
+		alone := runAll(t, e, specRequests(prompts[i:i+1], func(int) SamplingParams { return params(i) }))
+		requireSameOutputs(t, first[i:i+1], alone)
+	}
+	st := e.Stats()
+	require.Positive(t, st.SpecNumAcceptedTokens, "%+v", st)
+	require.Less(t, st.SpecNumAcceptedTokens, st.SpecNumDraftTokens, "%+v", st)
+	require.Zero(t, st.KVBlocksUsed)
+	for i, outs := range first {
+		for _, o := range outs {
+			require.Len(t, o.TokenIDs, 16, "request %d", i)
+			require.Len(t, o.Logprobs, 16, "request %d", i)
+		}
+	}
+}
+
+// TestSpecDraftConfigErrors: a draft model that cannot serve is refused at start with a
+// clear error.
+func TestSpecDraftConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, spec, wantErr string
+	}{
+		{"missing", `{"method": "draft_model", "model": "/nonexistent/draft", "num_speculative_tokens": 2}`, "draft model"},
+		{"no model", `{"method": "draft_model", "num_speculative_tokens": 2}`, `needs "model"`},
+		{"mtp", `{"method": "mtp", "num_speculative_tokens": 2}`, "not supported yet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Device, cfg.Model, cfg.KVCacheMemory = "cpu", filepath.Join(testModels, "llama-bf16"), 16<<20
+			cfg.SpeculativeConfig = tc.spec
+			_, err := New(cfg, quiet)
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+// perturbedCheckpoint copies the testdata checkpoint name to a temporary directory with every
+// element x of its BF16 tensor multiplied by 1 + noise*N(0, 1): a draft model that agrees with
+// the target often but not always. It returns "" when the tensor is not BF16.
+func perturbedCheckpoint(t *testing.T, name, tensor string, noise float64) string {
+	t.Helper()
+	src := filepath.Join(testModels, name)
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	require.NoError(t, err)
+	for _, en := range entries {
+		b, err := os.ReadFile(filepath.Join(src, en.Name()))
+		require.NoError(t, err)
+		if en.Name() == "model.safetensors" {
+			n := binary.LittleEndian.Uint64(b[:8])
+			var header map[string]struct {
+				DType   string `json:"dtype"`
+				Offsets [2]int `json:"data_offsets"`
+			}
+			require.NoError(t, json.Unmarshal(b[8:8+n], &header))
+			info, ok := header[tensor]
+			require.True(t, ok, "tensor %s", tensor)
+			if info.DType != "BF16" {
+				return ""
+			}
+			r := rand.New(rand.NewPCG(1, 2))
+			data := b[8+int(n)+info.Offsets[0] : 8+int(n)+info.Offsets[1]]
+			for i := 0; i < len(data); i += 2 {
+				x := math.Float32frombits(uint32(binary.LittleEndian.Uint16(data[i:])) << 16)
+				x *= float32(1 + noise*r.NormFloat64())
+				binary.LittleEndian.PutUint16(data[i:], uint16(math.Float32bits(x)>>16))
+			}
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dst, en.Name()), b, 0o644))
+	}
+	return dst
+}
