@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math/rand/v2"
 	"slices"
 
 	"github.com/atom-go/atom/engine/sched"
@@ -205,19 +206,23 @@ func (e *Engine) drawDraft(c *choice, logits []float32, j int) {
 		c.draft.q = make([]float32, d.k*d.vocab)
 	}
 	q := c.draft.q[j*d.vocab : (j+1)*d.vocab]
+	c.draft.drafts = append(c.draft.drafts, d.smp.drawQ(processed, p, c.rng, q))
+}
+
+// drawQ draws a token from softmax(logits/T) restricted by p's top-k, top-p and min-p, as
+// draw does, and writes that distribution into q (one probability per vocabulary entry).
+func (s *sampler) drawQ(logits []float32, p *SamplingParams, rng *rand.Rand, q []float32) int32 {
 	clear(q)
-	idx, probs, cut, kept := d.smp.dist(processed, p)
+	idx, probs, cut, kept := s.dist(logits, p)
 	for i := 0; i < cut; i++ {
 		q[idx[i]] = float32(float64(probs[i]) / kept)
 	}
-	r := c.rng.Float64() * kept
-	tok := idx[cut-1]
+	r := rng.Float64() * kept
 	for i := 0; i < cut; i++ {
 		r -= float64(probs[i])
 		if r < 0 {
-			tok = idx[i]
-			break
+			return idx[i]
 		}
 	}
-	c.draft.drafts = append(c.draft.drafts, tok)
+	return idx[cut-1]
 }

@@ -52,8 +52,8 @@ func (s *sampler) drawDraftQ(logits []float32, in *sampleInput, draft int32, q [
 	}
 	qd := float64(q[draft])
 	if qd <= 0 || in.rng.Float64()*qd < pd {
-		// A draft q gives no mass cannot have been drawn from q; accept it as the n-gram case
-		// would not arise: only a caller's bug gets here, and p decides nothing then.
+		// (A draft outside q's support was not drawn from q, a caller's bug: it is accepted
+		// rather than divided by zero.)
 		return draft, true
 	}
 	var rest float64
