@@ -51,7 +51,8 @@ func TestGenerateHelpSaysTheMaxTokensDefault(t *testing.T) {
 
 // TestGenerateSpeculativeConfig: generate takes --speculative-config as vLLM spells it,
 // reports the drafts' acceptance in --json, gives the tokens it gives without speculation
-// (greedy), and refuses hostile values before loading the model.
+// (greedy) with n-gram drafts and with a draft model, and refuses hostile values before
+// loading the model.
 func TestGenerateSpeculativeConfig(t *testing.T) {
 	model := testModel(t, "qwen3-bf16")
 	base := []string{"generate", "--model", model, "--device", "cpu", "--kv-cache-memory", "16777216",
@@ -71,6 +72,16 @@ func TestGenerateSpeculativeConfig(t *testing.T) {
 	require.Equal(t, want.TokenIDs, got.TokenIDs)
 	require.Contains(t, got.SpecDecode, "acceptance_rate")
 	require.Contains(t, got.SpecDecode, "mean_accepted_length")
+	require.Positive(t, got.SpecDecode["num_draft_tokens"])
+
+	// A draft model: the target drafting for itself has every draft accepted.
+	out, stderr, code = runPlugin(t, append(base, "--speculative-config",
+		`{"method": "draft_model", "model": "`+model+`", "num_speculative_tokens": 3}`)...)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	got.SpecDecode = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, want.TokenIDs, got.TokenIDs)
+	require.Equal(t, 1.0, got.SpecDecode["acceptance_rate"])
 	require.Positive(t, got.SpecDecode["num_draft_tokens"])
 
 	for _, tc := range []struct{ cfg, msg string }{
