@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -226,11 +227,27 @@ func TestSpecDraftSeededSamplingReproducible(t *testing.T) {
 }
 
 // TestSpecDraftConfigErrors: a draft model that cannot serve is refused at start with a
-// clear error.
+// clear error: missing, another vocabulary, no model, an unimplemented method.
 func TestSpecDraftConfigErrors(t *testing.T) {
+	// The qwen2 checkpoint with its embedding and head cut to 383 rows: another vocabulary.
+	small := t.TempDir()
+	src := filepath.Join(testModels, "qwen2-bf16")
+	b, err := os.ReadFile(filepath.Join(src, "config.json"))
+	require.NoError(t, err)
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(b, &cfg))
+	cfg["vocab_size"] = 383
+	b, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(small, "config.json"), b, 0o644))
+	b, err = os.ReadFile(filepath.Join(src, "model.safetensors"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(small, "model.safetensors"), cutVocab(t, b, 383), 0o644))
 	for _, tc := range []struct {
 		name, spec, wantErr string
 	}{
+		{"vocabulary", `{"method": "draft_model", "model": "` + small + `", "num_speculative_tokens": 2}`,
+			"has a vocabulary of 383 tokens, the target 384"},
 		{"missing", `{"method": "draft_model", "model": "/nonexistent/draft", "num_speculative_tokens": 2}`, "draft model"},
 		{"no model", `{"method": "draft_model", "num_speculative_tokens": 2}`, `needs "model"`},
 		{"mtp", `{"method": "mtp", "num_speculative_tokens": 2}`, "not supported yet"},
@@ -280,4 +297,46 @@ func perturbedCheckpoint(t *testing.T, name, tensor string, noise float64) strin
 		require.NoError(t, os.WriteFile(filepath.Join(dst, en.Name()), b, 0o644))
 	}
 	return dst
+}
+
+// cutVocab rewrites a safetensors file with every tensor whose first dimension is the
+// vocabulary (384) cut to its first n rows.
+func cutVocab(t *testing.T, b []byte, n int) []byte {
+	t.Helper()
+	hl := binary.LittleEndian.Uint64(b[:8])
+	type entry struct {
+		DType   string `json:"dtype"`
+		Shape   []int  `json:"shape"`
+		Offsets [2]int `json:"data_offsets"`
+	}
+	var header map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(b[8:8+hl], &header))
+	names := make([]string, 0, len(header))
+	entries := map[string]*entry{}
+	for name, raw := range header {
+		if name == "__metadata__" {
+			continue
+		}
+		var e entry
+		require.NoError(t, json.Unmarshal(raw, &e))
+		entries[name] = &e
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool { return entries[names[i]].Offsets[0] < entries[names[j]].Offsets[0] })
+	data := b[8+hl:]
+	var out []byte
+	for _, name := range names {
+		e := entries[name]
+		chunk := data[e.Offsets[0]:e.Offsets[1]]
+		if len(e.Shape) == 2 && e.Shape[0] == 384 {
+			chunk = chunk[:len(chunk)/384*n]
+			e.Shape[0] = n
+		}
+		e.Offsets = [2]int{len(out), len(out) + len(chunk)}
+		out = append(out, chunk...)
+	}
+	hdr, err := json.Marshal(entries)
+	require.NoError(t, err)
+	res := binary.LittleEndian.AppendUint64(nil, uint64(len(hdr)))
+	return append(append(res, hdr...), out...)
 }
