@@ -149,6 +149,16 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		}
 		draftSpecs = append(draftSpecs, draftModel.KVCacheSpec())
 	}
+	if specCfg != nil && specCfg.Method == spec.MethodMTP {
+		draftCk, draftModel, err = loadMTP(cfg, specCfg, ck, be, log)
+		if err != nil {
+			return nil, err
+		}
+		draftSpecs = append(draftSpecs, draftModel.KVCacheSpec())
+		// The MTP layer reads the target's hidden states of every step, which a graph replay
+		// does not keep.
+		cfg.EnforceEager = true
+	}
 	if cfg.MaxModelLen > 0 {
 		if cfg.MaxModelLen > maxLen {
 			return nil, fmt.Errorf("--max-model-len %d exceeds the model's %d", cfg.MaxModelLen, maxLen)
@@ -188,6 +198,7 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 			return nil, fmt.Errorf("draft model: %w", err)
 		}
 		dr = &drafter{runner: drun, k: specCfg.NumSpeculativeTokens, vocab: mc.VocabSize}
+		dr.mtp, _ = draftModel.(*mtpModel)
 		lookahead = specCfg.NumSpeculativeTokens
 	}
 	sc, err := sched.New(sched.Config{NumBlocks: numBlocks, BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs,
@@ -242,6 +253,36 @@ func loadDraft(cfg Config, sc *spec.Config, mc *models.Config, dev *devices, fas
 	}
 	log.Info("draft model ready", "model", sc.Model, "arch", ck.Config.Architecture, "num_speculative_tokens", sc.NumSpeculativeTokens)
 	return ck, m, nil
+}
+
+// loadMTP loads the MTP layer of --speculative-config method mtp from the target's checkpoint
+// ck (or the one its "model" names) on the target's backend, one rank.
+func loadMTP(cfg Config, sc *spec.Config, ck *models.Checkpoint, be ops.Backend, log *slog.Logger) (*models.Checkpoint, models.Model, error) {
+	if cfg.TensorParallelSize > 1 {
+		return nil, nil, fmt.Errorf("%w: method mtp runs on one device (--tensor-parallel-size %d)", spec.ErrInvalidConfig, cfg.TensorParallelSize)
+	}
+	src, own := ck, (*models.Checkpoint)(nil)
+	if sc.Model != "" && filepath.Clean(sc.Model) != filepath.Clean(cfg.Model) {
+		var err error
+		if own, err = models.OpenCheckpoint(sc.Model); err != nil {
+			return nil, nil, fmt.Errorf("mtp: %w", err)
+		}
+		if v := own.Config.VocabSize; v != ck.Config.VocabSize {
+			own.Close()
+			return nil, nil, fmt.Errorf("%w: the MTP checkpoint %s has a vocabulary of %d tokens, the target %d",
+				spec.ErrInvalidConfig, sc.Model, v, ck.Config.VocabSize)
+		}
+		src = own
+	}
+	m, err := models.LoadMTP(src, be, models.Options{MaxTokens: cfg.MaxNumBatchedTokens + cfg.MaxNumSeqs, MaxSeqs: cfg.MaxNumSeqs})
+	if err != nil {
+		if own != nil {
+			own.Close()
+		}
+		return nil, nil, fmt.Errorf("%w: method mtp: %w", spec.ErrInvalidConfig, err)
+	}
+	log.Info("MTP layer ready", "layer", src.Config.NumLayers, "num_speculative_tokens", sc.NumSpeculativeTokens)
+	return own, &mtpModel{MTP: m}, nil
 }
 
 // loadTokenizer loads tokenizer.json from --tokenizer or the model directory, or, for a

@@ -38,6 +38,8 @@ import (
 // drafter is a draft model with its runner (and KV cache) and per-step scratch.
 type drafter struct {
 	runner *Runner
+	// mtp is the runner's model under method mtp (spec_mtp.go); nil for a draft model.
+	mtp    *mtpModel
 	k      int
 	vocab  int
 	smp    sampler
@@ -54,7 +56,10 @@ type draftState struct {
 	// ahead is how many of the proposed drafts had their KV written by the draft.
 	ahead int
 	// n is how many drafts this step proposes.
-	n      int
+	n int
+	// row is, under method mtp, the row of the layer's last pass that holds this choice's
+	// last hidden state.
+	row    int32
 	drafts []int32
 	// q holds, for a sampling request, the distribution each draft was drawn from: K rows of
 	// the vocabulary.
@@ -109,6 +114,9 @@ func (e *Engine) draftCount(c *choice) int {
 // the next drafts of the sequences that sampled.
 func (e *Engine) draftAfterStep(items []sched.Item, choices []*choice, work []Work) error {
 	d := e.drafter
+	if d.mtp != nil {
+		return e.mtpAfterStep(items, choices, work)
+	}
 	d.works, d.active = d.works[:0], d.active[:0]
 	for i, it := range items {
 		c := choices[i]

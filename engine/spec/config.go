@@ -19,6 +19,9 @@ const MaxSpeculativeTokens = 16
 // position of the context each step.
 const maxLookup = 1024
 
+// implemented names the methods for error messages.
+const implemented = `"ngram", "draft_model" and "mtp" (DeepSeek-V3)`
+
 // ErrInvalidConfig wraps every refusal of a --speculative-config value.
 var ErrInvalidConfig = errors.New("invalid --speculative-config")
 
@@ -29,14 +32,19 @@ const (
 	// MethodDraftModel is a smaller checkpoint sharing the target's vocabulary, run
 	// autoregressively with its own paged KV cache.
 	MethodDraftModel = "draft_model"
+	// MethodMTP is DeepSeek-V3's multi-token-prediction layer, stored in the target's
+	// checkpoint (vLLM also spells it "deepseek_mtp"), reused for every draft.
+	MethodMTP = "mtp"
 )
 
 // Config is the subset of vLLM's SpeculativeConfig that atom-go implements, spelled as vLLM's
 // JSON spells it.
 type Config struct {
-	// Method is the drafting method: MethodNgram or MethodDraftModel.
+	// Method is the drafting method: MethodNgram, MethodDraftModel or MethodMTP.
 	Method string `json:"method"`
-	// Model is the draft checkpoint's directory (or GGUF file) for MethodDraftModel.
+	// Model is the draft checkpoint's directory (or GGUF file) for MethodDraftModel; for
+	// MethodMTP, the checkpoint holding the MTP layer when not the target's (empty: the
+	// target's).
 	Model string `json:"model,omitempty"`
 	// NumSpeculativeTokens is K, the most drafts proposed per sequence and step.
 	NumSpeculativeTokens int `json:"num_speculative_tokens"`
@@ -87,7 +95,7 @@ func Parse(s string) (*Config, error) {
 		// checkpoints, which atom-go does not run, are told apart by their configs there).
 		c.Method = MethodDraftModel
 	default:
-		return nil, fmt.Errorf("%w: method is required (atom-go implements \"ngram\" and \"draft_model\")", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: method is required (atom-go implements %s)", ErrInvalidConfig, implemented)
 	}
 	switch c.Method {
 	case MethodNgram:
@@ -101,10 +109,16 @@ func Parse(s string) (*Config, error) {
 		if raw.PromptLookupMin != nil || raw.PromptLookupMax != nil {
 			return nil, fmt.Errorf("%w: prompt_lookup_min and prompt_lookup_max apply to method ngram only", ErrInvalidConfig)
 		}
-	case "mtp", "deepseek_mtp", "eagle", "eagle3", "medusa", "mlp_speculator":
-		return nil, fmt.Errorf("%w: method %q is not supported yet (atom-go implements \"ngram\" and \"draft_model\")", ErrInvalidConfig, c.Method)
+	case MethodMTP, "deepseek_mtp":
+		// vLLM folds its per-family MTP spellings into "mtp".
+		c.Method = MethodMTP
+		if raw.PromptLookupMin != nil || raw.PromptLookupMax != nil {
+			return nil, fmt.Errorf("%w: prompt_lookup_min and prompt_lookup_max apply to method ngram only", ErrInvalidConfig)
+		}
+	case "eagle", "eagle3", "medusa", "mlp_speculator", "ernie_mtp", "qwen3_next_mtp", "mimo_mtp", "glm4_moe_mtp", "longcat_flash_mtp", "suffix":
+		return nil, fmt.Errorf("%w: method %q is not supported yet (atom-go implements %s)", ErrInvalidConfig, c.Method, implemented)
 	default:
-		return nil, fmt.Errorf("%w: unknown method %q (atom-go implements \"ngram\" and \"draft_model\")", ErrInvalidConfig, c.Method)
+		return nil, fmt.Errorf("%w: unknown method %q (atom-go implements %s)", ErrInvalidConfig, c.Method, implemented)
 	}
 	if raw.NumSpeculativeTokens == nil {
 		return nil, fmt.Errorf("%w: num_speculative_tokens is required for method %s", ErrInvalidConfig, c.Method)
@@ -130,13 +144,13 @@ func Parse(s string) (*Config, error) {
 // Validate checks the ranges of a configuration.
 func (c *Config) Validate() error {
 	switch {
-	case c.Method != MethodNgram && c.Method != MethodDraftModel:
-		return fmt.Errorf("%w: method %q is not supported yet (atom-go implements \"ngram\" and \"draft_model\")", ErrInvalidConfig, c.Method)
+	case c.Method != MethodNgram && c.Method != MethodDraftModel && c.Method != MethodMTP:
+		return fmt.Errorf("%w: method %q is not supported yet (atom-go implements %s)", ErrInvalidConfig, c.Method, implemented)
 	case c.NumSpeculativeTokens < 1 || c.NumSpeculativeTokens > MaxSpeculativeTokens:
 		return fmt.Errorf("%w: num_speculative_tokens must be in [1, %d], got %d", ErrInvalidConfig, MaxSpeculativeTokens, c.NumSpeculativeTokens)
 	case c.Method == MethodDraftModel && c.Model == "":
 		return fmt.Errorf("%w: method draft_model needs \"model\": the draft checkpoint", ErrInvalidConfig)
-	case c.Method == MethodDraftModel:
+	case c.Method != MethodNgram:
 		return nil
 	case c.PromptLookupMin < 1 || c.PromptLookupMax < 1:
 		return fmt.Errorf("%w: prompt_lookup_min and prompt_lookup_max must be at least 1, got %d and %d", ErrInvalidConfig, c.PromptLookupMin, c.PromptLookupMax)

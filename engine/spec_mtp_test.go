@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/atom-go/atom/models"
+	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
+)
+
+// TestSpecMTPDraftsAreTheLayers: the drafts the engine proposes with the MTP layer are the
+// layer's greedy chain computed directly over the whole sequence (the target's hidden states
+// of every position, then each draft fed back with the layer's own hidden state): after the
+// prefill and after each verify step, whatever was accepted.
+func TestSpecMTPDraftsAreTheLayers(t *testing.T) {
+	const model, k = "deepseek_v3-bf16", 3
+	e := newTestEngine(t, model, func(c *Config) {
+		c.SpeculativeConfig = `{"method": "mtp", "num_speculative_tokens": 3}`
+	})
+	gate := e.HoldSteps()
+	require.NotNil(t, gate)
+	st, err := e.Generate(Request{ID: "m", PromptIDs: []int32{1, 17, 42, 99, 7}, Params: greedy(40)})
+	require.NoError(t, err)
+	_ = st
+
+	be := cpu.New(0)
+	defer be.Close()
+	ck, err := models.OpenCheckpoint(filepath.Join(testModels, model))
+	require.NoError(t, err)
+	defer ck.Close()
+	target, err := models.Load(ck, be, models.Options{MaxTokens: 128, MaxSeqs: 8})
+	require.NoError(t, err)
+	mtp, err := models.LoadMTP(ck, be, models.Options{MaxTokens: 128, MaxSeqs: 8})
+	require.NoError(t, err)
+	vocab := ck.Config.VocabSize
+
+	// chain computes k greedy drafts after toks from scratch.
+	chain := func(toks []int32) []int32 {
+		const bs, blocks = 4, 32
+		cache, err := target.NewKVCache(blocks, bs)
+		require.NoError(t, err)
+		mcache, err := mtp.NewKVCache(blocks, bs)
+		require.NoError(t, err)
+		n := len(toks)
+		h := target.Forward(toks, seqMeta(0, n, bs, blocks), cache)
+		rows := make([]int32, n-1)
+		for i := range rows {
+			rows[i] = int32(i)
+		}
+		out := mtp.Forward(toks[1:], h, rows, seqMeta(0, n-1, bs, blocks), mcache)
+		logits := make([]float32, vocab)
+		be.ReadRows(mtp.Logits(out, []int32{int32(n - 2)}), logits)
+		drafts := []int32{argmax(logits)}
+		prev, row := mtp.Hidden(), int32(n-2)
+		for j := 1; j < k; j++ {
+			out := mtp.Forward(drafts[j-1:j], prev, []int32{row}, seqMeta(n-2+j, 1, bs, blocks), mcache)
+			be.ReadRows(mtp.Logits(out, []int32{0}), logits)
+			drafts = append(drafts, argmax(logits))
+			prev, row = mtp.Hidden(), 0
+		}
+		return drafts
+	}
+
+	checked := 0
+	for range 6 {
+		require.True(t, gate.Step())
+		var toks []int32
+		var drafts int
+		require.True(t, e.call(func() {
+			for seq := range e.bySeq {
+				toks, drafts = slices.Clone(seq.TokenIDs), seq.NumDrafts()
+			}
+		}))
+		if drafts == 0 {
+			break // finished, or too close to max_tokens
+		}
+		require.Equal(t, k, drafts)
+		known := toks[:len(toks)-drafts]
+		require.Equal(t, chain(known), toks[len(known):], "drafts after %d tokens", len(known))
+		checked++
+	}
+	require.GreaterOrEqual(t, checked, 4)
+	gate.Open()
+}
+
+// seqMeta lays one sequence's n tokens from position ctx into a block table 0, 1, 2, ...
+func seqMeta(ctx, n, blockSize, blocks int) *ops.AttnMetadata {
+	m := &ops.AttnMetadata{QueryStart: []int32{0, int32(n)}, SeqLens: []int32{int32(ctx + n)}, BlockTableStride: blocks}
+	for b := 0; b < blocks; b++ {
+		m.BlockTables = append(m.BlockTables, int32(b))
+	}
+	for p := ctx; p < ctx+n; p++ {
+		m.Positions = append(m.Positions, int32(p))
+		m.SlotMapping = append(m.SlotMapping, int32(p))
+	}
+	return m
+}
