@@ -227,7 +227,8 @@ func TestSpecDraftSeededSamplingReproducible(t *testing.T) {
 }
 
 // TestSpecDraftConfigErrors: a draft model that cannot serve is refused at start with a
-// clear error: missing, another vocabulary, no model, an unimplemented method.
+// clear error: missing, another vocabulary, no model, MTP on a model without the layer, an
+// unimplemented method.
 func TestSpecDraftConfigErrors(t *testing.T) {
 	// The qwen2 checkpoint with its embedding and head cut to 383 rows: another vocabulary.
 	small := t.TempDir()
@@ -250,7 +251,8 @@ func TestSpecDraftConfigErrors(t *testing.T) {
 			"has a vocabulary of 383 tokens, the target 384"},
 		{"missing", `{"method": "draft_model", "model": "/nonexistent/draft", "num_speculative_tokens": 2}`, "draft model"},
 		{"no model", `{"method": "draft_model", "num_speculative_tokens": 2}`, `needs "model"`},
-		{"mtp", `{"method": "mtp", "num_speculative_tokens": 2}`, "not supported yet"},
+		{"mtp without the layer", `{"method": "mtp", "num_speculative_tokens": 2}`, "no multi-token-prediction layer: LlamaForCausalLM has none"},
+		{"eagle", `{"method": "eagle", "model": "x", "num_speculative_tokens": 2}`, "not supported yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()

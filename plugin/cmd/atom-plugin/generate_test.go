@@ -87,7 +87,7 @@ func TestGenerateSpeculativeConfig(t *testing.T) {
 	for _, tc := range []struct{ cfg, msg string }{
 		{`{"method": "ngram", "num_speculative_tokens": 17}`, "num_speculative_tokens must be in [1, 16]"},
 		{`{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2}`, "prompt_lookup_min 3 exceeds prompt_lookup_max 2"},
-		{`{"method": "mtp", "num_speculative_tokens": 1}`, "not supported yet"},
+		{`{"method": "eagle", "model": "x", "num_speculative_tokens": 1}`, "not supported yet"},
 		{`not json`, "invalid --speculative-config"},
 	} {
 		_, stderr, code := runPlugin(t, append(base, "--speculative-config", tc.cfg)...)
