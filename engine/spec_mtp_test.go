@@ -134,3 +134,47 @@ func TestSpecMTPSeededSamplingReproducible(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecMTPGreedyIdentical: with DeepSeek-V3's MTP layer drafting (testdata's random one, so
+// its drafts are mostly rejected), greedy outputs with logprobs are those of the plain engine,
+// for one and several drafts, under preemption, small token budgets and without prefix
+// caching; no KV block leaks.
+func TestSpecMTPGreedyIdentical(t *testing.T) {
+	const model = "deepseek_v3-bf16"
+	prompts := append(specPrompts(4, 11), mixedPrompts(6, 4)...)
+	params := func(i int) SamplingParams {
+		p := greedy(8 + 3*i)
+		p.Logprobs = 2
+		return p
+	}
+	want := runAll(t, newTestEngine(t, model, nil), specRequests(prompts, params))
+	for _, tc := range []struct {
+		name string
+		spec string
+		edit func(*Config)
+	}{
+		{"k1", `{"method": "mtp", "num_speculative_tokens": 1}`, nil},
+		{"k3", `{"method": "deepseek_mtp", "num_speculative_tokens": 3}`, nil},
+		{"preemption", `{"method": "mtp", "num_speculative_tokens": 3}`, func(c *Config) { c.NumKVBlocks = 14; c.MaxModelLen = 200; c.BlockSize = 16 }},
+		{"small-chunks", `{"method": "mtp", "num_speculative_tokens": 2}`, func(c *Config) { c.MaxNumBatchedTokens = 5 }},
+		{"no-prefix-caching", `{"method": "mtp", "num_speculative_tokens": 2}`, func(c *Config) { c.NoPrefixCaching = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEngine(t, model, func(c *Config) {
+				c.SpeculativeConfig = tc.spec
+				if tc.edit != nil {
+					tc.edit(c)
+				}
+			})
+			got := runAll(t, e, specRequests(prompts, params))
+			requireSameOutputs(t, want, got)
+			st := e.Stats()
+			require.Positive(t, st.SpecNumDraftTokens)
+			require.Zero(t, st.KVBlocksUsed, "%+v", st)
+			if tc.name == "preemption" {
+				require.Positive(t, st.NumPreemptions)
+			}
+			t.Logf("%s: %d of %d drafts accepted", tc.name, st.SpecNumAcceptedTokens, st.SpecNumDraftTokens)
+		})
+	}
+}
