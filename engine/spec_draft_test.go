@@ -342,3 +342,24 @@ func cutVocab(t *testing.T, b []byte, n int) []byte {
 	res := binary.LittleEndian.AppendUint64(nil, uint64(len(hdr)))
 	return append(append(res, hdr...), out...)
 }
+
+// TestSpecDraftCachedPrefixHasDraftKV: blocks a request registers in the prefix cache carry
+// the draft model's KV too, also when the request finished in the step that computed them: a
+// later request with the same prompt, drafted by the target itself, has every draft accepted.
+func TestSpecDraftCachedPrefixHasDraftKV(t *testing.T) {
+	const model = "qwen2-bf16"
+	e := newTestEngine(t, model, withDraft(model, 3, nil))
+	prompt := mixedPrompts(1, 5)[0]
+	for len(prompt) < 45 {
+		prompt = append(prompt, prompt...)
+	}
+	prompt = prompt[:45]
+	collect(t, e, Request{ID: "a", PromptIDs: prompt, Params: greedy(1)})
+	require.Zero(t, e.Stats().SpecNumDraftTokens)
+	got := collect(t, e, Request{ID: "b", PromptIDs: prompt, Params: greedy(13)})
+	require.Len(t, got.TokenIDs, 13)
+	st := e.Stats()
+	require.Positive(t, st.PrefixCacheHits)
+	require.Equal(t, int64(3*3), st.SpecNumDraftTokens, "three verify steps of three drafts: %+v", st)
+	require.Equal(t, st.SpecNumDraftTokens, st.SpecNumAcceptedTokens, "%+v", st)
+}

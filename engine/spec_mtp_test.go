@@ -14,18 +14,27 @@ import (
 
 // TestSpecMTPDraftsAreTheLayers: the drafts the engine proposes with the MTP layer are the
 // layer's greedy chain computed directly over the whole sequence (the target's hidden states
-// of every position, then each draft fed back with the layer's own hidden state): after the
-// prefill and after each verify step, whatever was accepted.
+// of every position, then each draft fed back with the layer's own hidden state): after a
+// prefill served in part by the prefix cache (blocks of a request that finished in its own
+// prefill step) and after each verify step, whatever was accepted.
 func TestSpecMTPDraftsAreTheLayers(t *testing.T) {
 	const model, k = "deepseek_v3-bf16", 3
 	e := newTestEngine(t, model, func(c *Config) {
 		c.SpeculativeConfig = `{"method": "mtp", "num_speculative_tokens": 3}`
 	})
+	// A request with the same prompt that finishes in its prefill step leaves the prompt's
+	// blocks in the prefix cache: the layer's KV must be in them too.
+	prompt := mixedPrompts(1, 3)[0]
+	for len(prompt) < 37 {
+		prompt = append(prompt, prompt...)
+	}
+	prompt = prompt[:37]
+	first := collect(t, e, Request{ID: "a", PromptIDs: prompt, Params: greedy(1)})
+	require.Len(t, first.TokenIDs, 1)
 	gate := e.HoldSteps()
 	require.NotNil(t, gate)
-	st, err := e.Generate(Request{ID: "m", PromptIDs: []int32{1, 17, 42, 99, 7}, Params: greedy(40)})
+	_, err := e.Generate(Request{ID: "m", PromptIDs: prompt, Params: greedy(40)})
 	require.NoError(t, err)
-	_ = st
 
 	be := cpu.New(0)
 	defer be.Close()
@@ -40,7 +49,7 @@ func TestSpecMTPDraftsAreTheLayers(t *testing.T) {
 
 	// chain computes k greedy drafts after toks from scratch.
 	chain := func(toks []int32) []int32 {
-		const bs, blocks = 4, 32
+		const bs, blocks = 4, 64
 		cache, err := target.NewKVCache(blocks, bs)
 		require.NoError(t, err)
 		mcache, err := mtp.NewKVCache(blocks, bs)
@@ -85,6 +94,7 @@ func TestSpecMTPDraftsAreTheLayers(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, checked, 4)
 	gate.Open()
+	require.Positive(t, e.Stats().PrefixCacheHits, "the second request read the first one's blocks")
 }
 
 // seqMeta lays one sequence's n tokens from position ctx into a block table 0, 1, 2, ...
