@@ -51,7 +51,7 @@ func TestGenerateHelpSaysTheMaxTokensDefault(t *testing.T) {
 
 // TestGenerateSpeculativeConfig: generate takes --speculative-config as vLLM spells it,
 // reports the drafts' acceptance in --json, gives the tokens it gives without speculation
-// (greedy) with n-gram drafts and with a draft model, and refuses hostile values before
+// (greedy) with n-gram drafts, a draft model and an MTP layer, and refuses hostile values before
 // loading the model.
 func TestGenerateSpeculativeConfig(t *testing.T) {
 	model := testModel(t, "qwen3-bf16")
@@ -82,6 +82,18 @@ func TestGenerateSpeculativeConfig(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	require.Equal(t, want.TokenIDs, got.TokenIDs)
 	require.Equal(t, 1.0, got.SpecDecode["acceptance_rate"])
+	require.Positive(t, got.SpecDecode["num_draft_tokens"])
+
+	// DeepSeek-V3's MTP layer (testdata's is random: its drafts are mostly rejected).
+	ds := append([]string{"generate", "--model", testModel(t, "deepseek_v3-bf16")}, base[3:]...)
+	plain, stderr, code = runPlugin(t, ds...)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	require.NoError(t, json.Unmarshal([]byte(plain), &want))
+	out, stderr, code = runPlugin(t, append(ds, "--speculative-config", `{"method": "deepseek_mtp", "num_speculative_tokens": 2}`)...)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	got.SpecDecode = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, want.TokenIDs, got.TokenIDs)
 	require.Positive(t, got.SpecDecode["num_draft_tokens"])
 
 	for _, tc := range []struct{ cfg, msg string }{
