@@ -35,7 +35,8 @@ import (
 // requests draw from the draft's distribution q with the request's parameters and keep q for
 // the rejection sampler (spec_sample.go).
 
-// drafter is a draft model with its runner (and KV cache) and per-step scratch.
+// drafter is a draft model (or an MTP layer) with its runner (and KV cache) and per-step
+// scratch.
 type drafter struct {
 	runner *Runner
 	// mtp is the runner's model under method mtp (spec_mtp.go); nil for a draft model.
@@ -48,7 +49,7 @@ type drafter struct {
 	rows   []*choice // choices of the current one-token step, in row order
 }
 
-// draftState is a choice's draft-model bookkeeping.
+// draftState is a choice's bookkeeping under a draft model or an MTP layer.
 type draftState struct {
 	// done is how many leading tokens have the draft's KV; -1 until the sequence is first
 	// scheduled (or after it was preempted).
@@ -59,7 +60,8 @@ type draftState struct {
 	n int
 	// row is, under method mtp, the row of the layer's last pass that holds this choice's
 	// last hidden state.
-	row    int32
+	row int32
+	// drafts are this step's proposals, in order.
 	drafts []int32
 	// q holds, for a sampling request, the distribution each draft was drawn from: K rows of
 	// the vocabulary.
