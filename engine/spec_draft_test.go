@@ -12,6 +12,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/gpu"
 )
 
 // withDraft turns on draft-model speculation with the testdata checkpoint draft and k drafts.
@@ -75,7 +78,8 @@ func TestSpecDraftGreedyIdenticalEveryFamily(t *testing.T) {
 			t.Logf("%s drafted by %s: %d of %d drafts accepted in %d verify steps", name, draft,
 				st.SpecNumAcceptedTokens, st.SpecNumDraftTokens, st.SpecNumDrafts)
 
-			if near := perturbedCheckpoint(t, name, "model.norm.weight", 0.3); near != "" {
+			{
+				near := perturbedCheckpoint(t, name, "model.norm.weight", 0.3)
 				e := newTestEngine(t, name, withDraftPath(near, k, nil))
 				got := runAll(t, e, specRequests(prompts, params))
 				requireSameOutputs(t, want, got)
@@ -265,8 +269,8 @@ func TestSpecDraftConfigErrors(t *testing.T) {
 }
 
 // perturbedCheckpoint copies the testdata checkpoint name to a temporary directory with every
-// element x of its BF16 tensor multiplied by 1 + noise*N(0, 1): a draft model that agrees with
-// the target often but not always. It returns "" when the tensor is not BF16.
+// element x of its tensor (BF16, F16 or F32) multiplied by 1 + noise*N(0, 1): a draft model
+// that agrees with the target often but not always.
 func perturbedCheckpoint(t *testing.T, name, tensor string, noise float64) string {
 	t.Helper()
 	src := filepath.Join(testModels, name)
@@ -285,15 +289,27 @@ func perturbedCheckpoint(t *testing.T, name, tensor string, noise float64) strin
 			require.NoError(t, json.Unmarshal(b[8:8+n], &header))
 			info, ok := header[tensor]
 			require.True(t, ok, "tensor %s", tensor)
-			if info.DType != "BF16" {
-				return ""
-			}
 			r := rand.New(rand.NewPCG(1, 2))
 			data := b[8+int(n)+info.Offsets[0] : 8+int(n)+info.Offsets[1]]
-			for i := 0; i < len(data); i += 2 {
-				x := math.Float32frombits(uint32(binary.LittleEndian.Uint16(data[i:])) << 16)
-				x *= float32(1 + noise*r.NormFloat64())
-				binary.LittleEndian.PutUint16(data[i:], uint16(math.Float32bits(x)>>16))
+			scale := func() float32 { return float32(1 + noise*r.NormFloat64()) }
+			switch info.DType {
+			case "BF16":
+				for i := 0; i < len(data); i += 2 {
+					x := ops.BF16ToFloat32(binary.LittleEndian.Uint16(data[i:])) * scale()
+					binary.LittleEndian.PutUint16(data[i:], gpu.BF16FromFloat32(x))
+				}
+			case "F16":
+				for i := 0; i < len(data); i += 2 {
+					x := ops.F16ToFloat32(binary.LittleEndian.Uint16(data[i:])) * scale()
+					binary.LittleEndian.PutUint16(data[i:], gpu.F16FromFloat32(x))
+				}
+			case "F32":
+				for i := 0; i < len(data); i += 4 {
+					x := math.Float32frombits(binary.LittleEndian.Uint32(data[i:])) * scale()
+					binary.LittleEndian.PutUint32(data[i:], math.Float32bits(x))
+				}
+			default:
+				t.Fatalf("%s: tensor %s is %s", name, tensor, info.DType)
 			}
 		}
 		require.NoError(t, os.WriteFile(filepath.Join(dst, en.Name()), b, 0o644))
