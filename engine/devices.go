@@ -103,12 +103,16 @@ func (d *devices) close() {
 // kvBlocks sizes the KV cache the model declares (spec, one rank's): --num-kv-blocks if
 // given; on the gpu, what --gpu-memory-utilization of a device leaves after the weights and
 // workspaces already allocated (the model's buffers are sized for the largest step, so that is
-// the peak); on the cpu, --kv-cache-memory bytes over all ranks.
-func (d *devices) kvBlocks(cfg Config, spec ops.KVCacheSpec) (int, error) {
+// the peak); on the cpu, --kv-cache-memory bytes over all ranks. A draft model's cache (extra)
+// has as many blocks as the target's, so a block costs the bytes of both.
+func (d *devices) kvBlocks(cfg Config, spec ops.KVCacheSpec, extra ...ops.KVCacheSpec) (int, error) {
 	if cfg.NumKVBlocks > 0 {
 		return cfg.NumKVBlocks, nil
 	}
 	perRank := spec.BlockBytes(cfg.BlockSize)
+	for _, x := range extra {
+		perRank += x.BlockBytes(cfg.BlockSize)
+	}
 	if perRank <= 0 {
 		return 0, fmt.Errorf("size the KV cache: the model declares %d bytes a block", perRank)
 	}

@@ -46,6 +46,11 @@ type Engine struct {
 	gate     *StepGate    // tests only (testhook.go)
 	spec     *spec.Config // nil: no speculative decoding (spec_step.go)
 	draftBuf []int32      // the proposer's output, reused
+	// drafter runs the draft model or MTP layer of --speculative-config methods draft_model and
+	// mtp (nil otherwise); stepChoices holds the choices of the step's items for it, captured
+	// before sampling.
+	drafter     *drafter
+	stepChoices []*choice
 	// specOracle replaces the n-gram proposer in tests (spec_test.go): drafts that are the
 	// target's own continuation put stops inside accepted runs on purpose.
 	specOracle func(dst, toks []int32, k int) []int32

@@ -94,13 +94,19 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	be := dev.backends[0]
 	// The cpu backend reads weights in place from the mapping, so the checkpoint stays open
 	// until the engine is closed, after the model and the backends; a failed start releases all.
-	var model models.Model
+	var model, draftModel models.Model
+	var draftCk *models.Checkpoint
 	release := func() {
-		if c, ok := model.(interface{ Close() }); ok {
-			c.Close()
+		for _, m := range []models.Model{model, draftModel} {
+			if c, ok := m.(interface{ Close() }); ok {
+				c.Close()
+			}
 		}
 		dev.close()
 		ck.Close()
+		if draftCk != nil {
+			draftCk.Close()
+		}
 	}
 	ok := false
 	defer func() {
@@ -129,13 +135,37 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		return nil, err
 	}
 	maxLen := mc.MaxModelLen()
+	var draftSpecs []ops.KVCacheSpec
+	if specCfg != nil && specCfg.Method == spec.MethodDraftModel {
+		draftCk, draftModel, err = loadDraft(cfg, specCfg, mc, dev, fast, fp8KV, log)
+		if err != nil {
+			return nil, err
+		}
+		if dl := draftCk.Config.MaxModelLen(); dl < maxLen {
+			if cfg.MaxModelLen > dl {
+				return nil, fmt.Errorf("--max-model-len %d exceeds the draft model's %d", cfg.MaxModelLen, dl)
+			}
+			maxLen = dl
+		}
+		draftSpecs = append(draftSpecs, draftModel.KVCacheSpec())
+	}
+	if specCfg != nil && specCfg.Method == spec.MethodMTP {
+		draftCk, draftModel, err = loadMTP(cfg, specCfg, ck, be, log)
+		if err != nil {
+			return nil, err
+		}
+		draftSpecs = append(draftSpecs, draftModel.KVCacheSpec())
+		// The MTP layer reads the target's hidden states of every step, which a graph replay
+		// does not keep.
+		cfg.EnforceEager = true
+	}
 	if cfg.MaxModelLen > 0 {
 		if cfg.MaxModelLen > maxLen {
 			return nil, fmt.Errorf("--max-model-len %d exceeds the model's %d", cfg.MaxModelLen, maxLen)
 		}
 		maxLen = cfg.MaxModelLen
 	}
-	numBlocks, err := dev.kvBlocks(cfg, model.KVCacheSpec())
+	numBlocks, err := dev.kvBlocks(cfg, model.KVCacheSpec(), draftSpecs...)
 	if err != nil {
 		return nil, err
 	}
@@ -158,8 +188,22 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	if err := setupGraphs(cfg, runner, maxLen, log); err != nil {
 		return nil, err
 	}
+	var dr *drafter
+	lookahead := 0
+	if draftModel != nil {
+		// The draft's step carries the target's tokens plus one sampled token per sequence.
+		dlim := models.Options{MaxTokens: cfg.MaxNumBatchedTokens + cfg.MaxNumSeqs, MaxSeqs: cfg.MaxNumSeqs}
+		drun, err := NewRunner(draftModel, be, dlim, numBlocks, cfg.BlockSize)
+		if err != nil {
+			return nil, fmt.Errorf("draft model: %w", err)
+		}
+		dr = &drafter{runner: drun, k: specCfg.NumSpeculativeTokens, vocab: mc.VocabSize}
+		dr.mtp, _ = draftModel.(*mtpModel)
+		lookahead = specCfg.NumSpeculativeTokens
+	}
 	sc, err := sched.New(sched.Config{NumBlocks: numBlocks, BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs,
-		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxModelLen: maxLen, EnablePrefixCaching: !cfg.NoPrefixCaching})
+		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxModelLen: maxLen, EnablePrefixCaching: !cfg.NoPrefixCaching,
+		LookaheadTokens: lookahead})
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +219,7 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	e := &Engine{cfg: cfg, backend: backend, model: mc, tok: tok, runner: runner, sched: sc, maxModelLen: maxLen,
 		eos: mc.StopTokenIDs(), log: log, cmds: make(chan func()), stop: make(chan struct{}),
 		stopped: make(chan struct{}), reqs: map[string]*request{}, pool: newSamplerPool(), bySeq: map[*sched.Sequence]*choice{},
-		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)), spec: specCfg}
+		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)), spec: specCfg, drafter: dr}
 	if tok != nil {
 		if id, ok := tok.EOSTokenID(); ok && !contains(e.eos, id) {
 			e.eos = append(e.eos, id)
@@ -185,6 +229,60 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		"kv_blocks", numBlocks, "block_size", cfg.BlockSize, "max_model_len", maxLen)
 	e.release, ok = release, true
 	return e, nil
+}
+
+// loadDraft opens and loads the draft model of --speculative-config method draft_model on the
+// target's backends: a checkpoint whose vocabulary is the target's (mc), so that its token ids
+// mean what the target's do.
+func loadDraft(cfg Config, sc *spec.Config, mc *models.Config, dev *devices, fast, fp8KV bool, log *slog.Logger) (*models.Checkpoint, models.Model, error) {
+	ck, err := models.OpenCheckpointWith(sc.Model, models.OpenOptions{KeepBlocks: fast})
+	if err != nil {
+		return nil, nil, fmt.Errorf("draft model: %w", err)
+	}
+	if v := ck.Config.VocabSize; v != mc.VocabSize {
+		ck.Close()
+		return nil, nil, fmt.Errorf("%w: the draft model %s has a vocabulary of %d tokens, the target %d: a draft model must share the target's tokenizer",
+			spec.ErrInvalidConfig, sc.Model, v, mc.VocabSize)
+	}
+	bar := newProgressBar("loading draft weights", log)
+	m, err := models.LoadParallel(ck, dev.backends, dev.group, models.Options{MaxTokens: cfg.MaxNumBatchedTokens + cfg.MaxNumSeqs,
+		MaxSeqs: cfg.MaxNumSeqs, Progress: bar.update, FP8KV: fp8KV})
+	if err != nil {
+		ck.Close()
+		return nil, nil, fmt.Errorf("draft model %s: %w", sc.Model, err)
+	}
+	log.Info("draft model ready", "model", sc.Model, "arch", ck.Config.Architecture, "num_speculative_tokens", sc.NumSpeculativeTokens)
+	return ck, m, nil
+}
+
+// loadMTP loads the MTP layer of --speculative-config method mtp from the target's checkpoint
+// ck (or the one its "model" names) on the target's backend, one rank.
+func loadMTP(cfg Config, sc *spec.Config, ck *models.Checkpoint, be ops.Backend, log *slog.Logger) (*models.Checkpoint, models.Model, error) {
+	if cfg.TensorParallelSize > 1 {
+		return nil, nil, fmt.Errorf("%w: method mtp runs on one device (--tensor-parallel-size %d)", spec.ErrInvalidConfig, cfg.TensorParallelSize)
+	}
+	src, own := ck, (*models.Checkpoint)(nil)
+	if sc.Model != "" && filepath.Clean(sc.Model) != filepath.Clean(cfg.Model) {
+		var err error
+		if own, err = models.OpenCheckpoint(sc.Model); err != nil {
+			return nil, nil, fmt.Errorf("mtp: %w", err)
+		}
+		if v := own.Config.VocabSize; v != ck.Config.VocabSize {
+			own.Close()
+			return nil, nil, fmt.Errorf("%w: the MTP checkpoint %s has a vocabulary of %d tokens, the target %d",
+				spec.ErrInvalidConfig, sc.Model, v, ck.Config.VocabSize)
+		}
+		src = own
+	}
+	m, err := models.LoadMTP(src, be, models.Options{MaxTokens: cfg.MaxNumBatchedTokens + cfg.MaxNumSeqs, MaxSeqs: cfg.MaxNumSeqs})
+	if err != nil {
+		if own != nil {
+			own.Close()
+		}
+		return nil, nil, fmt.Errorf("%w: method mtp: %w", spec.ErrInvalidConfig, err)
+	}
+	log.Info("MTP layer ready", "layer", src.Config.NumLayers, "num_speculative_tokens", sc.NumSpeculativeTokens)
+	return own, &mtpModel{MTP: m}, nil
 }
 
 // loadTokenizer loads tokenizer.json from --tokenizer or the model directory, or, for a

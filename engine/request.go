@@ -27,6 +27,7 @@ type choice struct {
 	text     strings.Builder // everything decoded so far (for stop strings)
 	emitted  int             // bytes of text already sent
 	finished bool
+	draft    draftState // draft-model and MTP speculation (spec_draft.go, spec_mtp.go)
 }
 
 // request groups the choices of one Request and the stream they feed.

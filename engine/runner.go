@@ -42,6 +42,10 @@ type Runner struct {
 	sampler    ops.DeviceSampler // nil: sampling on the host only
 	sampled    []ops.SampledToken
 
+	// hidden is the last eager step's final-normed hidden states, one row per token in the
+	// order of meta.QueryStart (an MTP drafter reads them); nil after a graph replay.
+	hidden ops.Tensor
+
 	graphs                 *decodeGraphs // nil: every step eager (see graphs.go)
 	graphSteps, eagerSteps int64
 
@@ -120,11 +124,13 @@ func (r *Runner) forward(work []Work, nSample int) (ops.Tensor, error) {
 	if len(r.ids) == 0 {
 		return nil, nil
 	}
+	r.hidden = nil
 	if g := r.graphFor(work); g != nil {
 		return r.runGraph(g)
 	}
 	r.eagerSteps++
 	hidden := r.model.Forward(r.ids, &r.meta, r.cache)
+	r.hidden = hidden
 	if len(r.sampleRows) == 0 {
 		return nil, nil
 	}

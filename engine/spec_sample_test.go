@@ -41,7 +41,7 @@ func TestSpecRejectionSamplingMatchesTarget(t *testing.T) {
 			counts := make([]float64, len(logits))
 			accepted := 0
 			for range n {
-				got, ok := s.verifyDraft(logits, &in, tc.draft)
+				got, ok := s.verifyDraft(logits, &in, tc.draft, nil)
 				counts[got.Token]++
 				if ok {
 					accepted++
@@ -115,5 +115,73 @@ func TestSpecSeededSamplingReproducible(t *testing.T) {
 			require.Len(t, o.TokenIDs, 16, "request %d", i)
 			require.Len(t, o.Logprobs, 16, fmt.Sprint("request ", i))
 		}
+	}
+}
+
+// TestSpecRejectionSamplingWithDraftQ: with drafts drawn from a draft model's distribution q
+// that disagrees with the target's p (another ordering, another temperature, a support that
+// misses some of p's tokens or covers tokens p excludes), the emitted token is distributed as
+// p (chi-square at p = 0.001, fixed seeds), and the acceptance rate is sum_x min(p(x), q(x)).
+func TestSpecRejectionSamplingWithDraftQ(t *testing.T) {
+	logits := []float32{2.0, 1.2, 0.3, -0.5, 0.9, -1.5}
+	for _, tc := range []struct {
+		name        string
+		draftLogits []float32
+		edit        func(*SamplingParams) // the target's and the draft's parameters
+		draftEdit   func(*SamplingParams) // the draft's only
+	}{
+		{"reversed", []float32{-1.5, 0.9, -0.5, 0.3, 1.2, 2.0}, nil, nil},
+		{"close", []float32{1.8, 1.3, 0.2, -0.4, 1.0, -1.2}, nil, nil},
+		{"flat draft", []float32{0, 0, 0, 0, 0, 0}, nil, nil},
+		{"top-k target, full draft", []float32{0.1, 0.2, 1.5, 1.4, -0.3, 1.0}, func(p *SamplingParams) { p.TopK = 3 }, func(p *SamplingParams) { p.TopK = 0 }},
+		{"narrow draft", []float32{0.5, 2.5, 0.1, 1.9, -0.3, 0.2}, nil, func(p *SamplingParams) { p.TopK = 2 }},
+		{"temperature and top-p", []float32{-0.2, 1.1, 2.2, 0.1, 0.7, -1.0}, func(p *SamplingParams) { p.Temperature = 0.7; p.TopP = 0.85 }, nil},
+		{"penalties", []float32{0.9, 1.0, 1.1, 0.2, 0.3, 0.4}, func(p *SamplingParams) { p.RepetitionPenalty = 1.5; p.PresencePenalty = 0.3 }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultSamplingParams()
+			if tc.edit != nil {
+				tc.edit(&p)
+			}
+			dp := p
+			if tc.draftEdit != nil {
+				tc.draftEdit(&dp)
+			}
+			out := []int32{0, 0, 4}
+			in := sampleInput{params: &p, prompt: []int32{1}, output: out, rng: rand.New(rand.NewPCG(7, 9))}
+			din := sampleInput{params: &dp, prompt: []int32{1}, output: out, rng: rand.New(rand.NewPCG(3, 5))}
+			target := targetProbs(t, logits, &in)
+			const n = 40000
+			var s, ds sampler
+			q := make([]float32, len(logits))
+			counts := make([]float64, len(logits))
+			accepted := 0
+			for range n {
+				draft := ds.drawQ(ds.process(tc.draftLogits, &din), &dp, din.rng, q)
+				got, ok := s.verifyDraft(logits, &in, draft, q)
+				counts[got.Token]++
+				if ok {
+					accepted++
+					require.Equal(t, draft, got.Token)
+				}
+			}
+			overlap := 0.0
+			for i, pr := range targetProbs(t, tc.draftLogits, &din) {
+				overlap += math.Min(pr, target[i])
+			}
+			chi2, df := 0.0, -1
+			for i, pr := range target {
+				if pr == 0 {
+					require.Zero(t, counts[i], "token %d outside the target's support", i)
+					continue
+				}
+				exp := pr * n
+				chi2 += (counts[i] - exp) * (counts[i] - exp) / exp
+				df++
+			}
+			require.Less(t, chi2, chi2Critical001[df], "chi-square %.2f with %d degrees of freedom; counts %v, target %v", chi2, df, counts, target)
+			require.InDelta(t, overlap, float64(accepted)/n, 0.01, "acceptance rate is sum min(p, q)")
+			require.Less(t, overlap, 0.97, "the draft disagrees with the target")
+		})
 	}
 }

@@ -1,8 +1,9 @@
 package engine
 
-// Speculative decoding in the engine (vLLM v1's design, n-gram drafts only): after a decode
-// sequence samples a token, propose drafts from its own tokens (spec.Config.Propose) and hand
-// them to the scheduler (sched.SetDrafts), which schedules the sequence's next step as a chunk
+// Speculative decoding in the engine (vLLM v1's design): after a decode sequence samples a
+// token, propose drafts from its own tokens (spec.Config.Propose; a draft model proposes for
+// the whole batch after the step instead, spec_draft.go) and hand them to the scheduler
+// (sched.SetDrafts), which schedules the sequence's next step as a chunk
 // of 1+k tokens with KV slots for all. The runner returns the logits of each of those
 // positions; row j is sampled with the output as it would be had drafts 0..j-1 been emitted,
 // so penalties, min_tokens and logprobs are those of the plain path. verify then emits the
@@ -19,7 +20,7 @@ package engine
 // propose gives c's sequence drafts for its next step when speculation is on; the drafts are capped so that, all accepted, they and the verify step's own token
 // stay within max_tokens.
 func (e *Engine) propose(c *choice) {
-	if e.spec == nil || c.finished {
+	if e.spec == nil || e.drafter != nil || c.finished {
 		return
 	}
 	seq := c.seq
@@ -63,6 +64,7 @@ func (e *Engine) verify(c *choice, rows []Sample, row int) int {
 	e.statsMu.Unlock()
 
 	e.sched.AcceptDrafts(seq, a)
+	e.draftAccepted(c, a)
 	base := seq.Len() - a // tokens before the first draft
 	for j := 0; j < a; j++ {
 		reason, stop := e.finishReasonAt(c, rows[j].Token, base+j+1-seq.NumPromptTokens, base+j+1)

@@ -26,7 +26,7 @@ func (e *Engine) admit(req Request) (*Stream, error) {
 		r.holdLen = max(r.holdLen, len(s)-1)
 	}
 	for i := 0; i < p.N; i++ {
-		c := &choice{req: r, index: i, seq: sched.NewSequence(fmt.Sprintf("%s/%d", req.ID, i), req.PromptIDs)}
+		c := &choice{req: r, index: i, seq: sched.NewSequence(fmt.Sprintf("%s/%d", req.ID, i), req.PromptIDs), draft: draftState{done: -1}}
 		c.rng, c.seed = choiceRNG(e.rng, p.Seed, i)
 		if e.tok != nil {
 			c.detok = e.tok.NewDetokenizer(p.SkipSpecialTokens)
@@ -69,9 +69,13 @@ func (e *Engine) step() error {
 	if len(batch.Items) == 0 {
 		return errNoProgress
 	}
-	e.work = e.work[:0]
+	e.draftPreempted(batch)
+	e.work, e.stepChoices = e.work[:0], e.stepChoices[:0]
 	var prompt int64
 	for _, it := range batch.Items {
+		if e.drafter != nil {
+			e.stepChoices = append(e.stepChoices, e.bySeq[it.Seq])
+		}
 		w := Work{Tokens: it.Seq.TokenIDs, Start: it.Start, NumTokens: it.NumTokens,
 			BlockTable: it.Seq.BlockTable, Sample: it.Sample}
 		if it.Sample {
@@ -102,11 +106,17 @@ func (e *Engine) step() error {
 		}
 		s := samples[i]
 		i++
+		e.draftAccepted(c, 0)
 		e.sched.AppendToken(seq, s.Token)
 		reason, stop := e.finishReason(c, s.Token)
 		e.emit(c, s, reason, stop)
 		generated++
 		e.propose(c)
+	}
+	if e.drafter != nil {
+		if err := e.draftAfterStep(batch.Items, e.stepChoices, e.work); err != nil {
+			return err
+		}
 	}
 	e.updateStats(prompt, generated, time.Since(start))
 	return nil

@@ -16,7 +16,7 @@ type MLAConfig struct {
 	// Interleaved is the GPT-J RoPE layout (V2 always; V3 unless rope_interleave is false).
 	Interleaved bool
 	// NextN is num_nextn_predict_layers: the MTP layers stored after the decoder (layer index
-	// num_hidden_layers), which are not run (kept for speculative decoding).
+	// num_hidden_layers), run only as speculative decoding's drafter (LoadMTP).
 	NextN int
 }
 

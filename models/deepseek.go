@@ -15,8 +15,9 @@ import (
 // greedy or group-limited; V3: sigmoid scores chosen with e_score_correction_bias among the
 // best topk_group of n_group groups), weighted by routed_scaling_factor, plus n_shared_experts
 // shared experts as one ungated MLP. The multi-token-prediction layers
-// (num_nextn_predict_layers, stored as layer num_hidden_layers) are not loaded: they are for
-// speculative decoding. As in vLLM's deepseek_v2.py.
+// (num_nextn_predict_layers, stored as layer num_hidden_layers) are not part of the model:
+// speculative decoding loads the first with LoadMTP (deepseek_mtp.go). As in vLLM's
+// deepseek_v2.py.
 func init() { register(newDeepSeek, "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM") }
 
 // deepSeek is one rank's DeepSeek V2/V3.

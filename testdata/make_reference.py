@@ -227,7 +227,7 @@ CASES = {
             },
         ),
         torch.bfloat16,
-        {"bias": True},
+        {"bias": True, "mtp": True},
     ),
     # DeepSeek-V3's native block-scaled FP8 layout: every projection (attention, experts, shared
     # experts) in float8_e4m3fn with [8, 16] weight_scale_inv blocks, the routers unquantized.
@@ -422,6 +422,100 @@ def make(name: str, out_root: str) -> None:
     # Reference in float32 from the rounded weights actually saved.
     ref_model = model_cls.from_pretrained(out, torch_dtype=torch.float32).eval()
     write_refs(name, cfg, model_cls, ref_model, out, extra)
+    if extra.get("mtp"):
+        add_mtp(name, cfg, model_cls, ref_model, dtype=dtype, out=out)
+
+
+def add_mtp(
+    name: str,
+    cfg: transformers.PretrainedConfig,
+    model_cls: type,
+    ref_model: torch.nn.Module,
+    *,
+    dtype: torch.dtype,
+    out: str,
+) -> None:
+    """Add DeepSeek-V3's multi-token-prediction layer, which transformers neither builds nor
+    writes, as the published checkpoints store it at layer index num_hidden_layers: embed_tokens
+    (a copy of the model's), enorm, hnorm, eh_proj [hidden, 2*hidden], shared_head.norm,
+    shared_head.head and a full decoder layer (MLA + MoE), random. Its float32 reference goes
+    into reference.json under "mtp": for the first prompt, the logits of
+    shared_head.head(shared_head.norm(block(eh_proj([enorm(embed(t[i+1])); hnorm(h[i])])))),
+    h being the model's final-normed hidden states, at every position i but the last."""
+    import copy
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+
+    n, h, eps = cfg.num_hidden_layers, cfg.hidden_size, cfg.rms_norm_eps
+    # The block is layer 0 of a one-layer model of the same shape whose layer 0 is sparse: its
+    # norm is shared_head.norm and its lm_head shared_head.head.
+    bcfg = copy.deepcopy(cfg)
+    bcfg.num_hidden_layers, bcfg.first_k_dense_replace = 1, 0
+    torch.manual_seed(zlib.crc32((name + "/mtp").encode()))
+    block = model_cls(bcfg).eval()
+    with torch.no_grad():
+        for pname, p in block.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+        for bname, b in block.named_buffers():
+            if bname.endswith("e_score_correction_bias"):
+                b.copy_(0.2 * torch.randn_like(b))
+    own = {
+        "enorm.weight": 1.0 + 0.3 * torch.randn(h),
+        "hnorm.weight": 1.0 + 0.3 * torch.randn(h),
+        "eh_proj.weight": cfg.initializer_range * torch.randn(h, 2 * h),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        block.to(dtype).save_pretrained(tmp, max_shard_size="1GB", safe_serialization=True)
+        saved = load_file(os.path.join(tmp, "model.safetensors"))
+        ref_block = model_cls.from_pretrained(tmp, torch_dtype=torch.float32).eval()
+    path = os.path.join(out, "model.safetensors")
+    tensors = load_file(path)
+    pre = f"model.layers.{n}."
+    for k, v in saved.items():
+        if k.startswith("model.layers.0."):
+            tensors[pre + k[len("model.layers.0.") :]] = v
+        elif k == "model.norm.weight":
+            tensors[pre + "shared_head.norm.weight"] = v
+        elif k == "lm_head.weight":
+            tensors[pre + "shared_head.head.weight"] = v
+    for k, v in own.items():
+        tensors[pre + k] = v.to(dtype)
+        own[k] = tensors[pre + k].float()
+    tensors[pre + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+    save_file(tensors, path, metadata={"format": "pt"})
+    os.chmod(path, 0o644)
+
+    def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    ids = PROMPTS[0]
+    with torch.no_grad():
+        hid = ref_model.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+        emb = ref_model.model.embed_tokens(torch.tensor(ids[1:]))
+        x = torch.cat([rms(emb, own["enorm.weight"]), rms(hid[:-1], own["hnorm.weight"])], -1) @ own["eh_proj.weight"].T
+        logits = ref_block(inputs_embeds=x[None], position_ids=torch.arange(len(ids) - 1)[None]).logits[0].float()
+    rows = []
+    for row in logits:
+        lp = torch.log_softmax(row, dim=-1)
+        top = torch.topk(row, 5)
+        vals, idx = torch.topk(lp, 5)
+        rows.append(
+            {
+                "token": int(idx[0]),
+                "margin": float(top.values[0] - top.values[1]),
+                "top_ids": [int(i) for i in idx],
+                "top_logprobs": [float(v) for v in vals],
+            }
+        )
+    ref_path = os.path.join(out, "reference.json")
+    with open(ref_path) as f:
+        refs = json.load(f)
+    refs["mtp"] = {"prompt_ids": ids, "steps": rows}
+    with open(ref_path, "w") as f:
+        json.dump(refs, f, indent=1)
+    print(name, "mtp ok", [r["token"] for r in rows])
 
 
 def quantize_fp8(w: torch.Tensor, bn: int, bk: int) -> tuple:

@@ -113,7 +113,8 @@ func checkBlockManager(bm *BlockManager) error {
 
 // checkScheduler verifies queue and block bookkeeping: every refcount equals
 // the number of block-table entries naming that block. committed says the
-// last batch was committed, so tables cover exactly the computed tokens.
+// last batch was committed, so tables cover exactly the computed tokens (plus
+// the LookaheadTokens slots of a sampling chunk).
 func checkScheduler(s *Scheduler, committed bool) error {
 	bm := s.bm
 	if err := checkBlockManager(bm); err != nil {
@@ -133,9 +134,11 @@ func checkScheduler(s *Scheduler, committed bool) error {
 		if seq.NumComputed > seq.Len() || seq.Len() > s.cfg.MaxModelLen {
 			return fmt.Errorf("%q: computed %d, len %d, max %d", seq.ID, seq.NumComputed, seq.Len(), s.cfg.MaxModelLen)
 		}
-		lo, hi := bm.blocksFor(seq.NumComputed), bm.blocksFor(seq.Len())
+		// A sampling chunk's table also covers LookaheadTokens past it, within MaxModelLen.
+		ahead := func(n int) int { return bm.blocksFor(max(n, min(n+s.cfg.LookaheadTokens, s.cfg.MaxModelLen))) }
+		lo, hi := bm.blocksFor(seq.NumComputed), ahead(seq.Len())
 		if committed {
-			hi = lo
+			hi = ahead(seq.NumComputed)
 		}
 		if n := len(seq.BlockTable); n < lo || n > hi {
 			return fmt.Errorf("%q: %d blocks for %d computed of %d tokens", seq.ID, n, seq.NumComputed, seq.Len())

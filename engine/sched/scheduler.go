@@ -35,6 +35,11 @@ type Config struct {
 	// sequence gets in a step, so a long prompt cannot take the whole
 	// budget from the others.
 	LongPrefillTokenThreshold int
+	// LookaheadTokens (vLLM's num_lookahead_tokens) gives a sampling item
+	// KV slots for that many tokens past its chunk, up to MaxModelLen, and
+	// AcceptDrafts keeps them: a draft model writes its KV for the tokens
+	// it proposes after the step, before the next Schedule (spec.go).
+	LookaheadTokens int
 }
 
 // Errors returned by New and Add. Add wraps them with the offending lengths;
@@ -108,7 +113,7 @@ func New(cfg Config) (*Scheduler, error) {
 	switch {
 	case cfg.NumBlocks <= 0 || cfg.BlockSize <= 0:
 		return nil, fmt.Errorf("%w: NumBlocks %d and BlockSize %d must be positive", ErrInvalidConfig, cfg.NumBlocks, cfg.BlockSize)
-	case cfg.MaxNumSeqs < 0 || cfg.MaxNumBatchedTokens < 0 || cfg.MaxModelLen < 0 || cfg.LongPrefillTokenThreshold < 0:
+	case cfg.MaxNumSeqs < 0 || cfg.MaxNumBatchedTokens < 0 || cfg.MaxModelLen < 0 || cfg.LongPrefillTokenThreshold < 0 || cfg.LookaheadTokens < 0:
 		return nil, fmt.Errorf("%w: negative limit in %+v", ErrInvalidConfig, cfg)
 	case cfg.MaxModelLen > capacity:
 		return nil, fmt.Errorf("%w: MaxModelLen %d exceeds the KV cache (%d blocks of %d = %d tokens)",
@@ -195,7 +200,7 @@ func (s *Scheduler) Schedule() Batch {
 			continue
 		}
 		scheduled := true
-		for !s.bm.Allocate(seq, seq.NumComputed+n) {
+		for !s.bm.Allocate(seq, s.withLookahead(seq, seq.NumComputed+n)) {
 			victim := s.running[len(s.running)-1]
 			s.running[len(s.running)-1] = nil // no stale pointer in the backing array
 			s.running = s.running[:len(s.running)-1]
@@ -218,7 +223,7 @@ func (s *Scheduler) Schedule() Batch {
 		seq := s.waiting[0]
 		cached, numCached := s.bm.ComputedPrefix(seq)
 		n := s.chunk(seq.Len()-numCached, budget)
-		if !s.bm.Admit(seq, cached, numCached+n) {
+		if !s.bm.Admit(seq, cached, s.withLookahead(seq, numCached+n)) {
 			break
 		}
 		s.waiting[0] = nil
@@ -238,6 +243,15 @@ func (s *Scheduler) chunk(want, budget int) int {
 		want = min(want, t)
 	}
 	return min(want, budget)
+}
+
+// withLookahead is the KV a chunk of seq ending at end needs: end, plus LookaheadTokens when
+// the chunk samples, within MaxModelLen.
+func (s *Scheduler) withLookahead(seq *Sequence, end int) int {
+	if s.cfg.LookaheadTokens == 0 || end != seq.Len() {
+		return end
+	}
+	return max(end, min(end+s.cfg.LookaheadTokens, s.cfg.MaxModelLen))
 }
 
 // add appends an item for the next n tokens of seq.

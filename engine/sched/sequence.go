@@ -43,7 +43,9 @@ type Sequence struct {
 	ID string
 	// TokenIDs is the prompt followed by the generated tokens. The engine
 	// appends through Scheduler.AppendToken, never directly, and never
-	// modifies existing entries: block hashes are computed from them.
+	// modifies existing entries: block hashes are computed from them. (A
+	// draft model grows its capacity and writes its proposals past its end,
+	// where SetDrafts then appends them.)
 	TokenIDs []int32
 	// NumPromptTokens is the length of the prompt prefix of TokenIDs.
 	NumPromptTokens int

@@ -181,6 +181,8 @@ func TestSoak(t *testing.T) {
 		{"long-prefill threshold, block size 2", Config{NumBlocks: 16, BlockSize: 2, MaxNumSeqs: 8, MaxNumBatchedTokens: 16, MaxModelLen: 32, EnablePrefixCaching: true, LongPrefillTokenThreshold: 5}},
 		{"block size 1, tiny budget", Config{NumBlocks: 20, BlockSize: 1, MaxNumSeqs: 4, MaxNumBatchedTokens: 6, MaxModelLen: 20, EnablePrefixCaching: true}},
 		{"big blocks", Config{NumBlocks: 6, BlockSize: 8, MaxNumSeqs: 5, MaxNumBatchedTokens: 32, MaxModelLen: 48, EnablePrefixCaching: true}},
+		// A draft model's slots past every sampling chunk (spec.go).
+		{"lookahead", Config{NumBlocks: 14, BlockSize: 4, MaxNumSeqs: 6, MaxNumBatchedTokens: 24, MaxModelLen: 40, EnablePrefixCaching: true, LookaheadTokens: 3}},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,8 +7,9 @@ import "fmt"
 // of budget and KV slots for all of them, as one chunk whose every position is verified. After
 // the step, AcceptDrafts keeps the accepted drafts (their KV is valid) and rolls the rejected
 // ones back: their tokens go, their KV slots are forgotten and blocks holding nothing else are
-// freed. Drafts are never hashed into the prefix cache; accepted ones are registered like any
-// token once a later Allocate covers their blocks.
+// freed, except those of the LookaheadTokens slots past the sequence, which a draft model
+// writes next. Drafts are never hashed into the prefix cache; accepted ones are registered
+// like any token once a later Allocate covers their blocks.
 
 // SetDrafts appends drafts to seq, a running sequence waiting to compute its last sampled
 // token, and returns how many it took: at most enough that accepting all of them plus the
@@ -44,7 +45,7 @@ func (s *Scheduler) AcceptDrafts(seq *Sequence, accepted int) {
 	s.trimDrafts(seq, rejected)
 	seq.drafts = 0
 	seq.NumComputed = seq.Len()
-	keep := s.bm.blocksFor(seq.Len())
+	keep := s.bm.blocksFor(max(seq.Len(), min(seq.Len()+s.cfg.LookaheadTokens, s.cfg.MaxModelLen)))
 	for i := len(seq.BlockTable) - 1; i >= keep; i-- {
 		s.bm.unref(seq.BlockTable[i])
 	}

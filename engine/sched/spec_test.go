@@ -61,3 +61,49 @@ func TestSpecDraftsScheduledVerifiedAndRolledBack(t *testing.T) {
 	s2.Finish(seq2)
 	require.Equal(t, 8, s2.bm.NumFreeBlocks())
 }
+
+// TestSpecLookaheadSlots: with LookaheadTokens, a sampling chunk gets KV slots for that many
+// tokens past it (within MaxModelLen), a prefill chunk that does not sample gets none, and
+// AcceptDrafts keeps the lookahead slots past the accepted tokens; finishing frees them all.
+func TestSpecLookaheadSlots(t *testing.T) {
+	s := newSched(t, Config{NumBlocks: 10, BlockSize: 4, MaxModelLen: 24, MaxNumBatchedTokens: 5, LookaheadTokens: 3})
+	seq := addSeq(t, s, "a", seqRange(1, 7))
+	b := s.Schedule()
+	require.Equal(t, Item{Seq: seq, Start: 0, NumTokens: 5, Sample: false}, b.Items[0])
+	require.Len(t, seq.BlockTable, 2, "a chunk that does not sample gets no lookahead")
+	s.Commit(b)
+	b = s.Schedule()
+	require.Equal(t, Item{Seq: seq, Start: 5, NumTokens: 2, Sample: true}, b.Items[0])
+	require.Len(t, seq.BlockTable, 3, "7 tokens + 3 lookahead")
+	s.Commit(b)
+	s.AppendToken(seq, 100)
+
+	require.Equal(t, 3, s.SetDrafts(seq, []int32{101, 102, 103}))
+	b = s.Schedule()
+	require.Equal(t, Item{Seq: seq, Start: 7, NumTokens: 4, Sample: true}, b.Items[0])
+	require.Len(t, seq.BlockTable, 4, "11 tokens + 3 lookahead")
+	s.Commit(b)
+	s.AcceptDrafts(seq, 0)
+	require.Equal(t, 8, seq.Len())
+	require.Len(t, seq.BlockTable, 3, "8 tokens + 3 lookahead keep 3 blocks")
+
+	// Near MaxModelLen the lookahead stops there.
+	for seq.Len() < 22 {
+		s.AppendToken(seq, 7)
+	}
+	s.Abort("a")
+	seq2 := addSeq(t, s, "b", seqRange(1, 22))
+	for range 5 {
+		b = s.Schedule()
+		s.Commit(b)
+		if b.Items[0].Sample {
+			break
+		}
+	}
+	require.Len(t, seq2.BlockTable, 6, "22 tokens + lookahead capped at 24")
+	s.Finish(seq2)
+	require.Equal(t, 10, s.bm.NumFreeBlocks())
+
+	_, err := New(Config{NumBlocks: 1, BlockSize: 4, LookaheadTokens: -1})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}

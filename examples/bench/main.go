@@ -50,6 +50,7 @@ type options struct {
 	memUtil                        float64
 	report, skipForward, eager     bool
 	noAsync                        bool
+	specConfig                     string
 	skipEngine                     bool
 	verbose                        bool
 }
@@ -82,6 +83,7 @@ func run(args []string) error {
 	fs.BoolVar(&o.skipEngine, "skip-engine", false, "skip the engine workloads (runner-only timings)")
 	fs.BoolVar(&o.eager, "enforce-eager", false, "engine without CUDA graphs")
 	fs.BoolVar(&o.noAsync, "no-async-scheduling", false, "engine reading each decode step's tokens before scheduling the next")
+	fs.StringVar(&o.specConfig, "speculative-config", "", "engine --speculative-config (vLLM's JSON: ngram or draft_model); the throughput rows report acceptance")
 	fs.BoolVar(&o.verbose, "v", false, "engine logs at info level")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -32,6 +32,8 @@ type Result struct {
 	Throughput      []ThroughputRow `json:"throughput"`
 	Forward         ForwardResult   `json:"runner"`
 	HF              *HFResult       `json:"hf_reference,omitempty"`
+	// SpeculativeConfig is the engine's --speculative-config (empty: no speculation).
+	SpeculativeConfig string `json:"speculative_config,omitempty"`
 }
 
 // DecodeRow is (a): batch-1 decode through the engine.
@@ -65,6 +67,10 @@ type ThroughputRow struct {
 	Bound           string  `json:"bound"`
 	MeanTTFTMs      float64 `json:"mean_ttft_ms"`
 	MeanTPOTMs      float64 `json:"mean_tpot_ms"`
+	// Speculative decoding over this run (with --speculative-config): the fraction of drafts
+	// accepted and the tokens emitted per verify step (vLLM's mean acceptance length).
+	SpecAcceptanceRate     float64 `json:"spec_acceptance_rate,omitempty"`
+	SpecMeanAcceptedLength float64 `json:"spec_mean_accepted_length,omitempty"`
 }
 
 // ForwardResult is the runner alone: no scheduler, no sampler.
@@ -192,7 +198,21 @@ func header(r *Result) string {
 	return fmt.Sprintf("%s, %s, commit %s: %s (%s, %d layers, hidden %d), %.2f GB of weights read per pass (checkpoint %.2f GB), "+
 		"KV %.0f KiB/token; measured copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s; CUDA graphs %v",
 		r.Date, r.GPU, r.Commit, r.Model, r.DType, r.Layers, r.Hidden, r.WeightBytes/1e9, r.CheckpointBytes/1e9,
-		r.KVBytesPerToken/1024, r.Ceilings.CopyBytesPerS/1e12, r.Ceilings.GemmFlopsPerS/1e12, r.Graphs)
+		r.KVBytesPerToken/1024, r.Ceilings.CopyBytesPerS/1e12, r.Ceilings.GemmFlopsPerS/1e12, r.Graphs) + specHeader(r)
+}
+
+// specHeader describes speculative decoding's acceptance at each concurrency, when it was on.
+func specHeader(r *Result) string {
+	if r.SpeculativeConfig == "" {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "; speculative decoding %s:", r.SpeculativeConfig)
+	for _, t := range r.Throughput {
+		fmt.Fprintf(&b, " concurrency %d accepts %.1f%% of drafts, %.2f tokens per verify step;", t.Concurrency,
+			100*t.SpecAcceptanceRate, t.SpecMeanAcceptedLength)
+	}
+	return strings.TrimSuffix(b.String(), ";")
 }
 
 func printTable(w io.Writer, r *Result, hf *HFResult) {

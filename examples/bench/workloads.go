@@ -21,6 +21,8 @@ func measureEngine(o options, res *Result, x cost) error {
 	cfg := engine.DefaultConfig()
 	cfg.Model, cfg.Device, cfg.MaxModelLen, cfg.MaxNumSeqs = o.model, "gpu", o.maxModelLen, maxConc
 	cfg.GPUMemoryUtilization, cfg.EnforceEager, cfg.NoAsyncScheduling = o.memUtil, o.eager, o.noAsync
+	cfg.SpeculativeConfig = o.specConfig
+	res.SpeculativeConfig = o.specConfig
 	t0 := time.Now()
 	e, err := engine.New(cfg, quietLogger(o.verbose))
 	if err != nil {
@@ -63,15 +65,18 @@ func measureEngine(o options, res *Result, x cost) error {
 		for i := range ps {
 			ps[i] = prompt(o.prompt)
 		}
+		before := e.Stats()
 		r, err := runBatch(e, ps, o.output)
 		if err != nil {
 			return fmt.Errorf("concurrency %d: %w", c, err)
 		}
+		after := e.Stats()
 		wl := x.workload(res.Ceilings, c, o.prompt, o.output)
 		tput := float64(c*o.output) / r.wall
 		floorTput := float64(c*o.output) / wl.Seconds
 		row := ThroughputRow{Concurrency: c, WallSeconds: r.wall, TokensPerS: tput, FloorTokensPerS: floorTput,
 			Pct: 100 * tput / floorTput, Bound: wl.Bound, MeanTTFTMs: mean(r.ttft) * 1e3, MeanTPOTMs: mean(r.tpot) * 1e3}
+		row.SpecAcceptanceRate, row.SpecMeanAcceptedLength = specDelta(before, after)
 		res.Throughput = append(res.Throughput, row)
 		logf("concurrency %d: %.0f tokens/s (%.1f s), TPOT %.2f ms", c, tput, r.wall, row.MeanTPOTMs)
 		if c == 1 {
@@ -86,6 +91,16 @@ func measureEngine(o options, res *Result, x cost) error {
 	st := e.Stats()
 	res.EngineSteps = st.Steps
 	return nil
+}
+
+// specDelta is the acceptance rate and mean accepted length of speculative decoding between
+// two snapshots of the engine's counters (zeros without verify steps).
+func specDelta(before, after engine.Stats) (rate, length float64) {
+	var d engine.Stats
+	d.SpecNumDrafts = after.SpecNumDrafts - before.SpecNumDrafts
+	d.SpecNumDraftTokens = after.SpecNumDraftTokens - before.SpecNumDraftTokens
+	d.SpecNumAcceptedTokens = after.SpecNumAcceptedTokens - before.SpecNumAcceptedTokens
+	return d.SpecAcceptanceRate(), d.SpecMeanAcceptedLength()
 }
 
 // batchResult holds per-request times (seconds) of one batch of requests.

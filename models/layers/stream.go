@@ -114,6 +114,10 @@ func (s *Stream) Final(norm *RMSNorm) ops.Tensor {
 	return s.spare
 }
 
+// Residual is the stream's running sum: after Final, the hidden states before the final norm
+// (what DeepSeek's MTP layer chains from one draft to the next), valid until the next pass.
+func (s *Stream) Residual() ops.Tensor { return s.res }
+
 // EndLayer hands the stream after layer (0: the embeddings) to the hook; it costs nothing when
 // no hook is set.
 func (s *Stream) EndLayer(layer int) {

@@ -51,7 +51,8 @@ func TestGenerateHelpSaysTheMaxTokensDefault(t *testing.T) {
 
 // TestGenerateSpeculativeConfig: generate takes --speculative-config as vLLM spells it,
 // reports the drafts' acceptance in --json, gives the tokens it gives without speculation
-// (greedy), and refuses hostile values before loading the model.
+// (greedy) with n-gram drafts, a draft model and an MTP layer, and refuses hostile values before
+// loading the model.
 func TestGenerateSpeculativeConfig(t *testing.T) {
 	model := testModel(t, "qwen3-bf16")
 	base := []string{"generate", "--model", model, "--device", "cpu", "--kv-cache-memory", "16777216",
@@ -73,10 +74,32 @@ func TestGenerateSpeculativeConfig(t *testing.T) {
 	require.Contains(t, got.SpecDecode, "mean_accepted_length")
 	require.Positive(t, got.SpecDecode["num_draft_tokens"])
 
+	// A draft model: the target drafting for itself has every draft accepted.
+	out, stderr, code = runPlugin(t, append(base, "--speculative-config",
+		`{"method": "draft_model", "model": "`+model+`", "num_speculative_tokens": 3}`)...)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	got.SpecDecode = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, want.TokenIDs, got.TokenIDs)
+	require.Equal(t, 1.0, got.SpecDecode["acceptance_rate"])
+	require.Positive(t, got.SpecDecode["num_draft_tokens"])
+
+	// DeepSeek-V3's MTP layer (testdata's is random: its drafts are mostly rejected).
+	ds := append([]string{"generate", "--model", testModel(t, "deepseek_v3-bf16")}, base[3:]...)
+	plain, stderr, code = runPlugin(t, ds...)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	require.NoError(t, json.Unmarshal([]byte(plain), &want))
+	out, stderr, code = runPlugin(t, append(ds, "--speculative-config", `{"method": "deepseek_mtp", "num_speculative_tokens": 2}`)...)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	got.SpecDecode = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, want.TokenIDs, got.TokenIDs)
+	require.Positive(t, got.SpecDecode["num_draft_tokens"])
+
 	for _, tc := range []struct{ cfg, msg string }{
 		{`{"method": "ngram", "num_speculative_tokens": 17}`, "num_speculative_tokens must be in [1, 16]"},
 		{`{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2}`, "prompt_lookup_min 3 exceeds prompt_lookup_max 2"},
-		{`{"method": "mtp", "num_speculative_tokens": 1}`, "not supported yet"},
+		{`{"method": "eagle", "model": "x", "num_speculative_tokens": 1}`, "not supported yet"},
 		{`not json`, "invalid --speculative-config"},
 	} {
 		_, stderr, code := runPlugin(t, append(base, "--speculative-config", tc.cfg)...)
