@@ -109,3 +109,33 @@ func TestSpecDraftModelOnGPU(t *testing.T) {
 		})
 	}
 }
+
+// TestSpecMTPOnGPU: DeepSeek-V3's multi-token-prediction layer drafting on the gpu backend
+// (MLA over its own latent cache, eager): greedy outputs agree with the plain gpu engine's (up
+// to bf16 near ties, as above), drafts are made and verified, and no KV block is left behind.
+func TestSpecMTPOnGPU(t *testing.T) {
+	const model = "deepseek_v3-bf16"
+	gpuCfg := func(c *Config) { c.Device, c.NumKVBlocks, c.MaxModelLen = "gpu", 256, 256 }
+	prompts := append(specPrompts(6, 5), mixedPrompts(6, 7)...)
+	params := func(i int) SamplingParams { return greedy(10 + i%7) }
+	want := runAll(t, newTestEngine(t, model, gpuCfg), specRequests(prompts, params))
+	e := newTestEngine(t, model, func(c *Config) {
+		gpuCfg(c)
+		c.SpeculativeConfig = `{"method": "deepseek_mtp", "num_speculative_tokens": 2}`
+	})
+	got := runAll(t, e, specRequests(prompts, params))
+	same := 0
+	for i := range prompts {
+		if equalIDs(want[i][0].TokenIDs, got[i][0].TokenIDs) {
+			same++
+		} else {
+			t.Logf("request %d: plain %v, speculative %v", i, want[i][0].TokenIDs, got[i][0].TokenIDs)
+		}
+	}
+	t.Logf("%d of %d greedy outputs identical", same, len(prompts))
+	require.GreaterOrEqual(t, same, len(prompts)*3/4)
+	st := e.Stats()
+	t.Logf("mtp: %d of %d drafts accepted, %d verify steps", st.SpecNumAcceptedTokens, st.SpecNumDraftTokens, st.SpecNumDrafts)
+	require.Positive(t, st.SpecNumDraftTokens)
+	require.Zero(t, st.KVBlocksUsed)
+}
