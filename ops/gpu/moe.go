@@ -57,7 +57,8 @@ func (b *Backend) NewMoE(spec ops.MoESpec) (ops.MoERouting, error) {
 		return nil, err
 	}
 	if !spec.Plain() {
-		return nil, fmt.Errorf("%w: the gpu router does softmax top-k only (DeepSeek's routing: %+v)", ops.ErrUnsupportedMoE, spec)
+		return nil, fmt.Errorf("%w: the gpu MoE kernels do softmax top-k routing and SwiGLU experts without biases only (DeepSeek's or gpt-oss's options: %+v)",
+			ops.ErrUnsupportedMoE, spec)
 	}
 	if spec.Hidden%8 != 0 || spec.Inter%8 != 0 {
 		return nil, fmt.Errorf("%w: the gpu expert kernels need hidden and expert widths divisible by 8 (hidden %d, expert width %d)",
@@ -127,8 +128,11 @@ func (r *moeRouting) pass(t0, n int) *hipkernels.MoEArgs {
 
 // MoEExperts queues, chunk by chunk, the grouping, the gate|up and down expert kernels and the
 // sum over each token's experts (with the gated shared expert).
-func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w13, w2, shared, sharedGate ops.Tensor) {
-	r, o, xt, gu, dn := route.(*moeRouting), out.(*Tensor), x.(*Tensor), w13.(*Tensor), w2.(*Tensor)
+func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w ops.ExpertWeights, shared, sharedGate ops.Tensor) {
+	r, o, xt, gu, dn := route.(*moeRouting), out.(*Tensor), x.(*Tensor), w.W13.(*Tensor), w.W2.(*Tensor)
+	if w.B13 != nil || w.B2 != nil {
+		shapeErr("MoEExperts", "expert biases (NewMoE refuses specs with ExpertBias)")
+	}
 	s := r.spec
 	h, inter := s.Hidden, s.Inter
 	if xt.rows() != r.rows || o.rows() < r.rows || xt.cols() != h || o.cols() != h ||
