@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/atom-go/atom/ops"
+	"github.com/atom-go/atom/ops/cpu"
 )
 
 // TestGptOssConfig: the testdata checkpoint's config, and GptOssConfig's defaults where a
@@ -82,4 +83,18 @@ func TestGptOssConfigRefusesHostileValues(t *testing.T) {
 			require.ErrorContains(t, err, c.want)
 		})
 	}
+}
+
+// TestGptOssRefusedWithoutAttentionFeatures: a backend whose Attention has neither sliding
+// windows nor sinks (the gpu backend until it has the kernels) refuses gpt-oss at load,
+// naming what is missing, instead of computing full attention.
+func TestGptOssRefusedWithoutAttentionFeatures(t *testing.T) {
+	ck, err := OpenCheckpoint("../testdata/models/gpt_oss-mxfp4")
+	require.NoError(t, err)
+	defer ck.Close()
+	be := cpu.New(1)
+	defer be.Close()
+	_, err = Load(ck, struct{ ops.Backend }{be}, Options{MaxTokens: 8, MaxSeqs: 1})
+	require.ErrorIs(t, err, ops.ErrUnsupportedAttention)
+	require.ErrorContains(t, err, "model.layers.0.self_attn")
 }
