@@ -151,3 +151,36 @@ func (c *Config) validateGptOss(name fieldNamer) error {
 	}
 	return nil
 }
+
+// expectedGptOssShape is the shape of a gpt-oss tensor (suffix after "model.layers.N."): the
+// sinks, the router and its bias, and the packed experts with their biases, in bf16
+// ([E, in, out], as transformers holds them) or MXFP4 (*_blocks [E, out, in/32, 16], *_scales
+// [E, out, in/32]).
+func (c *Config) expectedGptOssShape(suffix string) ([]int, bool) {
+	e, h, in := c.MoE.NumExperts, c.HiddenSize, c.Intermediate
+	switch suffix {
+	case "self_attn.sinks":
+		return []int{c.NumHeads}, true
+	case "mlp.router.weight":
+		return []int{e, h}, true
+	case "mlp.router.bias":
+		return []int{e}, true
+	case "mlp.experts.gate_up_proj":
+		return []int{e, h, 2 * in}, true
+	case "mlp.experts.gate_up_proj_bias":
+		return []int{e, 2 * in}, true
+	case "mlp.experts.down_proj":
+		return []int{e, in, h}, true
+	case "mlp.experts.down_proj_bias":
+		return []int{e, h}, true
+	case "mlp.experts.gate_up_proj_blocks":
+		return []int{e, 2 * in, h / 32, 16}, true
+	case "mlp.experts.gate_up_proj_scales":
+		return []int{e, 2 * in, h / 32}, true
+	case "mlp.experts.down_proj_blocks":
+		return []int{e, h, in / 32, 16}, true
+	case "mlp.experts.down_proj_scales":
+		return []int{e, h, in / 32}, true
+	}
+	return nil, false
+}

@@ -98,3 +98,24 @@ func TestGptOssRefusedWithoutAttentionFeatures(t *testing.T) {
 	require.ErrorIs(t, err, ops.ErrUnsupportedAttention)
 	require.ErrorContains(t, err, "model.layers.0.self_attn")
 }
+
+// TestGptOssShapesChecked: a checkpoint's gpt-oss tensors are checked against the config when
+// it is opened (bf16 and MXFP4 names alike).
+func TestGptOssShapesChecked(t *testing.T) {
+	c, err := ParseConfig(editedConfig(t, "gpt_oss-bf16", nil))
+	require.NoError(t, err)
+	for name, want := range map[string][]int{
+		"model.layers.0.self_attn.sinks":                 {4},
+		"model.layers.1.mlp.router.bias":                 {8},
+		"model.layers.2.mlp.experts.gate_up_proj":        {8, 64, 128},
+		"model.layers.2.mlp.experts.down_proj":           {8, 64, 64},
+		"model.layers.0.mlp.experts.gate_up_proj_blocks": {8, 128, 2, 16},
+		"model.layers.0.mlp.experts.down_proj_scales":    {8, 64, 2},
+		"model.layers.0.mlp.experts.gate_up_proj_bias":   {8, 128},
+		"model.layers.0.self_attn.o_proj.bias":           {64},
+	} {
+		require.NoError(t, c.checkShape(name, want), name)
+		bad := append([]int{want[0] + 1}, want[1:]...)
+		require.ErrorContains(t, c.checkShape(name, bad), "the config implies", name)
+	}
+}
