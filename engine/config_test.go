@@ -135,6 +135,7 @@ func TestAutoFallsBackOnlyForModelsTheGPUCannotServe(t *testing.T) {
 		{fmt.Errorf("layer 3: %w", ops.ErrUnsupportedMoE), true},
 		{fmt.Errorf("cache: %w", ops.ErrUnsupportedKVCache), true},
 		{fmt.Errorf("q_proj: %w", ops.ErrUnsupportedWeight), true},
+		{fmt.Errorf("self_attn: %w", ops.ErrUnsupportedAttention), true},
 		{errors.New("out of memory"), false},
 		{fs.ErrNotExist, false},
 	} {

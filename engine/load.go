@@ -66,7 +66,7 @@ func build(cfg Config, log *slog.Logger) (*Engine, error) {
 // gpuCannotServe tells a model the gpu backend has no kernels for from a failure to load it.
 func gpuCannotServe(err error) bool {
 	return errors.Is(err, ops.ErrUnsupportedMoE) || errors.Is(err, ops.ErrUnsupportedKVCache) ||
-		errors.Is(err, ops.ErrUnsupportedWeight)
+		errors.Is(err, ops.ErrUnsupportedWeight) || errors.Is(err, ops.ErrUnsupportedAttention)
 }
 
 // buildOn loads the model on cfg.Device, already resolved.

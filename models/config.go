@@ -38,7 +38,8 @@ type Config struct {
 	SlidingWindow    int
 	GenerationConfig GenerationConfig
 	MoE              MoEConfig
-	MLA              MLAConfig // DeepSeek's Multi-head Latent Attention (config_mla.go)
+	MLA              MLAConfig    // DeepSeek's Multi-head Latent Attention (config_mla.go)
+	GptOss           GptOssConfig // gpt-oss's layer types and experts' activation (config_gptoss.go)
 	// Quantization is quantization_config.quant_method ("fp8", "compressed-tensors", ...; "" for
 	// an unquantized checkpoint): it picks the weight format (formats.For).
 	Quantization string
@@ -93,7 +94,7 @@ type rawConfig struct {
 	RoPEParameters    json.RawMessage `json:"rope_parameters"`
 	PartialRotary     jsonNum         `json:"partial_rotary_factor"`
 	TieEmbeddings     *bool           `json:"tie_word_embeddings"`
-	AttentionBias     bool            `json:"attention_bias"`
+	AttentionBias     *bool           `json:"attention_bias"`
 	TorchDType        string          `json:"torch_dtype"`
 	DType             string          `json:"dtype"`
 	BOSTokenID        json.RawMessage `json:"bos_token_id"`
@@ -103,6 +104,7 @@ type rawConfig struct {
 	Quantization      *rawQuant       `json:"quantization_config"`
 	rawMoE
 	rawMLA
+	rawGptOss
 }
 
 type rawRoPE struct {
@@ -174,7 +176,7 @@ func ParseConfig(b []byte) (*Config, error) {
 	if len(r.Architectures) == 0 {
 		return nil, errors.New("no \"architectures\" entry")
 	}
-	c := &Config{Architecture: r.Architectures[0], ModelType: r.ModelType, AttentionBias: r.AttentionBias,
+	c := &Config{Architecture: r.Architectures[0], ModelType: r.ModelType, AttentionBias: r.AttentionBias != nil && *r.AttentionBias,
 		TieEmbeddings: r.TieEmbeddings != nil && *r.TieEmbeddings, BOSTokenID: -1,
 		RMSNormEps: 1e-6, MaxPositions: 2048, RoPETheta: 10000}
 	var err error
@@ -225,6 +227,9 @@ func ParseConfig(b []byte) (*Config, error) {
 	}
 	ropeBlock, err := parseRoPE(&r, c)
 	if err != nil {
+		return nil, err
+	}
+	if err := parseGptOss(&r, c); err != nil {
 		return nil, err
 	}
 	field, dt := "torch_dtype", r.TorchDType
@@ -402,9 +407,10 @@ func (c *Config) StopTokenIDs() []int32 {
 }
 
 // MaxModelLen is the longest sequence the model serves: max_position_embeddings, capped by a
-// sliding window because the attention kernels implement full attention only.
+// sliding window where the family's attention layers do not apply it (Mistral, Mixtral: the
+// model's attention is full); gpt-oss's layers apply theirs (GptOss.LayerWindows).
 func (c *Config) MaxModelLen() int {
-	if c.SlidingWindow > 0 && c.SlidingWindow < c.MaxPositions {
+	if c.SlidingWindow > 0 && c.SlidingWindow < c.MaxPositions && c.GptOss.LayerWindows == nil {
 		return c.SlidingWindow
 	}
 	return c.MaxPositions

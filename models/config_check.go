@@ -133,6 +133,9 @@ func (c *Config) validate(name fieldNamer) error {
 	if err := c.validateMLA(name); err != nil {
 		return err
 	}
+	if err := c.validateGptOss(name); err != nil {
+		return err
+	}
 	if c.BOSTokenID != -1 {
 		if err := checkTokenIDs("bos_token_id", []int32{c.BOSTokenID}, c.VocabSize, name); err != nil {
 			return err

@@ -61,6 +61,11 @@ func (q *rawQuant) spec() (formats.Spec, error) {
 		return q.fp8Spec()
 	case "compressed-tensors":
 		return q.compressedSpec()
+	case "mxfp4":
+		// gpt-oss: the experts' *_blocks and *_scales say what is quantized; the list of
+		// modules left in 16 bits is only bounded.
+		ignored, err := checkIgnored(q.ModulesToNotConvert)
+		return formats.Spec{Method: q.QuantMethod, Ignore: ignored}, err
 	}
 	return formats.Spec{Method: q.QuantMethod}, nil
 }

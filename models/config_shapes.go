@@ -43,6 +43,11 @@ func (c *Config) expectedShape(name string) ([]int, bool) {
 			return want, true
 		}
 	}
+	if c.Architecture == gptOssArch {
+		if want, ok := c.expectedGptOssShape(suffix); ok {
+			return want, true
+		}
+	}
 	q, kv, inter := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.Intermediate
 	switch suffix {
 	case "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.bias":

@@ -247,7 +247,16 @@ func (r *recorder) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, norm *ops
 
 func (r *recorder) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, meta *ops.AttnMetadata, a ops.AttnShape) {
 	r.call("Attention %s q=%s kv%d layer=%d %+v", r.id(out), r.id(q), cache.(*recCache).id, layer, a)
+	a.Sinks = unwrap(a.Sinks)
 	r.inner.Attention(unwrap(out), unwrap(q), unwrapCache(cache), layer, meta, a)
+}
+
+// AttentionFeatures are the inner backend's.
+func (r *recorder) AttentionFeatures() ops.AttnFeatures {
+	if af, ok := r.inner.(ops.AttentionFeatures); ok {
+		return af.AttentionFeatures()
+	}
+	return ops.AttnFeatures{}
 }
 
 func (r *recorder) GatherRows(out, x ops.Tensor, rows []int32) {
@@ -278,9 +287,14 @@ func (r *recorder) MoERoute(rt ops.MoERouting, logits ops.Tensor) {
 	r.inner.MoERoute(rt, unwrap(logits))
 }
 
-func (r *recorder) MoEExperts(out, x ops.Tensor, rt ops.MoERouting, w13, w2, shared, sharedGate ops.Tensor) {
-	r.call("MoEExperts %s x=%s w13=%s w2=%s shared=%s gate=%s", r.id(out), r.id(x), r.id(w13), r.id(w2), r.id(shared), r.id(sharedGate))
-	r.inner.MoEExperts(unwrap(out), unwrap(x), rt, unwrap(w13), unwrap(w2), unwrap(shared), unwrap(sharedGate))
+func (r *recorder) MoEExperts(out, x ops.Tensor, rt ops.MoERouting, w ops.ExpertWeights, shared, sharedGate ops.Tensor) {
+	biases := ""
+	if w.B13 != nil || w.B2 != nil {
+		biases = fmt.Sprintf(" b13=%s b2=%s", r.id(w.B13), r.id(w.B2))
+	}
+	r.call("MoEExperts %s x=%s w13=%s w2=%s%s shared=%s gate=%s", r.id(out), r.id(x), r.id(w.W13), r.id(w.W2), biases, r.id(shared), r.id(sharedGate))
+	r.inner.MoEExperts(unwrap(out), unwrap(x), rt, ops.ExpertWeights{W13: unwrap(w.W13), W2: unwrap(w.W2), B13: unwrap(w.B13), B2: unwrap(w.B2)},
+		unwrap(shared), unwrap(sharedGate))
 }
 
 // fusedRecorder is a recorder that takes the gpu backend's fused paths where the gpu backend

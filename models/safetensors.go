@@ -132,11 +132,15 @@ func (sf *safetensorsFile) close() {
 	}
 }
 
-// tensorDType is a safetensors dtype: the 16- and 32-bit floats, and F8_E4M3 (float8_e4m3fn),
-// which only a quantized format's weights use (the unquantized format refuses it).
+// tensorDType is a safetensors dtype: the 16- and 32-bit floats, and F8_E4M3 (float8_e4m3fn)
+// and U8 (MXFP4's codes and scales), which only a quantized format's weights use (the
+// unquantized format refuses them).
 func tensorDType(s string) (ops.DType, error) {
-	if s == "F8_E4M3" {
+	switch s {
+	case "F8_E4M3":
 		return ops.F8E4M3, nil
+	case "U8":
+		return ops.U8, nil
 	}
 	return ops.ParseDType(s)
 }

@@ -173,6 +173,12 @@ func countSublayers(c *Config) sublayers {
 		}
 		return n
 	}
+	if c.Architecture == gptOssArch {
+		// Every layer's attention NormLinear (after the first) adds the MoE block's output;
+		// o_proj's bias keeps it out of the fused residual add.
+		n.normLinear, n.swapped = c.NumLayers, c.NumLayers-1
+		return n
+	}
 	for i := range c.NumLayers {
 		n.normLinear++ // attention
 		if i > 0 && !c.SparseLayer(i-1) {

@@ -78,8 +78,9 @@ func (s KVCacheSpec) BlockBytes(blockSize int) int64 {
 
 // NewKVCacheFor allocates the cache spec describes on be: numBlocks blocks of blockSize tokens
 // in every layer. The backends hold K/V pairs of one shape in every layer, in their activation
-// dtype, over the whole context, or (an MLABackend) latent vectors of one width in every
-// layer; another spec is refused with ErrUnsupportedKVCache.
+// dtype, or (an MLABackend) latent vectors of one width in every layer; another spec is
+// refused with ErrUnsupportedKVCache. A sliding-window layer keeps every position as a full
+// one does (its Attention reads only the window): the cache is sized by the whole context.
 func NewKVCacheFor(be Backend, spec KVCacheSpec, numBlocks, blockSize int) (KVCache, error) {
 	if len(spec.Layers) == 0 {
 		return nil, fmt.Errorf("%w: no layers", ErrUnsupportedKVCache)
@@ -89,7 +90,7 @@ func NewKVCacheFor(be Backend, spec KVCacheSpec, numBlocks, blockSize int) (KVCa
 		return newLatentKVCacheFor(be, spec, numBlocks, blockSize)
 	}
 	for i, l := range spec.Layers {
-		if l.Kind != KVPair || l.SlidingWindow != 0 || l.Heads != first.Heads || l.HeadDim != first.HeadDim || l.DType != first.DType {
+		if l.Kind != KVPair || l.SlidingWindow < 0 || l.Heads != first.Heads || l.HeadDim != first.HeadDim || l.DType != first.DType {
 			return nil, fmt.Errorf("%w on the %s backend: layer %d is %+v, layer 0 %+v", ErrUnsupportedKVCache, be.Name(), i, l, first)
 		}
 	}

@@ -44,17 +44,20 @@ func (b *kvBackend) NewKVCache(layers, numBlocks, blockSize, kvHeads, headDim in
 	return kvCache{}, nil
 }
 
-// TestNewKVCacheFor: a uniform K/V spec becomes the backends' cache; a latent layer, a
-// sliding window or layers of different shapes are refused until a backend holds them.
+// TestNewKVCacheFor: a uniform K/V spec becomes the backends' cache, sliding-window layers
+// (gpt-oss's alternate ones) included, kept whole; a latent layer, a negative window or layers
+// of different shapes are refused until a backend holds them.
 func TestNewKVCacheFor(t *testing.T) {
 	pair := KVLayerSpec{Kind: KVPair, Heads: 2, HeadDim: 16, DType: F32}
+	window := pair
+	window.SlidingWindow = 128
 	be := &kvBackend{}
-	_, err := NewKVCacheFor(be, KVCacheSpec{Layers: []KVLayerSpec{pair, pair, pair}, Ranks: 1}, 10, 4)
+	_, err := NewKVCacheFor(be, KVCacheSpec{Layers: []KVLayerSpec{window, pair, window}, Ranks: 1}, 10, 4)
 	require.NoError(t, err)
 	require.Equal(t, []int{3, 10, 4, 2, 16}, be.got)
-	wide, window, latent := pair, pair, pair
-	wide.Heads, window.SlidingWindow, latent.Kind = 4, 128, KVLatent
-	for _, other := range []KVLayerSpec{wide, window, latent} {
+	wide, negative, latent := pair, pair, pair
+	wide.Heads, negative.SlidingWindow, latent.Kind = 4, -1, KVLatent
+	for _, other := range []KVLayerSpec{wide, negative, latent} {
 		be := &kvBackend{}
 		_, err := NewKVCacheFor(be, KVCacheSpec{Layers: []KVLayerSpec{pair, other}, Ranks: 1}, 10, 4)
 		require.True(t, errors.Is(err, ErrUnsupportedKVCache), "%+v: %v", other, err)

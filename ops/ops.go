@@ -8,7 +8,10 @@
 // ops imports only the standard library; backends import ops.
 package ops
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // DType is the element type of a tensor.
 type DType uint8
@@ -21,6 +24,9 @@ const (
 	// F8E4M3 is float8_e4m3fn (safetensors F8_E4M3): a checkpoint's quantized weights only,
 	// never an activation or compute dtype (ParseDType does not accept it).
 	F8E4M3
+	// U8 is raw bytes (safetensors U8): the packed codes and scales of a quantized format
+	// (MXFP4), never an activation or compute dtype (ParseDType does not accept it).
+	U8
 )
 
 // Size returns the bytes of one element.
@@ -28,7 +34,7 @@ func (d DType) Size() int {
 	switch d {
 	case F32:
 		return 4
-	case F8E4M3:
+	case F8E4M3, U8:
 		return 1
 	}
 	return 2
@@ -44,6 +50,8 @@ func (d DType) String() string {
 		return "bfloat16"
 	case F8E4M3:
 		return "float8_e4m3fn"
+	case U8:
+		return "uint8"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
@@ -181,10 +189,70 @@ type KVCache interface {
 	Geometry() (numBlocks, blockSize, kvHeads, headDim int)
 }
 
-// AttnShape describes one attention layer's heads.
+// AttnShape describes one attention layer's heads and the options of its softmax.
 type AttnShape struct {
 	NumHeads, NumKVHeads, HeadDim int
 	Scale                         float32
+	// Window > 0 is a sliding window: the query at position p attends to the keys at
+	// positions max(0, p-Window+1)..p, Window positions counting its own (transformers'
+	// sliding_window_causal mask, kv > q - window; vLLM's sliding_window). 0: the whole context.
+	// A backend whose Attention does not apply it does not report it in AttentionFeatures.
+	Window int
+	// Sinks, when not nil, are this rank's heads' sink logits [NumHeads], a weight as
+	// Backend.Weight holds it (the checkpoint's dtype; read as float32) (gpt-oss's
+	// self_attn.sinks, split by heads under tensor parallelism): each head's softmax has one
+	// more term in its denominator, p_j = e^{s_j} / (Σ_k e^{s_k} + e^{S_h}), which takes weight
+	// from every key and attends to no value. nil: none.
+	Sinks Tensor
+}
+
+// String prints the shape as %+v would, with Window and Sinks only where the layer has them.
+func (a AttnShape) String() string {
+	out := fmt.Sprintf("{NumHeads:%d NumKVHeads:%d HeadDim:%d Scale:%v", a.NumHeads, a.NumKVHeads, a.HeadDim, a.Scale)
+	if a.Window != 0 {
+		out += fmt.Sprintf(" Window:%d", a.Window)
+	}
+	if a.Sinks != nil {
+		out += fmt.Sprintf(" Sinks:%v", a.Sinks.Shape())
+	}
+	return out + "}"
+}
+
+// ErrUnsupportedAttention is returned at load for an attention layer whose options
+// (AttnShape.Window, AttnShape.Sinks) the backend's Attention does not apply.
+var ErrUnsupportedAttention = errors.New("unsupported attention")
+
+// AttnFeatures are the AttnShape options a backend's Attention applies.
+type AttnFeatures struct {
+	Window bool // AttnShape.Window > 0
+	Sinks  bool // AttnShape.Sinks
+}
+
+// AttentionFeatures is a Backend whose Attention applies some of AttnShape's options; a
+// backend without it applies none (full causal attention only, no sinks) and must be given
+// none: CheckAttention refuses such a layer at load rather than let it compute wrong results.
+type AttentionFeatures interface {
+	AttentionFeatures() AttnFeatures
+}
+
+// CheckAttention returns nil when be's Attention computes a as described, else an error
+// wrapping ErrUnsupportedAttention that names what is missing.
+func CheckAttention(be Backend, a AttnShape) error {
+	var f AttnFeatures
+	if af, ok := be.(AttentionFeatures); ok {
+		f = af.AttentionFeatures()
+	}
+	switch {
+	case a.Window < 0:
+		return fmt.Errorf("%w: sliding window %d", ErrUnsupportedAttention, a.Window)
+	case a.Window > 0 && !f.Window:
+		return fmt.Errorf("%w on the %s backend: sliding-window attention (window %d)", ErrUnsupportedAttention, be.Name(), a.Window)
+	case a.Sinks != nil && !f.Sinks:
+		return fmt.Errorf("%w on the %s backend: attention sinks", ErrUnsupportedAttention, be.Name())
+	case a.Sinks != nil && (len(a.Sinks.Shape()) != 1 || a.Sinks.Shape()[0] != a.NumHeads):
+		return fmt.Errorf("%w: sinks of shape %v for %d heads", ErrUnsupportedAttention, a.Sinks.Shape(), a.NumHeads)
+	}
+	return nil
 }
 
 // AttnMetadata is the flattened varlen batch: prefill chunks and decodes side by side.

@@ -36,7 +36,21 @@ const (
 	// backend without kernels for them refuses them with ErrUnsupportedWeight and the loader
 	// hands it the dequantized float32 weight instead.
 	GGMLBlocks
+	// MXFP4 weights are OCP microscaling FP4 (gpt-oss's experts, quant_method "mxfp4") of
+	// logical shape [.., N, K], K a multiple of 32: raw is [.., N, K/2] bytes (WeightDesc.DType
+	// U8), byte (n, j) holding element (n, 2j) in its low nibble and (n, 2j+1) in its high
+	// one, each an E2M1 code (bit 3 the sign; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 for codes
+	// 0-7); Scales are E8M0 bytes (DType U8) of Shape [.., N, K/32], Block [1, 32]. Element
+	// (n, k) is e2m1(code) · 2^(scale[n, k/32] - 127). The loader refuses scale 0xFF (NaN in
+	// the OCP format), so every element is finite.
+	MXFP4
 )
+
+// MXFP4Block is the elements one MXFP4 scale covers.
+const MXFP4Block = 32
+
+// E2M1 are the values of the 16 FP4 (E2M1) codes, as MXFP4 stores them.
+var E2M1 = [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, -1, -1.5, -2, -3, -4, -6}
 
 // IsFP8 reports whether f is one of the FP8 formats (F8E4M3 elements with float32 scales).
 func (f WeightFormat) IsFP8() bool { return f == BlockFP8 || f == ChannelFP8 }
@@ -51,6 +65,8 @@ func (f WeightFormat) String() string {
 		return "fp8 per-channel"
 	case GGMLBlocks:
 		return "ggml blocks"
+	case MXFP4:
+		return "mxfp4"
 	}
 	return fmt.Sprintf("format(%d)", uint8(f))
 }

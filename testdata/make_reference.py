@@ -330,6 +330,45 @@ CASES = {
         torch.bfloat16,
         {"fp8_channel_moe": True},
     ),
+    # gpt-oss: three layers alternating sliding (window 8, shorter than the prompts) and full
+    # attention, per-head sinks, q/k/v/o biases, YaRN (factor 32, truncate false, theta 150000
+    # as the real config), 8 experts top-4 with a biased router, expert biases, gate|up
+    # interleaved and the clamped SwiGLU (swiglu_limit 2 so the clamp bites at toy scale).
+    # Expert width 64 so that MXFP4's 32-element blocks split over TP 2.
+    "gpt_oss-bf16": (
+        "GptOssConfig",
+        base(
+            head_dim=16,
+            num_hidden_layers=3,
+            intermediate_size=64,
+            num_local_experts=8,
+            num_experts_per_tok=4,
+            sliding_window=8,
+            swiglu_limit=2.0,
+            rope_theta=150000.0,
+        ),
+        torch.bfloat16,
+        {"gpt_oss": True},
+    ),
+    # The same in gpt-oss's MXFP4 layout: each expert's gate_up_proj and down_proj quantized to
+    # E2M1 codes in 32-element blocks with E8M0 scales (*_blocks, *_scales); attention, router,
+    # embeddings and LM head bf16 (modules_to_not_convert). The reference runs the DEQUANTIZED
+    # experts in float32.
+    "gpt_oss-mxfp4": (
+        "GptOssConfig",
+        base(
+            head_dim=16,
+            num_hidden_layers=3,
+            intermediate_size=64,
+            num_local_experts=8,
+            num_experts_per_tok=4,
+            sliding_window=8,
+            swiglu_limit=2.0,
+            rope_theta=150000.0,
+        ),
+        torch.bfloat16,
+        {"gpt_oss": True, "mxfp4": True},
+    ),
 }
 
 
@@ -408,10 +447,20 @@ def make(name: str, out_root: str) -> None:
             for bname, b in model.named_buffers():
                 if bname.endswith("e_score_correction_bias"):
                     b.copy_(0.2 * torch.randn_like(b))
+        if extra.get("gpt_oss"):  # transformers zeroes the expert biases: random ones, and sinks that matter
+            for pname, p in model.named_parameters():
+                if pname.endswith(("_proj_bias", "router.bias")):
+                    p.copy_(0.3 * torch.randn_like(p))
+                if pname.endswith("self_attn.sinks"):
+                    p.copy_(torch.randn_like(p))
     out = os.path.join(out_root, name)
     shutil.rmtree(out, ignore_errors=True)
     if extra.get("fp8_block"):
         ref_model = save_fp8(model, dtype, extra["fp8_block"], out)
+        write_refs(name, cfg, model_cls, ref_model, out, extra)
+        return
+    if extra.get("mxfp4"):
+        ref_model = save_mxfp4(model, model_cls, dtype, out)
         write_refs(name, cfg, model_cls, ref_model, out, extra)
         return
     if extra.get("fp8_scaled") or extra.get("fp8_block_moe") or extra.get("fp8_channel_moe"):
@@ -730,6 +779,72 @@ def save_quantized(
             "activation_scheme": "dynamic",
             "weight_block_size": [bn, bk],
         }
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    return ref_model
+
+
+FP4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def quantize_mxfp4(w: torch.Tensor) -> tuple:
+    """MXFP4 quantization of [E, N, K] (K a multiple of 32): per 32-element block an E8M0 scale
+    2^(s-127), the smallest power of two that brings the block's amax within E2M1's 6, and each
+    element the nearest E2M1 value; returns (blocks uint8 [E, N, K/32, 16], low nibble the even
+    element; scales uint8 [E, N, K/32]; dequantized float32 [E, N, K])."""
+    e, n, k = w.shape
+    blk = w.float().reshape(e, n, k // 32, 32)
+    amax = blk.abs().amax(dim=-1).clamp(min=2.0**-100)
+    exp = torch.ceil(torch.log2(amax / 6.0)).clamp(-127, 127)
+    scaled = blk / torch.pow(2.0, exp)[..., None]
+    lut = torch.tensor(FP4_VALUES)
+    codes = (scaled.abs()[..., None] - lut[:8]).abs().argmin(dim=-1)  # nearest magnitude...
+    codes = torch.where(scaled < 0, codes + 8, codes).to(torch.uint8)  # ...and the sign
+    deq = lut[codes.long()] * torch.pow(2.0, exp)[..., None]
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    scales = (exp + 127).to(torch.uint8)
+    return packed.contiguous(), scales.contiguous(), deq.reshape(e, n, k)
+
+
+def save_mxfp4(model: torch.nn.Module, model_cls: type, dtype: torch.dtype, out: str) -> torch.nn.Module:
+    """Saves gpt-oss as the released checkpoints are: transformers' bf16 save, then each layer's
+    experts.gate_up_proj [E, H, 2I] and experts.down_proj [E, I, H] replaced by MXFP4
+    *_blocks/*_scales of their [E, out, in] transposes, with quant_method mxfp4. Checks the
+    encoding against transformers' own dequantization and returns the float32 model of the
+    dequantized experts."""
+    from safetensors.torch import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.to(dtype).save_pretrained(tmp, max_shard_size="1GB", safe_serialization=True)
+    tensors = load_file(os.path.join(tmp, "model.safetensors"))
+    deq = {}
+    for pname in sorted(tensors):
+        t = tensors[pname]
+        if pname.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            blocks, scales, d = quantize_mxfp4(t.float().transpose(1, 2))
+            check = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
+            assert torch.equal(check, d.transpose(1, 2)), pname
+            del tensors[pname]
+            tensors[pname + "_blocks"], tensors[pname + "_scales"] = blocks, scales
+            deq[pname] = d.transpose(1, 2).contiguous()
+            continue
+        deq[pname] = t.float()
+    os.makedirs(out, exist_ok=True)
+    for f in ("config.json", "generation_config.json"):
+        shutil.copy(os.path.join(tmp, f), out)
+    save_file(deq, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    ref_model = model_cls.from_pretrained(tmp, torch_dtype=torch.float32).eval()
+    shutil.rmtree(tmp)
+    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    os.chmod(os.path.join(out, "model.safetensors"), 0o644)
+    with open(os.path.join(out, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+    }
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     return ref_model

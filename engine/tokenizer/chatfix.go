@@ -11,7 +11,8 @@ import "strings"
 //	x in y | f | g(1)  ->  x in (y | f | g(1))
 //
 // Only expressions inside {{ }} and {% %} are touched; text, comments and
-// string literals are left alone.
+// string literals are left alone. Parenthesised conditional expressions are
+// rewritten first (rewriteInlineIf).
 func fixInFilters(src string) string {
 	var b strings.Builder
 	b.Grow(len(src) + 16)
@@ -48,7 +49,7 @@ func fixInFilters(src string) string {
 			return b.String()
 		}
 		b.WriteString(src[:start+2])
-		b.WriteString(rewriteIn(src[start+2 : end]))
+		b.WriteString(rewriteIn(rewriteInlineIf(src[start+2 : end])))
 		src = src[end:]
 	}
 }

@@ -41,10 +41,14 @@ const (
 // fp8Block is the weight block size of --dtype fp8-block.
 const fp8Block = 128
 
+// startsShard reports whether a tensor of this role may begin a shard: scales stay beside
+// their weight.
+func (r fp8Role) startsShard() bool { return r != fp8Scale && r != fp8Input && r != mxfp4Scales }
+
 // size is the bytes of one element of a tensor of this role (size: the checkpoint dtype's).
 func (r fp8Role) size(size int) int {
 	switch r {
-	case fp8Weight, fp8TensorWeight:
+	case fp8Weight, fp8TensorWeight, mxfp4Codes, mxfp4Scales:
 		return 1
 	case fp8Scale, fp8Input:
 		return 4
@@ -54,6 +58,9 @@ func (r fp8Role) size(size int) int {
 
 // dtype is the safetensors dtype of the role's tensors.
 func (r fp8Role) dtype() string {
+	if r == mxfp4Codes || r == mxfp4Scales {
+		return "U8"
+	}
 	if r == fp8Weight || r == fp8TensorWeight {
 		return "F8_E4M3"
 	}
@@ -64,6 +71,9 @@ func (r fp8Role) dtype() string {
 func fp8Mode(dtype string) (string, string) {
 	if mode, ok := strings.CutPrefix(dtype, "fp8-"); ok {
 		return "bfloat16", mode
+	}
+	if dtype == "mxfp4" {
+		return "bfloat16", dtype
 	}
 	return dtype, ""
 }

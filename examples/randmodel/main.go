@@ -6,6 +6,7 @@
 //	randmodel --shape smollm2-135m --out /tmp/smollm2 --dtype float32
 //	randmodel --shape qwen3-30b-a3b --out /tmp/qwen3-30b-a3b   # MoE: 128 experts, top-8
 //	randmodel --shape llama3-8b --out /tmp/llama3-8b-fp8 --dtype fp8-block   # see fp8.go
+//	randmodel --shape gpt-oss-120b --out /tmp/gpt-oss-120b --dtype mxfp4     # see gptoss.go
 //
 // Weights are roughly N(0, std) (see fill) with norms at 1, so activations stay in range
 // through every layer.
@@ -70,6 +71,12 @@ var shapes = map[string]shape{
 		KVHeads: 16, HeadDim: 192, Vocab: 102400, MaxPos: 163840, Theta: 10000,
 		MoE: &moeShape{Experts: 64, TopK: 6, Inter: 1408},
 		MLA: &mlaShape{KVRank: 512, Nope: 128, Rope: 64, V: 128, DenseLayers: 1, Shared: 2}},
+	// gpt-oss (issue 33; gptoss.go): 20b 3.6B of 20.9B parameters active a token, 120b 5.1B of
+	// 116.8B; experts of intermediate_size, top-4.
+	"gpt-oss-20b": {Arch: gptOssArch, Hidden: 2880, Intermediate: 2880, Layers: 24, Heads: 64, KVHeads: 8, HeadDim: 64,
+		Vocab: 201088, MaxPos: 131072, Theta: 150000, MoE: &moeShape{Experts: 32, TopK: 4}},
+	"gpt-oss-120b": {Arch: gptOssArch, Hidden: 2880, Intermediate: 2880, Layers: 36, Heads: 64, KVHeads: 8, HeadDim: 64,
+		Vocab: 201088, MaxPos: 131072, Theta: 150000, MoE: &moeShape{Experts: 128, TopK: 4}},
 }
 
 type tensor struct {
@@ -78,7 +85,10 @@ type tensor struct {
 	std   float64 // 0: ones (a norm weight)
 }
 
-func (s shape) tensors() []tensor {
+func (s shape) tensors() []tensor { return s.tensorsIn(false) }
+
+// tensorsIn is the checkpoint's tensors, gpt-oss's experts in mxfp4 when asked.
+func (s shape) tensorsIn(mxfp4 bool) []tensor {
 	if s.MLA != nil {
 		return s.deepseekTensors()
 	}
@@ -97,6 +107,10 @@ func (s shape) tensors() []tensor {
 			tensor{p + "self_attn.k_proj.weight", []int{kv, s.Hidden}, std},
 			tensor{p + "self_attn.v_proj.weight", []int{kv, s.Hidden}, std},
 			tensor{p + "self_attn.o_proj.weight", []int{s.Hidden, q}, 1 / math.Sqrt(float64(q))})
+		if s.Arch == gptOssArch {
+			out = append(out, s.gptOssLayer(p, mxfp4)...)
+			continue
+		}
 		out = append(out, s.feedForward(p)...)
 		if s.QKVBias {
 			out = append(out, tensor{p + "self_attn.q_proj.bias", []int{q}, 0.02}, tensor{p + "self_attn.k_proj.bias", []int{kv}, 0.02},
@@ -139,7 +153,7 @@ func (s shape) feedForward(p string) []tensor {
 func main() {
 	name := flag.String("shape", "smollm2-135m", "architecture shape")
 	out := flag.String("out", "", "output directory")
-	dtype := flag.String("dtype", "bfloat16", "bfloat16, float16, float32, fp8-block (128x128 block-scaled, DeepSeek/Qwen3-FP8) or fp8-tensor (per-tensor, compressed-tensors)")
+	dtype := flag.String("dtype", "bfloat16", "bfloat16, float16, float32, fp8-block (128x128 block-scaled, DeepSeek/Qwen3-FP8), fp8-tensor (per-tensor, compressed-tensors) or mxfp4 (gpt-oss's experts)")
 	shardGB := flag.Float64("shard-gb", 4, "shard size in GB")
 	seed := flag.Uint64("seed", 1, "random seed")
 	layers := flag.Int("layers", 0, "decoder layers (0: the shape's); fewer keep every width, for a machine whose memory cannot hold the whole checkpoint")
@@ -173,7 +187,18 @@ func write(s shape, dir, dtype string, shardBytes int64, seed uint64) error {
 	if size == 0 {
 		return fmt.Errorf("unsupported dtype %q", dtype)
 	}
-	ts, roles, err := fp8Tensors(s.tensors(), mode)
+	var ts []tensor
+	var roles map[string]fp8Role
+	var err error
+	if s.Arch == gptOssArch && mode != "" && mode != "mxfp4" {
+		return fmt.Errorf("gpt-oss is written in bfloat16 or mxfp4 (its released format), not fp8-%s", mode)
+	}
+	if mode == "mxfp4" {
+		ts = s.tensorsIn(true)
+		roles, err = mxfp4Roles(s, ts)
+	} else {
+		ts, roles, err = fp8Tensors(s.tensors(), mode)
+	}
 	if err != nil {
 		return err
 	}
@@ -191,7 +216,7 @@ func write(s shape, dir, dtype string, shardBytes int64, seed uint64) error {
 		for _, d := range t.shape {
 			n *= int64(d)
 		}
-		if len(shards) == 0 || (cur+n > shardBytes && cur > 0 && roles[t.name] < fp8Scale) {
+		if len(shards) == 0 || (cur+n > shardBytes && cur > 0 && roles[t.name].startsShard()) {
 			shards = append(shards, nil)
 			cur = 0
 		}
@@ -239,7 +264,9 @@ func writeConfig(s shape, dir, dtype, mode string) error {
 	if s.MLA != nil {
 		s.deepseekConfig(cfg)
 	}
-	if mode != "" {
+	if s.Arch == gptOssArch {
+		gptOssConfig(s, cfg, mode == "mxfp4")
+	} else if mode != "" {
 		cfg["quantization_config"] = fp8Config(mode)
 	}
 	b, _ := json.MarshalIndent(cfg, "", " ")
@@ -289,7 +316,10 @@ func writeShard(path string, ts []tensor, roles map[string]fp8Role, dtype string
 			for _, d := range t.shape {
 				n *= d
 			}
-			if r := roles[t.name]; r != 0 {
+			if r := roles[t.name]; r == mxfp4Codes || r == mxfp4Scales {
+				data <- mxfp4Bytes(t, r, seed+uint64(i))
+				continue
+			} else if r != 0 {
 				data <- q.bytes(t, r, seed+uint64(i))
 				continue
 			}

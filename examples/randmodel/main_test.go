@@ -139,3 +139,55 @@ func BenchmarkRandomBytes(b *testing.B) {
 		randomBytes(1<<20, 0.02, "bfloat16", 1)
 	}
 }
+
+// TestGptOssShapes: the gpt-oss shapes have the published parameter counts (20.9B and 116.8B),
+// and a tiny variant of each is written in bfloat16 and in mxfp4, loaded and run on the cpu.
+func TestGptOssShapes(t *testing.T) {
+	params := func(s shape) float64 {
+		var n float64
+		for _, t := range s.tensors() {
+			p := 1.0
+			for _, d := range t.shape {
+				p *= float64(d)
+			}
+			n += p
+		}
+		return n
+	}
+	require.InDelta(t, 20.9e9, params(shapes["gpt-oss-20b"]), 0.1e9)
+	require.InDelta(t, 116.8e9, params(shapes["gpt-oss-120b"]), 0.1e9)
+	for _, dtype := range []string{"bfloat16", "mxfp4"} {
+		t.Run(dtype, func(t *testing.T) {
+			s := shapes["gpt-oss-20b"]
+			m := *s.MoE
+			s.Hidden, s.Intermediate, s.Layers, s.Heads, s.KVHeads, s.HeadDim, s.Vocab = 64, 64, 3, 4, 2, 16, 128
+			m.Experts = 8
+			s.MoE = &m
+			dir := filepath.Join(t.TempDir(), "gpt-oss")
+			require.NoError(t, write(s, dir, dtype, 1<<20, 1))
+			ck, err := models.OpenCheckpoint(dir)
+			require.NoError(t, err)
+			defer ck.Close()
+			require.Equal(t, s.Arch, ck.Config.Architecture)
+			require.Equal(t, []int{128, 0, 128}, ck.Config.GptOss.LayerWindows)
+			if dtype == "mxfp4" {
+				require.Equal(t, "mxfp4", ck.Config.Quantization)
+			}
+			be := cpu.New(1)
+			defer be.Close()
+			model, err := models.Load(ck, be, models.Options{MaxTokens: 8, MaxSeqs: 1})
+			require.NoError(t, err)
+			cache, err := model.NewKVCache(4, 4)
+			require.NoError(t, err)
+			meta := &ops.AttnMetadata{Positions: []int32{0, 1, 2}, SlotMapping: []int32{0, 1, 2}, QueryStart: []int32{0, 3},
+				SeqLens: []int32{3}, BlockTables: []int32{0}, BlockTableStride: 1}
+			logits := make([]float32, s.Vocab)
+			be.ReadRows(model.Logits(model.Forward([]int32{1, 2, 3}, meta, cache), []int32{2}), logits)
+			for i, v := range logits {
+				require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "logit %d = %v", i, v)
+			}
+		})
+	}
+	require.ErrorContains(t, write(shapes["llama3-1b"], t.TempDir(), "mxfp4", 1<<20, 1), "gpt-oss's expert format")
+	require.ErrorContains(t, write(shapes["gpt-oss-20b"], t.TempDir(), "fp8-block", 1<<20, 1), "not fp8-block")
+}

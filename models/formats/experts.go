@@ -15,12 +15,18 @@ type ExpertWeight struct {
 	Name    string
 	Layout  Layout
 	Experts [][]Part
+	// Packed, when set, replaces Experts: the checkpoint holds every expert in one tensor
+	// (gpt-oss).
+	Packed *PackedExperts
 }
 
 // StackExperts loads an ExpertWeight as stored (16-bit or f32, widened to f32 only when the
 // tensors' dtypes differ): rows of the mapping are used in place, column slices copied, and
 // the backend gets every expert's pieces one after the other.
 func (l *Loader) StackExperts(w ExpertWeight) (ops.Tensor, error) {
+	if w.Packed != nil {
+		return l.stackPacked(w)
+	}
 	if len(w.Experts) == 0 || w.Layout != Stacked && w.Layout != Cols {
 		return nil, fmt.Errorf("%s: %d experts in layout %d", w.Name, len(w.Experts), w.Layout)
 	}

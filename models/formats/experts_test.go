@@ -25,17 +25,17 @@ func TestStackExperts(t *testing.T) {
 		dt    ops.DType
 		want  []float32
 	}{
-		{"w13 whole", ExpertWeight{"w13", Stacked, [][]Part{{part("g0", 0, 2, 2, 3), part("u0", 0, 2, 2, 3)},
+		{"w13 whole", ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{{part("g0", 0, 2, 2, 3), part("u0", 0, 2, 2, 3)},
 			{part("g1", 0, 2, 2, 3), part("u1", 0, 2, 2, 3)}}}, []int{2, 4, 3}, ops.F32,
 			[]float32{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}},
-		{"w13 rank 1 of 2", ExpertWeight{"w13", Stacked, [][]Part{{part("g0", 1, 2, 2, 3), part("u0", 1, 2, 2, 3)},
+		{"w13 rank 1 of 2", ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{{part("g0", 1, 2, 2, 3), part("u0", 1, 2, 2, 3)},
 			{part("g1", 1, 2, 2, 3), part("u1", 1, 2, 2, 3)}}}, []int{2, 2, 3}, ops.F32,
 			[]float32{3, 4, 5, 3, 4, 5, 3, 4, 5, 3, 4, 5}},
-		{"w2 rank 0 of 2", ExpertWeight{"w2", Cols, [][]Part{{part("d0", 0, 1, 3, 2)}, {part("d1", 0, 1, 3, 2)}}},
+		{"w2 rank 0 of 2", ExpertWeight{Name: "w2", Layout: Cols, Experts: [][]Part{{part("d0", 0, 1, 3, 2)}, {part("d1", 0, 1, 3, 2)}}},
 			[]int{2, 3, 1}, ops.F32, []float32{0, 2, 4, 0, 2, 4}},
-		{"w2 whole", ExpertWeight{"w2", Cols, [][]Part{{part("d0", 0, 2, 3, 2)}, {part("d1", 0, 2, 3, 2)}}},
+		{"w2 whole", ExpertWeight{Name: "w2", Layout: Cols, Experts: [][]Part{{part("d0", 0, 2, 3, 2)}, {part("d1", 0, 2, 3, 2)}}},
 			[]int{2, 3, 2}, ops.F32, []float32{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}},
-		{"mixed dtypes widen", ExpertWeight{"w13", Stacked, [][]Part{{part("g0", 0, 1, 2, 3), part("bf", 1, 2, 2, 3)}}},
+		{"mixed dtypes widen", ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{{part("g0", 0, 1, 2, 3), part("bf", 1, 2, 2, 3)}}},
 			[]int{1, 2, 3}, ops.F32, []float32{0, 1, 2, 4, 5, 6}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,14 +54,14 @@ func TestStackExperts(t *testing.T) {
 		w    ExpertWeight
 		want string
 	}{
-		{ExpertWeight{"w13", Stacked, nil}, "0 experts"},
-		{ExpertWeight{"w13", Rows, [][]Part{{part("g0", 0, 2, 2, 3)}}}, "layout"},
-		{ExpertWeight{"w13", Stacked, [][]Part{{part("g0", 0, 3, 2, 3)}}}, "[0, 3) of g0"},
-		{ExpertWeight{"w13", Stacked, [][]Part{{part("g0", 0, 2, 3, 2)}}}, "has shape [2 3], the config implies [3 2]"},
-		{ExpertWeight{"w13", Stacked, [][]Part{{part("g0", 0, 2, 2, 3)}, {part("g1", 0, 1, 2, 3)}}}, "expert 1 has 1 rows, expert 0 2"},
-		{ExpertWeight{"w13", Stacked, [][]Part{{part("g0", 0, 2, 2, 3), part("d0", 0, 2, 3, 2)}}}, "cannot stack d0"},
-		{ExpertWeight{"w2", Cols, [][]Part{{part("d0", 0, 1, 3, 2), part("d1", 0, 1, 3, 2)}}}, "expert 0 has 2 parts"},
-		{ExpertWeight{"w13", Stacked, [][]Part{{part("missing", 0, 1, 2, 3)}}}, "no tensor missing"},
+		{ExpertWeight{Name: "w13", Layout: Stacked}, "0 experts"},
+		{ExpertWeight{Name: "w13", Layout: Rows, Experts: [][]Part{{part("g0", 0, 2, 2, 3)}}}, "layout"},
+		{ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{{part("g0", 0, 3, 2, 3)}}}, "[0, 3) of g0"},
+		{ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{{part("g0", 0, 2, 3, 2)}}}, "has shape [2 3], the config implies [3 2]"},
+		{ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{{part("g0", 0, 2, 2, 3)}, {part("g1", 0, 1, 2, 3)}}}, "expert 1 has 1 rows, expert 0 2"},
+		{ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{{part("g0", 0, 2, 2, 3), part("d0", 0, 2, 3, 2)}}}, "cannot stack d0"},
+		{ExpertWeight{Name: "w2", Layout: Cols, Experts: [][]Part{{part("d0", 0, 1, 3, 2), part("d1", 0, 1, 3, 2)}}}, "expert 0 has 2 parts"},
+		{ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{{part("missing", 0, 1, 2, 3)}}}, "no tensor missing"},
 	} {
 		be := &captureBackend{}
 		_, err := Unquantized{}.LoadExperts(NewLoader(src, be, 0, nil), tc.w)

@@ -49,8 +49,10 @@ func For(s Spec) (Format, error) {
 			return nil, fmt.Errorf("%w fp8 without a weight_block_size", ops.ErrUnsupportedWeight)
 		}
 		return BlockFP8{Block: s.Block, Ignore: s.Ignore}, nil
+	case "mxfp4":
+		return MXFP4{Ignore: s.Ignore}, nil
 	}
-	return nil, fmt.Errorf("%w %q (supported: unquantized, fp8 block-scaled, per-tensor and per-channel fp8, compressed-tensors fp8)", ops.ErrUnsupportedWeight, s.Method)
+	return nil, fmt.Errorf("%w %q (supported: unquantized, fp8 block-scaled, per-tensor and per-channel fp8, compressed-tensors fp8, mxfp4)", ops.ErrUnsupportedWeight, s.Method)
 }
 
 // BlockFP8 is the block-scaled FP8 format of DeepSeek-V3 and Qwen3-FP8 checkpoints

@@ -27,10 +27,10 @@ func TestBlockFP8LoadExperts(t *testing.T) {
 		sshape []int
 		scales []float32
 	}{
-		{"w13", ExpertWeight{"w13", Stacked, [][]Part{gu, gu}}, []int{2, 4, 4},
+		{"w13", ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{gu, gu}}, []int{2, 4, 4},
 			append(append(rowsOf(4, 0, 2), rowsOf(4, 0, 2)...), append(rowsOf(4, 0, 2), rowsOf(4, 0, 2)...)...),
 			[]int{2, 2, 2}, []float32{1, 2, 1, 2, 1, 2, 1, 2}},
-		{"w2 columns of rank 1", ExpertWeight{"w2", Cols, [][]Part{{part("a.weight", 2, 4, 5, 4)}, {part("a.weight", 2, 4, 5, 4)}}},
+		{"w2 columns of rank 1", ExpertWeight{Name: "w2", Layout: Cols, Experts: [][]Part{{part("a.weight", 2, 4, 5, 4)}, {part("a.weight", 2, 4, 5, 4)}}},
 			[]int{2, 5, 2}, append(cols(rowsOf(4, 0, 5), 4, 2, 4), cols(rowsOf(4, 0, 5), 4, 2, 4)...),
 			[]int{2, 3, 1}, []float32{2, 4, 6, 2, 4, 6}},
 	} {
@@ -52,19 +52,19 @@ func TestBlockFP8LoadExperts(t *testing.T) {
 		})
 	}
 	be := &captureBackend{}
-	_, err := f.LoadExperts(NewLoader(src, be, 0, nil), ExpertWeight{"w13", Stacked, [][]Part{{part("norm.weight", 0, 2, 2, 4)}}})
+	_, err := f.LoadExperts(NewLoader(src, be, 0, nil), ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{{part("norm.weight", 0, 2, 2, 4)}}})
 	require.NoError(t, err)
 	require.Equal(t, ops.Plain(ops.F32), be.calls[0].d)
 	for _, tc := range []struct {
 		w    ExpertWeight
 		want string
 	}{
-		{ExpertWeight{"w13", Stacked, nil}, "0 experts"},
-		{ExpertWeight{"w13", Stacked, [][]Part{gu, {part("nan.weight", 0, 2, 2, 4)}}}, "expert 1: mem: scale tensor nan.weight_scale_inv has NaN"},
-		{ExpertWeight{"w13", Stacked, [][]Part{gu, {part("noscale.weight", 0, 2, 2, 4)}}}, "has no scale tensor noscale.weight_scale_inv"},
-		{ExpertWeight{"w13", Stacked, [][]Part{gu, {part("norm.weight", 0, 2, 2, 4)}}}, "expert 1 is unquantized, expert 0 fp8"},
-		{ExpertWeight{"w13", Stacked, [][]Part{gu, {part("c.weight", 0, 2, 2, 4)}}}, "expert 1 is [2 4], expert 0 [4 4]"},
-		{ExpertWeight{"w2", Cols, [][]Part{{part("a.weight", 1, 3, 5, 4)}}}, "columns [1, 3) of a.weight break"},
+		{ExpertWeight{Name: "w13", Layout: Stacked, Experts: nil}, "0 experts"},
+		{ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{gu, {part("nan.weight", 0, 2, 2, 4)}}}, "expert 1: mem: scale tensor nan.weight_scale_inv has NaN"},
+		{ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{gu, {part("noscale.weight", 0, 2, 2, 4)}}}, "has no scale tensor noscale.weight_scale_inv"},
+		{ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{gu, {part("norm.weight", 0, 2, 2, 4)}}}, "expert 1 is unquantized, expert 0 fp8"},
+		{ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{gu, {part("c.weight", 0, 2, 2, 4)}}}, "expert 1 is [2 4], expert 0 [4 4]"},
+		{ExpertWeight{Name: "w2", Layout: Cols, Experts: [][]Part{{part("a.weight", 1, 3, 5, 4)}}}, "columns [1, 3) of a.weight break"},
 	} {
 		be := &captureBackend{}
 		_, err := f.LoadExperts(NewLoader(src, be, 0, nil), tc.w)

@@ -169,7 +169,7 @@ func TestScaledFP8LoadExperts(t *testing.T) {
 	}
 	gu := []Part{part("q.weight", 0, 2, 2, 4), part("k.weight", 1, 2, 2, 4)}
 	be := &captureBackend{}
-	_, err := f.LoadExperts(NewLoader(scaledSource(), be, 0, nil), ExpertWeight{"w13", Stacked, [][]Part{gu, gu}})
+	_, err := f.LoadExperts(NewLoader(scaledSource(), be, 0, nil), ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{gu, gu}})
 	require.NoError(t, err)
 	c := be.calls[0]
 	require.Equal(t, []int{2, 3, 4}, c.shape)
@@ -178,17 +178,17 @@ func TestScaledFP8LoadExperts(t *testing.T) {
 	require.Equal(t, []int{1, 4}, c.d.Scales.Block)
 	require.Equal(t, []float32{2, 2, 3, 2, 2, 3}, values(c.d.Scales.Raw...))
 	be = &captureBackend{}
-	_, err = f.LoadExperts(NewLoader(scaledSource(), be, 0, nil), ExpertWeight{"w2", Cols, [][]Part{{part("ch.weight", 0, 2, 3, 4)}}})
+	_, err = f.LoadExperts(NewLoader(scaledSource(), be, 0, nil), ExpertWeight{Name: "w2", Layout: Cols, Experts: [][]Part{{part("ch.weight", 0, 2, 3, 4)}}})
 	require.NoError(t, err)
 	c = be.calls[0]
 	require.Equal(t, []int{1, 3, 2}, c.shape)
 	require.Equal(t, cols(rowsOf(4, 0, 3), 4, 0, 2), c.raw[0])
 	require.Equal(t, []float32{1, 2, 3}, values(c.d.Scales.Raw...))
 	be = &captureBackend{}
-	_, err = f.LoadExperts(NewLoader(scaledSource(), be, 0, nil), ExpertWeight{"w2", Cols, [][]Part{{part("lm_head.weight", 0, 2, 2, 4)}}})
+	_, err = f.LoadExperts(NewLoader(scaledSource(), be, 0, nil), ExpertWeight{Name: "w2", Layout: Cols, Experts: [][]Part{{part("lm_head.weight", 0, 2, 2, 4)}}})
 	require.NoError(t, err)
 	require.Equal(t, ops.Plain(ops.F32), be.calls[0].d)
-	_, err = f.LoadExperts(NewLoader(scaledSource(), &captureBackend{}, 0, nil), ExpertWeight{"w13", Stacked, [][]Part{gu, {part("nan.weight", 0, 2, 2, 4)}}})
+	_, err = f.LoadExperts(NewLoader(scaledSource(), &captureBackend{}, 0, nil), ExpertWeight{Name: "w13", Layout: Stacked, Experts: [][]Part{gu, {part("nan.weight", 0, 2, 2, 4)}}})
 	require.ErrorContains(t, err, "w13: expert 1: mem: tensor nan.weight is float8_e4m3fn but no quantization_config group targets it")
 }
 

@@ -116,6 +116,9 @@ func (l *Loader) Upload(ti *TensorInfo, shape []int, d ops.WeightDesc, data ...[
 	if d.Format == ops.Unquantized && d.DType == ops.F8E4M3 {
 		return nil, fmt.Errorf("%s: tensor %s is %v, which needs an fp8 quantization_config", ti.File, ti.Name, d.DType)
 	}
+	if d.Format == ops.Unquantized && d.DType == ops.U8 {
+		return nil, fmt.Errorf("%s: tensor %s is %v, not a weight a model reads unquantized", ti.File, ti.Name, d.DType)
+	}
 	t, err := l.be.Weight(ti.Name, d, shape, data...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ti.File, err)

@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/atom-go/atom/ops"
@@ -35,6 +36,15 @@ type AttentionConfig struct {
 	QKNorm  bool
 	NormEps float32
 	Rope    *ops.RoPE
+	// OBias: the output projection has a bias too (gpt-oss's attention_bias), added once
+	// under tensor parallelism (by the first rank).
+	OBias bool
+	// Window > 0 makes the layer attend to the last Window positions only (a sliding-window
+	// layer, declared in its KV spec); 0: the whole context.
+	Window int
+	// Sinks: one learned logit per head in the softmax's denominator ("sinks", gpt-oss),
+	// split by heads under tensor parallelism.
+	Sinks bool
 }
 
 // Attention is GQA self-attention over the paged KV cache: the q|k|v projection, RoPE (and
@@ -56,22 +66,37 @@ func NewAttention(c *Context, prefix string, ac AttentionConfig) *Attention {
 	h := c.splitHeads(ac.Heads, ac.KVHeads, ac.HeadDim)
 	a := &Attention{Heads: h, rope: ac.Rope, c: c}
 	a.QKV = NewQKVParallel(c, prefix, ac.Hidden, h, ac.Bias)
-	a.O = NewRowParallel(c, prefix+".o_proj", ac.Heads*ac.HeadDim, ac.Hidden)
+	if ac.OBias {
+		a.O = NewRowParallelBias(c, prefix+".o_proj", ac.Heads*ac.HeadDim, ac.Hidden)
+	} else {
+		a.O = NewRowParallel(c, prefix+".o_proj", ac.Heads*ac.HeadDim, ac.Hidden)
+	}
 	if ac.QKNorm {
 		a.QKNorm = &ops.QKNorm{Eps: ac.NormEps, Q: c.get(prefix+".q_norm.weight", ac.HeadDim),
 			K: c.get(prefix+".k_norm.weight", ac.HeadDim)}
 	}
 	a.shape = ops.AttnShape{NumHeads: h.RankQ, NumKVHeads: h.RankKV, HeadDim: h.Dim,
-		Scale: float32(1 / math.Sqrt(float64(h.Dim)))}
+		Scale: float32(1 / math.Sqrt(float64(h.Dim))), Window: ac.Window}
+	if ac.Sinks && c.err == nil {
+		lo := c.shard.Rank * h.RankQ
+		t, err := c.load.Slice(prefix+".sinks", 0, lo, lo+h.RankQ, ac.Heads)
+		c.fail(err)
+		a.shape.Sinks = t
+	}
+	if c.err == nil {
+		if err := ops.CheckAttention(c.be, a.shape); err != nil {
+			c.fail(fmt.Errorf("%s: %w", prefix, err))
+		}
+	}
 	a.q, a.out = c.workspace("attn.q", h.RankQ*h.Dim), c.workspace("attn.out", h.RankQ*h.Dim)
 	a.qkv = c.workspace("attn.qkv", a.QKV.Out)
 	return a
 }
 
 // KVSpec is the cache this layer reads and writes on this rank: a key and a value per KV head,
-// over the whole context, in the activations' dtype.
+// over the whole context or its sliding window, in the activations' dtype.
 func (a *Attention) KVSpec() ops.KVLayerSpec {
-	s := ops.KVLayerSpec{Kind: ops.KVPair, Heads: a.Heads.RankKV, HeadDim: a.Heads.Dim}
+	s := ops.KVLayerSpec{Kind: ops.KVPair, Heads: a.Heads.RankKV, HeadDim: a.Heads.Dim, SlidingWindow: a.shape.Window}
 	if a.q.t != nil {
 		s.DType = a.q.t.DType()
 	}

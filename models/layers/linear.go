@@ -82,6 +82,18 @@ func NewRowParallel(c *Context, name string, in, out int) *Linear {
 	return l
 }
 
+// NewRowParallelBias is NewRowParallel with the layer's bias ([out]), which the first rank
+// alone adds, so that the reduced sum has it once.
+func NewRowParallelBias(c *Context, name string, in, out int) *Linear {
+	l := NewRowParallel(c, name, in, out)
+	if c.err == nil && c.shard.Rank == 0 {
+		var err error
+		l.Bias, err = c.load.Get(name+".bias", out)
+		c.fail(err)
+	}
+	return l
+}
+
 // NewMergedColumn stacks the column-parallel slices of the modules packed (a key of
 // PackedModules) stacks under prefix, of outs[i] output features each (gate|up: "gate_up_proj").
 func NewMergedColumn(c *Context, prefix, packed string, in int, outs ...int) *Linear {

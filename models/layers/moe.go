@@ -57,6 +57,17 @@ type MoEConfig struct {
 	Groups, TopKGroups int
 	Bias               bool
 	Scale              float32
+	// gpt-oss's block: the router module's name ("gate" when empty; gpt-oss "router") and
+	// whether it has a bias; Packed experts (PackedExperts: "experts.gate_up_proj", gate and up
+	// interleaved, and "experts.down_proj", each holding every expert) with ExpertBias
+	// ("_bias" beside each), and the experts' Activation (ops.MoESpec's Alpha and Limit).
+	Router     string
+	RouterBias bool
+	Packed     bool
+	ExpertBias bool
+	Activation ops.MoEActivation
+	Alpha      float32
+	Limit      float32
 }
 
 // FusedMoE is the sparse MoE block of vLLM's and ATOM's FusedMoE: a replicated router
@@ -70,6 +81,7 @@ type FusedMoE struct {
 	Shared   *MLP       // nil without a shared expert; its down projection is not reduced alone
 	SharedGt *Linear    // [1, H], replicated; nil for DeepSeek's ungated shared experts
 	Bias     ops.Tensor // [E], DeepSeek-V3's selection bias; nil without
+	B13, B2  ops.Tensor // the experts' biases (gpt-oss); nil without, B2 nil on ranks past the first
 	biasR    ops.MoEBiasRouter
 	cfg      MoEConfig
 	c        *Context
@@ -99,7 +111,8 @@ func NewFusedMoE(c *Context, prefix string, cfg MoEConfig) *FusedMoE {
 	// expert weight is read.
 	m.route = c.moeRouting(ops.MoESpec{Experts: cfg.Experts, TopK: cfg.TopK, Hidden: cfg.Hidden, Inter: hi - lo,
 		MaxTokens: c.arena.rows, Renormalize: cfg.Renormalize, Scoring: cfg.Scoring, Groups: cfg.Groups,
-		TopKGroups: cfg.TopKGroups, Bias: cfg.Bias, Scale: cfg.Scale, SharedPlain: cfg.SharedPlain && cfg.SharedInter > 0})
+		TopKGroups: cfg.TopKGroups, Bias: cfg.Bias, Scale: cfg.Scale, SharedPlain: cfg.SharedPlain && cfg.SharedInter > 0,
+		Activation: cfg.Activation, Alpha: cfg.Alpha, Limit: cfg.Limit, ExpertBias: cfg.ExpertBias})
 	if cfg.Bias && c.err == nil {
 		var ok bool
 		if m.biasR, ok = c.be.(ops.MoEBiasRouter); !ok {
@@ -107,8 +120,16 @@ func NewFusedMoE(c *Context, prefix string, cfg MoEConfig) *FusedMoE {
 		}
 		m.Bias = c.getExact(prefix+".gate.e_score_correction_bias", cfg.Experts)
 	}
-	m.Router = NewReplicated(c, prefix+".gate", cfg.Hidden, cfg.Experts, false)
-	m.W13, m.W2 = c.experts(prefix+".experts", cfg, lo, hi)
+	router := cfg.Router
+	if router == "" {
+		router = "gate"
+	}
+	m.Router = NewReplicated(c, prefix+"."+router, cfg.Hidden, cfg.Experts, cfg.RouterBias)
+	if cfg.Packed {
+		m.W13, m.W2, m.B13, m.B2 = c.packedExperts(prefix+".experts", cfg, lo, hi)
+	} else {
+		m.W13, m.W2 = c.experts(prefix+".experts", cfg, lo, hi)
+	}
 	switch {
 	case cfg.SharedInter > 0 && cfg.SharedPlain:
 		m.Shared = NewMLP(c, prefix+".shared_experts", cfg.Hidden, cfg.SharedInter)
@@ -178,7 +199,7 @@ func (m *FusedMoE) Forward(s *Stream, norm, _ *RMSNorm) {
 	be := m.c.be
 	x := s.Norm(norm)
 	logits := m.logits.View()
-	be.Linear(logits, x, m.Router.W, nil)
+	be.Linear(logits, x, m.Router.W, m.Router.Bias)
 	if m.Bias != nil {
 		m.biasR.MoERouteBias(m.route, logits, m.Bias)
 	} else {
@@ -195,7 +216,7 @@ func (m *FusedMoE) Forward(s *Stream, norm, _ *RMSNorm) {
 			be.Linear(gate, x, m.SharedGt.W, nil)
 		}
 	}
-	be.MoEExperts(s.x, x, m.route, m.W13, m.W2, shared, gate)
+	be.MoEExperts(s.x, x, m.route, ops.ExpertWeights{W13: m.W13, W2: m.W2, B13: m.B13, B2: m.B2}, shared, gate)
 	if m.reduce {
 		m.c.shard.allReduce(s.x)
 	}

@@ -169,7 +169,8 @@ func rotate(row []float32, rope *ops.RoPE, pos float64) {
 }
 
 // Attention is causal attention over the paged cache: query token t of sequence s at position
-// p attends to positions 0..p of s. Parallel over (token, head).
+// p attends to positions 0..p of s (p-Window+1..p under a sliding window), with the head's
+// sink logit in the softmax's denominator when the layer has sinks. Parallel over (token, head).
 func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, meta *ops.AttnMetadata, a ops.AttnShape) {
 	o, qt, c := out.(*Tensor), q.(*Tensor), cache.(*KVCache)
 	if c.f8 != nil {
@@ -201,23 +202,25 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 			s := seqOf(t)
 			table := meta.BlockTables[s*meta.BlockTableStride:]
 			n := int(meta.Positions[t]) + 1
+			from := attnFrom(a, n-1)
 			qh := qt.f32[t*qt.cols()+h*hd : t*qt.cols()+(h+1)*hd]
 			kvOff := (h / group) * hd
-			mx := float32(math.Inf(-1))
-			for p := 0; p < n; p++ {
+			sink := sinkOf(a, h)
+			mx := sink
+			for p := from; p < n; p++ {
 				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
 				sc := dot(qh, c.k[layer][slot*kvw+kvOff:slot*kvw+kvOff+hd]) * a.Scale
 				scores[p] = sc
 				mx = max(mx, sc)
 			}
-			var sum float32
-			for p := 0; p < n; p++ {
+			sum := sinkTerm(sink, mx)
+			for p := from; p < n; p++ {
 				e := float32(math.Exp(float64(scores[p] - mx)))
 				scores[p] = e
 				sum += e
 			}
 			clear(acc)
-			for p := 0; p < n; p++ {
+			for p := from; p < n; p++ {
 				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
 				w := scores[p] / sum
 				vr := c.v[layer][slot*kvw+kvOff : slot*kvw+kvOff+hd]
@@ -228,4 +231,29 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 			copy(o.f32[t*o.cols()+h*hd:t*o.cols()+(h+1)*hd], acc)
 		}
 	})
+}
+
+// attnFrom is the first position the query at position pos attends to: pos-Window+1 under a
+// sliding window (transformers' mask keeps kv > q - window), else 0.
+func attnFrom(a ops.AttnShape, pos int) int {
+	if a.Window > 0 {
+		return max(0, pos-a.Window+1)
+	}
+	return 0
+}
+
+// sinkOf is head h's sink logit, or -Inf for a layer without sinks (a term worth nothing).
+func sinkOf(a ops.AttnShape, h int) float32 {
+	if a.Sinks == nil {
+		return float32(math.Inf(-1))
+	}
+	return a.Sinks.(*Tensor).at(h)
+}
+
+// sinkTerm is the sink's share of the softmax's denominator, e^{sink - mx} (0 without one).
+func sinkTerm(sink, mx float32) float32 {
+	if math.IsInf(float64(sink), -1) {
+		return 0
+	}
+	return float32(math.Exp(float64(sink - mx)))
 }

@@ -21,7 +21,8 @@ const (
 // token rather than once per query head (GQA: SmolLM2 has three query heads per KV head),
 // with an online softmax over chunks of positions. Each context is split into parts of
 // attnPart positions that run on any worker and are merged after (log-sum-exp), so that one
-// sequence's long decode uses every core.
+// sequence's long decode uses every core. Under a sliding window only the parts that hold the
+// window's positions are computed; a head's sink joins the merge's denominator.
 func (b *Backend) attentionVec(o, qt *Tensor, c *KVCache, layer int, meta *ops.AttnMetadata, a ops.AttnShape) {
 	hd, group := a.HeadDim, a.NumHeads/a.NumKVHeads
 	kvw, qw, ow := c.kvHeads*hd, qt.cols(), o.cols()
@@ -34,7 +35,8 @@ func (b *Backend) attentionVec(o, qt *Tensor, c *KVCache, layer int, meta *ops.A
 	items := 0
 	for t := range nt {
 		first[t] = int32(items)
-		items += c.kvHeads * ((int(meta.Positions[t]) + attnPart) / attnPart)
+		pos := int(meta.Positions[t])
+		items += c.kvHeads * (pos/attnPart - attnFrom(a, pos)/attnPart + 1)
 	}
 	first[nt] = int32(items)
 	per := group * (2 + hd) // one part's state: per head m, then per head l, then per head acc[hd]
@@ -53,10 +55,11 @@ func (b *Backend) attentionVec(o, qt *Tensor, c *KVCache, layer int, meta *ops.A
 				s++
 			}
 			parts := (int(first[t+1]) - int(first[t])) / c.kvHeads
-			kvh, part := (it-int(first[t]))/parts, (it-int(first[t]))%parts
-			table := meta.BlockTables[s*meta.BlockTableStride:]
 			n := int(meta.Positions[t]) + 1
-			p0, p1 := part*attnPart, min(n, (part+1)*attnPart)
+			from := attnFrom(a, n-1)
+			kvh, part := (it-int(first[t]))/parts, from/attnPart+(it-int(first[t]))%parts
+			table := meta.BlockTables[s*meta.BlockTableStride:]
+			p0, p1 := max(from, part*attnPart), min(n, (part+1)*attnPart)
 			st := state[it*per : (it+1)*per]
 			ms, ls, acc := st[:group], st[group:2*group], st[2*group:]
 			for g := range group {
@@ -126,13 +129,14 @@ func (b *Backend) attentionVec(o, qt *Tensor, c *KVCache, layer int, meta *ops.A
 			it0 := int(first[t]) + kvh*parts
 			for g := range group {
 				h := kvh*group + g
-				m := float32(math.Inf(-1))
+				sink := sinkOf(a, h)
+				m := sink
 				for part := range parts {
 					m = max(m, state[(it0+part)*per+g])
 				}
 				dst := o.f32[t*ow+h*hd : t*ow+(h+1)*hd]
 				clear(dst)
-				var l float32
+				l := sinkTerm(sink, m)
 				for part := range parts {
 					st := state[(it0+part)*per : (it0+part+1)*per]
 					if st[group+g] == 0 {

@@ -79,6 +79,11 @@ func (b *Backend) release(m *offheap.Block) {
 	_ = m.Free()
 }
 
+// AttentionFeatures: the cpu Attention (every cache kind) applies sliding windows and sinks.
+func (b *Backend) AttentionFeatures() ops.AttnFeatures {
+	return ops.AttnFeatures{Window: true, Sinks: true}
+}
+
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
@@ -95,6 +100,13 @@ func (b *Backend) KVValueBytes() int {
 func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
 	if d.Format == ops.GGMLBlocks {
 		t, err := b.qWeight(d, shape, raw)
+		if err != nil {
+			return nil, fmt.Errorf("weight %s: %w", name, err)
+		}
+		return t, nil
+	}
+	if d.Format == ops.MXFP4 {
+		t, err := b.mxfp4Weight(d, shape, raw)
 		if err != nil {
 			return nil, fmt.Errorf("weight %s: %w", name, err)
 		}

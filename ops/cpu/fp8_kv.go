@@ -136,23 +136,25 @@ func (b *Backend) attentionFP8(o, qt *Tensor, c *KVCache, layer int, meta *ops.A
 			t, h := i/a.NumHeads, i%a.NumHeads
 			table := meta.BlockTables[seqOf(t)*meta.BlockTableStride:]
 			n := int(meta.Positions[t]) + 1
+			from := attnFrom(a, n-1)
 			qh := qt.f32[t*qt.cols()+h*hd : t*qt.cols()+(h+1)*hd]
 			kvOff := (h / group) * hd
-			mx := float32(math.Inf(-1))
-			for p := 0; p < n; p++ {
+			sink := sinkOf(a, h)
+			mx := sink
+			for p := from; p < n; p++ {
 				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
 				sc := dot(qh, readFP8(row, c.f8.k[layer], slot*kvw+kvOff, ks)) * a.Scale
 				scores[p] = sc
 				mx = max(mx, sc)
 			}
-			var sum float32
-			for p := 0; p < n; p++ {
+			sum := sinkTerm(sink, mx)
+			for p := from; p < n; p++ {
 				e := float32(math.Exp(float64(scores[p] - mx)))
 				scores[p] = e
 				sum += e
 			}
 			clear(acc)
-			for p := 0; p < n; p++ {
+			for p := from; p < n; p++ {
 				slot := int(table[p/c.blockSize])*c.blockSize + p%c.blockSize
 				w := scores[p] / sum
 				for d, vv := range readFP8(row, c.f8.v[layer], slot*kvw+kvOff, vs) {

@@ -29,6 +29,7 @@ type moeRouting struct {
 	// a call allocates no closures).
 	b                *Backend
 	o, x, w13, w2    *Tensor
+	b13, b2          *Tensor // the experts' biases (nil: none)
 	gateUpFn, downFn func(lo, hi, worker int)
 }
 
@@ -72,7 +73,11 @@ func (b *Backend) route(route ops.MoERouting, logits, bias ops.Tensor) {
 		panic(fmt.Sprintf("cpu MoERoute: logits %v for %d experts, %d tokens, bias %v", lt.shape, e, r.spec.MaxTokens, bias != nil))
 	}
 	r.rows = rows
-	if !r.spec.Plain() {
+	if r.spec.Scoring == ops.ScoreTopKSoftmax {
+		b.topKSoftmaxRoute(r, lt)
+		return
+	}
+	if r.spec.Scoring != ops.ScoreSoftmax || r.spec.Groups != 0 || r.spec.Bias || r.spec.Scale != 0 && r.spec.Scale != 1 {
 		b.deepseekRoute(r, lt, bias)
 		return
 	}
@@ -128,20 +133,28 @@ func softmaxRow(p, x []float32) {
 // accumulated over its experts in ascending id (as transformers' index_add over the expert
 // loop), each term a dot product of the same length in the same order, so it depends on the
 // token alone and never on its batch-mates.
-func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w13, w2, shared, sharedGate ops.Tensor) {
-	r, o, xt, gu, dn := route.(*moeRouting), out.(*Tensor), x.(*Tensor), w13.(*Tensor), w2.(*Tensor)
+func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w ops.ExpertWeights, shared, sharedGate ops.Tensor) {
+	r, o, xt, gu, dn := route.(*moeRouting), out.(*Tensor), x.(*Tensor), w.W13.(*Tensor), w.W2.(*Tensor)
 	s := r.spec
 	h, inter := s.Hidden, s.Inter
 	if xt.rows() != r.rows || o.rows() != r.rows || xt.cols() != h || o.cols() != h ||
-		!shapeIs(gu.shape, s.Experts, 2*inter, h) || !shapeIs(dn.shape, s.Experts, h, inter) {
-		panic(fmt.Sprintf("cpu MoEExperts: out %v, x %v, w13 %v, w2 %v for %d routed rows of %+v",
-			o.shape, xt.shape, gu.shape, dn.shape, r.rows, s))
+		!shapeIs(gu.shape, s.Experts, 2*inter, h) || !shapeIs(dn.shape, s.Experts, h, inter) ||
+		(w.B13 != nil) != s.ExpertBias || w.B2 != nil && !s.ExpertBias ||
+		w.B13 != nil && !shapeIs(w.B13.Shape(), s.Experts, 2*inter) || w.B2 != nil && !shapeIs(w.B2.Shape(), s.Experts, h) {
+		panic(fmt.Sprintf("cpu MoEExperts: out %v, x %v, w13 %v, w2 %v, biases %v %v for %d routed rows of %+v",
+			o.shape, xt.shape, gu.shape, dn.shape, w.B13 != nil, w.B2 != nil, r.rows, s))
 	}
 	r.o, r.x, r.w13, r.w2 = o, xt, gu, dn
+	if w.B13 != nil {
+		r.b13 = w.B13.(*Tensor)
+	}
+	if w.B2 != nil {
+		r.b2 = w.B2.(*Tensor)
+	}
 	for t0 := 0; t0 < r.rows; t0 += moeChunk {
 		r.chunk(t0, min(t0+moeChunk, r.rows))
 	}
-	r.o, r.x, r.w13, r.w2 = nil, nil, nil, nil
+	r.o, r.x, r.w13, r.w2, r.b13, r.b2 = nil, nil, nil, nil, nil, nil
 	if shared != nil {
 		st := shared.(*Tensor)
 		for t := 0; t < r.rows; t++ {
@@ -216,9 +229,20 @@ func (r *moeRouting) gateUp(lo, hi, worker int) {
 				t := int(r.order[pos]) / k
 				xr := r.x.f32[t*h : (t+1)*h]
 				act := r.act[int(pos)*inter+i0 : int(pos)*inter+i0+n]
+				if r.b13 == nil && s.Activation == ops.ActSwiGLU {
+					for q := 0; q < n; q++ {
+						g := dot(xr, gate[q])
+						act[q] = g / (1 + float32(math.Exp(float64(-g)))) * dot(xr, up[q])
+					}
+					continue
+				}
 				for q := 0; q < n; q++ {
-					g := dot(xr, gate[q])
-					act[q] = g / (1 + float32(math.Exp(float64(-g)))) * dot(xr, up[q])
+					g, u := dot(xr, gate[q]), dot(xr, up[q])
+					if r.b13 != nil {
+						g += r.b13.at(x*2*inter + i0 + q)
+						u += r.b13.at(x*2*inter + inter + i0 + q)
+					}
+					act[q] = activate(s, g, u)
 				}
 			}
 		}
@@ -248,6 +272,12 @@ func (r *moeRouting) down(lo, hi, worker int) {
 				t, w := slot/k, r.w[slot]
 				act := r.act[int(pos)*inter : int(pos+1)*inter]
 				dst := r.o.f32[t*h+j0 : t*h+j0+n]
+				if r.b2 != nil {
+					for q := 0; q < n; q++ {
+						dst[q] += (dot(act, down[q]) + r.b2.at(x*h+j0+q)) * w
+					}
+					continue
+				}
 				for q := 0; q < n; q++ {
 					dst[q] += dot(act, down[q]) * w
 				}

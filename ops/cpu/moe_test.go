@@ -158,7 +158,7 @@ func TestMoEMatchesReference(t *testing.T) {
 			require.NoError(t, err)
 			out := b.Buffer(c.tokens, h).(*Tensor)
 			b.MoERoute(rt, FromFloat32(logits, c.tokens, e))
-			b.MoEExperts(out, FromFloat32(x, c.tokens, h), rt, w13t, w2t, sharedT, gateT)
+			b.MoEExperts(out, FromFloat32(x, c.tokens, h), rt, ops.ExpertWeights{W13: w13t, W2: w2t}, sharedT, gateT)
 
 			wantIDs, wantW, want := moeRef(c, logits, x, w13, w2, shared, gate)
 			ids, ws := make([]int32, c.tokens*k), make([]float32, c.tokens*k)
@@ -188,11 +188,11 @@ func TestMoEBatchInvariant(t *testing.T) {
 	require.NoError(t, err)
 	all := b.Buffer(n, h).(*Tensor)
 	b.MoERoute(rt, FromFloat32(logits, n, e))
-	b.MoEExperts(all, FromFloat32(x, n, h), rt, w13, w2, nil, nil)
+	b.MoEExperts(all, FromFloat32(x, n, h), rt, ops.ExpertWeights{W13: w13, W2: w2}, nil, nil)
 	one := b.Buffer(1, h).(*Tensor)
 	for _, tok := range []int{0, 17, moeChunk - 1, moeChunk, n - 1} {
 		b.MoERoute(rt, FromFloat32(logits[tok*e:(tok+1)*e], 1, e))
-		b.MoEExperts(one, FromFloat32(x[tok*h:(tok+1)*h], 1, h), rt, w13, w2, nil, nil)
+		b.MoEExperts(one, FromFloat32(x[tok*h:(tok+1)*h], 1, h), rt, ops.ExpertWeights{W13: w13, W2: w2}, nil, nil)
 		require.Equal(t, all.f32[tok*h:(tok+1)*h], one.f32, "token %d", tok)
 	}
 }
@@ -213,7 +213,7 @@ func TestMoEAllocatesNothingPerToken(t *testing.T) {
 		l, xv, o := b.View(logits, rows), b.View(x, rows), b.View(out, rows)
 		return testing.AllocsPerRun(20, func() {
 			b.MoERoute(rt, l)
-			b.MoEExperts(o, xv, rt, w13, w2, nil, nil)
+			b.MoEExperts(o, xv, rt, ops.ExpertWeights{W13: w13, W2: w2}, nil, nil)
 		})
 	}
 	one, many := allocs(1), allocs(n)

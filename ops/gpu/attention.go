@@ -105,7 +105,8 @@ func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, met
 	o, qt, c := out.(*Tensor), q.(*Tensor), cache.(*KVCache)
 	nt, w := meta.NumTokens(), a.NumHeads*a.HeadDim
 	if a.NumKVHeads != c.kvHeads || a.HeadDim != c.headDim || a.NumKVHeads <= 0 || a.NumHeads%a.NumKVHeads != 0 ||
-		qt.cols() != w || o.cols() != w || qt.rows() < nt || o.rows() < nt || layer < 0 || layer >= len(c.k) {
+		qt.cols() != w || o.cols() != w || qt.rows() < nt || o.rows() < nt || layer < 0 || layer >= len(c.k) ||
+		a.Window != 0 || a.Sinks != nil { // no AttentionFeatures: ops.CheckAttention refuses these at load
 		shapeErr("Attention", "out %v, q %v, shape %+v, cache %d kv heads of %d, layer %d of %d",
 			o.shape, qt.shape, a, c.kvHeads, c.headDim, layer, len(c.k))
 	}

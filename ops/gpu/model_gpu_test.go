@@ -120,7 +120,7 @@ func runReference(t *testing.T, dir string, dt ops.DType) {
 	m, err := models.Load(ck, be, models.Options{MaxTokens: 64, MaxSeqs: 1})
 	// What the gpu has no kernels for yet (a quantization, DeepSeek's latent cache or routing)
 	// is refused with a sentinel, which --device auto turns into the cpu.
-	for _, no := range []error{ops.ErrUnsupportedWeight, ops.ErrUnsupportedKVCache, ops.ErrUnsupportedMoE} {
+	for _, no := range []error{ops.ErrUnsupportedWeight, ops.ErrUnsupportedKVCache, ops.ErrUnsupportedMoE, ops.ErrUnsupportedAttention} {
 		if errors.Is(err, no) {
 			t.Skipf("no gpu kernels for this model yet: %v", err)
 		}

@@ -62,8 +62,8 @@ func (b *Backend) NewMoE(spec ops.MoESpec) (ops.MoERouting, error) {
 	if err := spec.Check(); err != nil {
 		return nil, err
 	}
-	if spec.Scoring > ops.ScoreSigmoid || spec.Groups > maxRouteGroups {
-		return nil, fmt.Errorf("%w: the gpu routers take softmax or sigmoid scores and at most %d expert groups (%v)",
+	if spec.Scoring > ops.ScoreSigmoid || spec.Groups > maxRouteGroups || spec.Activation != ops.ActSwiGLU || spec.ExpertBias {
+		return nil, fmt.Errorf("%w: the gpu routers take softmax or sigmoid scores and at most %d expert groups, and its experts are SwiGLU without biases (%v)",
 			ops.ErrUnsupportedMoE, maxRouteGroups, spec)
 	}
 	if spec.Hidden%8 != 0 || spec.Inter%8 != 0 {
@@ -161,8 +161,11 @@ func (r *moeRouting) pass(t0, n int) *hipkernels.MoEArgs {
 
 // MoEExperts queues, chunk by chunk, the grouping, the gate|up and down expert kernels and the
 // sum over each token's experts (with the gated shared expert).
-func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w13, w2, shared, sharedGate ops.Tensor) {
-	r, o, xt, gu, dn := route.(*moeRouting), out.(*Tensor), x.(*Tensor), w13.(*Tensor), w2.(*Tensor)
+func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w ops.ExpertWeights, shared, sharedGate ops.Tensor) {
+	r, o, xt, gu, dn := route.(*moeRouting), out.(*Tensor), x.(*Tensor), w.W13.(*Tensor), w.W2.(*Tensor)
+	if w.B13 != nil || w.B2 != nil {
+		shapeErr("MoEExperts", "expert biases (NewMoE refuses specs with ExpertBias)")
+	}
 	s := r.spec
 	h, inter := s.Hidden, s.Inter
 	if xt.rows() != r.rows || o.rows() < r.rows || xt.cols() != h || o.cols() != h ||

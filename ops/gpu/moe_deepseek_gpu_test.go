@@ -90,8 +90,8 @@ func TestMoEExpertsSharedPlain(t *testing.T) {
 			w2 := weight(t, b, c, randVals(dt, e*h*in, 1/math.Sqrt(float64(in))), e, h, in)
 			shared := activation(b, randVals(dt, rows*h, 1), rows, h)
 			out := output(b, c, rows, h)
-			b.MoEExperts(out.g, x.g, gr, w13.g, w2.g, shared.g, nil)
-			c.MoEExperts(out.c, x.c, cr, w13.c, w2.c, shared.c, nil)
+			b.MoEExperts(out.g, x.g, gr, ops.ExpertWeights{W13: w13.g, W2: w2.g}, shared.g, nil)
+			c.MoEExperts(out.c, x.c, cr, ops.ExpertWeights{W13: w13.c, W2: w2.c}, shared.c, nil)
 			compare(t, "MoEExperts shared plain", dt, read(b, out.g), out.c.Float32())
 		})
 	}

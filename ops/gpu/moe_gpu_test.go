@@ -135,11 +135,11 @@ func runMoECase(t *testing.T, b *Backend, c *cpu.Backend, tc moeCase) {
 	}
 	out := output(b, c, tc.rows, h)
 	if tc.shared {
-		b.MoEExperts(out.g, x.g, gr, w13.g, w2.g, shared.g, gate.g)
-		c.MoEExperts(out.c, x.c, cr, w13.c, w2.c, shared.c, gate.c)
+		b.MoEExperts(out.g, x.g, gr, ops.ExpertWeights{W13: w13.g, W2: w2.g}, shared.g, gate.g)
+		c.MoEExperts(out.c, x.c, cr, ops.ExpertWeights{W13: w13.c, W2: w2.c}, shared.c, gate.c)
 	} else {
-		b.MoEExperts(out.g, x.g, gr, w13.g, w2.g, nil, nil)
-		c.MoEExperts(out.c, x.c, cr, w13.c, w2.c, nil, nil)
+		b.MoEExperts(out.g, x.g, gr, ops.ExpertWeights{W13: w13.g, W2: w2.g}, nil, nil)
+		c.MoEExperts(out.c, x.c, cr, ops.ExpertWeights{W13: w13.c, W2: w2.c}, nil, nil)
 	}
 	tile, err := b.lib.MoETileRows(b.kdt, min(tc.rows, gr.(*moeRouting).chunk)*tc.topk, tc.experts)
 	require.NoError(t, err)
@@ -165,7 +165,7 @@ func TestGraphMoE(t *testing.T) {
 			out := b.Buffer(rows, h).(*Tensor)
 			g, err := b.Capture(func() {
 				b.MoERoute(gr, logits)
-				b.MoEExperts(out, x, gr, w13.g, w2.g, nil, nil)
+				b.MoEExperts(out, x, gr, ops.ExpertWeights{W13: w13.g, W2: w2.g}, nil, nil)
 			})
 			require.NoError(t, err)
 			for replay := range 3 {
@@ -177,7 +177,7 @@ func TestGraphMoE(t *testing.T) {
 				cl, cx := cpu.FromFloat32(lv, rows, e), cpu.FromFloat32(xv, rows, h)
 				co := c.Buffer(rows, h).(*cpu.Tensor)
 				c.MoERoute(cr, cl)
-				c.MoEExperts(co, cx, cr, w13.c, w2.c, nil, nil)
+				c.MoEExperts(co, cx, cr, ops.ExpertWeights{W13: w13.c, W2: w2.c}, nil, nil)
 				compare(t, fmt.Sprintf("MoEGraph rows=%d replay %d", rows, replay), dt, got, co.Float32())
 			}
 		})
@@ -210,7 +210,7 @@ func BenchmarkMoEExperts(bb *testing.B) {
 		bytes := float64(len(touched)) * 3 * in * h * 2
 		benchDevice(bb, b, fmt.Sprintf("rows=%d", rows), func() {
 			b.MoERoute(r, logits)
-			b.MoEExperts(out, x, r, w13, w2, nil, nil)
+			b.MoEExperts(out, x, r, ops.ExpertWeights{W13: w13, W2: w2}, nil, nil)
 		}, func(bb *testing.B, ms float64) {
 			bb.ReportMetric(bytes/ms/1e6, "GB/s")
 			bb.ReportMetric(2*3*float64(rows*k*in*h)/ms/1e9, "TFLOP/s")

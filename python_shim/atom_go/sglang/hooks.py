@@ -186,6 +186,17 @@ def _import_worker(version: str) -> type:
     return AtomGoTpModelWorker
 
 
+def _accept_served_quantization() -> None:
+    """SGLang registers the ``mxfp4`` quantization only on platforms with its kernels, and its
+    ModelConfig refuses a checkpoint whose quant_method it has not registered. atom-go serves
+    gpt-oss's MXFP4 experts itself (SGLang never loads the weights), so SGLang only has to accept
+    the name."""
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+
+    QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
+
+
 def install(overrides: dict[str, Any] | None = None) -> str:
     """Checks SGLang and registers atom-go's hooks; returns the SGLang version.
 
@@ -206,6 +217,7 @@ def install(overrides: dict[str, Any] | None = None) -> str:
         raise
     if _installed:
         return version
+    _accept_served_quantization()
     HookRegistry.register(TP_WORKER_TARGET, worker_class, HookType.REPLACE)
     HookRegistry.register(SERVER_ARGS_RESOLVE_TARGET, _prepare_server_args, HookType.BEFORE)
     HookRegistry.register(ADMISSION_TARGET, _refuse_unsupported, HookType.BEFORE)

@@ -27,6 +27,7 @@ ENV_ACTIVE = "ATOM_GO_VLLM"
 ARCHITECTURES = (
     "DeepseekV2ForCausalLM",
     "DeepseekV3ForCausalLM",
+    "GptOssForCausalLM",
     "LlamaForCausalLM",
     "MistralForCausalLM",
     "MixtralForCausalLM",

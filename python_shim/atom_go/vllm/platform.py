@@ -40,7 +40,7 @@ class AtomGoConfigError(ValueError):
 
 
 # The --quantization names atom-go serves from the checkpoint itself.
-SERVED_QUANTIZATION = ("fp8", "compressed-tensors")
+SERVED_QUANTIZATION = ("fp8", "compressed-tensors", "mxfp4")
 
 # The --kv-cache-dtype values passed through to atom-go (the executor adds --kv-cache-dtype).
 KV_CACHE_DTYPES = ("auto", None, "fp8", "fp8_e4m3")
@@ -162,12 +162,14 @@ class AtomGoPlatform(Platform):
     @classmethod
     def verify_quantization(cls, quant: str) -> None:
         # FP8 checkpoints (block-scaled, per-tensor, per-channel; quant_method fp8 or
-        # compressed-tensors) are atom-go's own weight formats; check_and_update_config refuses
-        # the same names asked for an unquantized checkpoint (vLLM's online quantization).
+        # compressed-tensors) and gpt-oss's MXFP4 experts are atom-go's own weight formats;
+        # check_and_update_config refuses the same names asked for an unquantized checkpoint
+        # (vLLM's online quantization).
         if quant not in SERVED_QUANTIZATION:
             raise _refuse(
                 f"--quantization {quant}",
-                "atom-go loads bf16/fp16/fp32 checkpoints and fp8 ones (quant_method fp8 or compressed-tensors)",
+                "atom-go loads bf16/fp16/fp32 checkpoints, fp8 ones (quant_method fp8 or compressed-tensors) "
+                "and gpt-oss's mxfp4 experts",
             )
 
     @classmethod

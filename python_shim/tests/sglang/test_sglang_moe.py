@@ -17,7 +17,7 @@ from test_sglang_server import SGLANG_SERVE, _ok, _start  # noqa: E402
 MODELS = REPO / "testdata" / "models"
 
 
-@pytest.mark.parametrize("model", ["qwen3_moe-bf16", "deepseek_v3-bf16"])
+@pytest.mark.parametrize("model", ["qwen3_moe-bf16", "deepseek_v3-bf16", "gpt_oss-mxfp4"])
 def test_moe_greedy_tokens_match_atom_plugin_generate(atom_plugin: str, tmp_path: pathlib.Path, model: str) -> None:
     moe = MODELS / model
     reference = Reference(atom_plugin, str(moe))
