@@ -15,6 +15,11 @@ type MoEArgs struct {
 	TopK     int
 	Hidden   int
 	Inter    int
+	// The experts' biases and activation (gpt-oss; zero for the others): B13 [E, 2I] and B2
+	// [E, H] (0: none), and the clamped SwiGLU with its Alpha and Limit.
+	B13, B2      Ptr
+	Clamped      bool
+	Alpha, Limit float32
 }
 
 // MoERoute queues ids and weights [rows, topk] = the topk largest of softmax(logits [rows,
@@ -75,7 +80,7 @@ func (l *Lib) MoEGateUp(dt DType, act, x, w13 Ptr, a *MoEArgs, s Stream) error {
 	return l.call("atomk_moe_gate_up", func() int32 {
 		return l.f.moeGateUp(int32(dt), uintptr(act), uintptr(x), uintptr(w13), uintptr(a.IDs), uintptr(a.Sorted), uintptr(a.Tiles),
 			uintptr(a.NumTiles), int32(a.TileRows), int32(a.Slots), int32(a.Experts), int32(a.TopK), int32(a.Hidden),
-			int32(a.Inter), uintptr(s))
+			int32(a.Inter), uintptr(a.B13), boolInt(a.Clamped), a.Alpha, a.Limit, uintptr(s))
 	})
 }
 
@@ -85,7 +90,7 @@ func (l *Lib) MoEDown(dt DType, y, act, w2 Ptr, a *MoEArgs, s Stream) error {
 	return l.call("atomk_moe_down", func() int32 {
 		return l.f.moeDown(int32(dt), uintptr(y), uintptr(act), uintptr(w2), uintptr(a.Weights), uintptr(a.IDs), uintptr(a.Sorted),
 			uintptr(a.Tiles), uintptr(a.NumTiles), int32(a.TileRows), int32(a.Slots), int32(a.Experts), int32(a.TopK),
-			int32(a.Hidden), int32(a.Inter), uintptr(s))
+			int32(a.Hidden), int32(a.Inter), uintptr(a.B2), uintptr(s))
 	})
 }
 
@@ -102,7 +107,8 @@ func (l *Lib) MoESum(dt DType, out, y Ptr, a *MoEArgs, rows int, shared, sharedG
 type MoERouteGroupedArgs struct {
 	Bias        Ptr // float32 [experts], or 0 for none
 	Sigmoid     bool
-	Groups      int // 0: no group limit
+	TopKSoftmax bool // gpt-oss: the top-k of the logits, their softmax as the weights
+	Groups      int  // 0: no group limit
 	TopKGroups  int
 	Renormalize bool
 	Scale       float32
@@ -114,7 +120,18 @@ type MoERouteGroupedArgs struct {
 func (l *Lib) MoERouteGrouped(dt DType, logits, ids, weights Ptr, rows, experts, topk int, o *MoERouteGroupedArgs, s Stream) error {
 	return l.call("atomk_moe_route_grouped", func() int32 {
 		return l.f.moeRouteGrouped(int32(dt), uintptr(logits), uintptr(o.Bias), uintptr(ids), uintptr(weights),
-			int32(rows), int32(experts), int32(topk), boolInt(o.Sigmoid), int32(o.Groups), int32(o.TopKGroups),
+			int32(rows), int32(experts), int32(topk), o.scoring(), int32(o.Groups), int32(o.TopKGroups),
 			boolInt(o.Renormalize), o.Scale, uintptr(s))
 	})
+}
+
+// scoring is the C entry point's scoring code.
+func (o *MoERouteGroupedArgs) scoring() int32 {
+	switch {
+	case o.TopKSoftmax:
+		return 2
+	case o.Sigmoid:
+		return 1
+	}
+	return 0
 }

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define ATOMK_ABI_VERSION 5
+#define ATOMK_ABI_VERSION 6
 
 /* Element types; the numbers match ops.DType in Go. */
 enum { ATOMK_F32 = 0, ATOMK_F16 = 1, ATOMK_BF16 = 2 };
@@ -306,22 +306,26 @@ int atomk_moe_align(const int32_t* ids, int slots, int experts, int tile_rows, i
                     int32_t* num_tiles, void* stream);
 /* act[slot, :inter] = silu(x[t] · gate_eᵀ) * (x[t] · up_eᵀ) over the tiles atomk_moe_align left, t = slot /
  * topk, e the tile's expert, w13 [experts, 2*inter, hidden] (each expert's gate rows, then its up rows);
- * with tile_rows 1 over every slot, e = ids[slot]. */
+ * with tile_rows 1 over every slot, e = ids[slot]. b13 [experts, 2*inter] (NULL: none) is added to gate
+ * and up first; clamped selects gpt-oss's activation: g = min(gate, limit), u = clamp(up, ±limit),
+ * act = (u + 1) * g * sigmoid(alpha * g). */
 int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const int32_t* ids, const int32_t* sorted,
                       const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
-                      int hidden, int inter, void* stream);
-/* y[slot, :hidden] = weights[slot] * (act[slot] · down_eᵀ), w2 [experts, hidden, inter]. */
+                      int hidden, int inter, const void* b13, int clamped, float alpha, float limit, void* stream);
+/* y[slot, :hidden] = weights[slot] * (act[slot] · down_eᵀ + b2[e]), w2 [experts, hidden, inter], b2
+ * [experts, hidden] or NULL. */
 int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const float* weights, const int32_t* ids,
                    const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
-                   int experts, int topk, int hidden, int inter, void* stream);
+                   int experts, int topk, int hidden, int inter, const void* b2, void* stream);
 /* out[t] = Σ_j y[t*topk + j] over the token's experts in ascending id (ids [rows, topk]), plus
  * sigmoid(shared_gate[t * gate_stride]) * shared[t] when shared is not NULL (shared[t] itself
  * when shared_gate is NULL: DeepSeek's ungated shared experts). */
 int atomk_moe_sum(int dtype, void* out, const void* y, const int32_t* ids, int rows, int topk, int hidden,
                   const void* shared, const void* shared_gate, int gate_stride, void* stream);
 
-/* DeepSeek's routers (vLLM's grouped_topk; moe_route.cu): scores = softmax (scoring 0) or
- * sigmoid (scoring 1) of the logits in float32; the choice is made on score + bias[e] (bias:
+/* DeepSeek's and gpt-oss's routers (vLLM's grouped_topk; moe_route.cu): scores = softmax (scoring
+ * 0) or sigmoid (scoring 1) of the logits in float32, or the logits themselves (scoring 2, gpt-oss:
+ * the weights are then the softmax of the k chosen logits; no groups, no bias); the choice is made on score + bias[e] (bias:
  * float32 [experts], NULL for none) among the experts of the topk_groups best of `groups` equal
  * groups (groups 0: all experts; a group scores its best choice score, or the sum of its best
  * two with a bias); ties choose the lower id. weights = the chosen experts' unbiased scores in

@@ -204,6 +204,33 @@ template <typename T> struct Chunk {
     }
 };
 
+// The experts' activation and biases (gpt-oss's; none for the others): b13 [E, 2I] (each
+// expert's gate biases, then its up biases) added to gate|up before the activation, b2 [E, H]
+// added to down's output before the routing weight. clamped selects gpt-oss's SwiGLU:
+// g = min(gate, limit), u = clamp(up, ±limit), act = (u + 1) · g · sigmoid(alpha · g).
+template <typename T> struct MoEAct {
+    const T* b13;
+    const T* b2;
+    int clamped;
+    float alpha, limit;
+
+    __device__ __forceinline__ float gate_up(float g, float u, int e, int col, int inter) const {
+        if (b13) {
+            g += atomk_to_float(b13[(size_t)e * 2 * inter + col]);
+            u += atomk_to_float(b13[(size_t)e * 2 * inter + inter + col]);
+        }
+        if (clamped) {
+            g = fminf(g, limit);
+            u = fminf(fmaxf(u, -limit), limit);
+            return (u + 1.f) * (g / (1.f + expf(-alpha * g)));
+        }
+        return g / (1.f + expf(-g)) * u;
+    }
+    __device__ __forceinline__ float down(float v, int e, int col, int hidden) const {
+        return b2 ? v + atomk_to_float(b2[(size_t)e * hidden + col]) : v;
+    }
+};
+
 // One block: kSkinnyWarps warps, each owning R rows of the tile's expert weight (gate_up: R/2
 // act columns, their gate rows and their up rows), lanes splitting K in 16-byte chunks; the tile's
 // up to kSkinnyRows slots each multiply the rows (rows past the slot count are padding).
@@ -218,7 +245,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_ke
                                                                     const int32_t* __restrict__ sorted,
                                                                     const int32_t* __restrict__ tile_expert,
                                                                     const int32_t* __restrict__ num_tiles, int slots,
-                                                                    int topk, int hidden, int inter) {
+                                                                    int topk, int hidden, int inter, MoEAct<T> act) {
     constexpr int R = kSkinnyWeightRows<GATE_UP>, U = 4, CE = Chunk<T>::N;
     ATOMK_PDL_ENTER();
     const int tile = blockIdx.y;
@@ -300,10 +327,9 @@ __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_ke
                 if (col >= n_out) break;
                 float v;
                 if constexpr (GATE_UP) {
-                    const float g = acc[i][r], u = acc[i][r + cols];
-                    v = g / (1.f + expf(-g)) * u;
+                    v = act.gate_up(acc[i][r], acc[i][r + cols], e, col, inter);
                 } else {
-                    v = acc[i][r] * weights[slot[i]];
+                    v = act.down(acc[i][r], e, col, hidden) * weights[slot[i]];
                 }
                 out[(size_t)slot[i] * n_out + col] = atomk_from_float<T>(v);
             }
@@ -469,11 +495,18 @@ int atomk_moe_align(const int32_t* ids, int slots, int experts, int tile_rows, i
 
 namespace {
 
+// The epilogue of the gate_up (GATE_UP: bias is b13) or down (bias is b2) GEMM.
+template <typename T, bool GATE_UP>
+MoEAct<T> moe_act(const void* bias, int clamped, float alpha, float limit) {
+    const T* b = static_cast<const T*>(bias);
+    return MoEAct<T>{GATE_UP ? b : nullptr, GATE_UP ? nullptr : b, GATE_UP ? clamped : 0, alpha, limit};
+}
+
 // Launches the gate_up (GATE_UP) or down GEMM of one call on the kernel its tile rows select.
 template <bool GATE_UP>
 int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w, const float* weights, const int32_t* ids,
              const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk, int hidden,
-             int inter, void* stream) {
+             int inter, const void* bias, int clamped, float alpha, float limit, void* stream) {
     if (int st = check_moe_shape(op, slots, experts, topk, hidden, inter, tile_rows)) return st;
     if (slots == 0) return ATOMK_OK;
     const int tiles = max_tiles(slots, experts, tile_rows);
@@ -487,11 +520,12 @@ int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w,
             atomk_launch(moe_mma_kernel<atomk_bf16, GATE_UP>, grid, dim3(kMmaThreads), 0, ATOMK_STREAM(stream),
                          static_cast<atomk_bf16*>(out), static_cast<const atomk_bf16*>(x),
                          static_cast<const atomk_bf16*>(w), weights, sorted, tile_expert, num_tiles, slots, topk, hidden,
-                         inter);
+                         inter, moe_act<atomk_bf16, GATE_UP>(bias, clamped, alpha, limit));
         else
             atomk_launch(moe_mma_kernel<atomk_f16, GATE_UP>, grid, dim3(kMmaThreads), 0, ATOMK_STREAM(stream),
                          static_cast<atomk_f16*>(out), static_cast<const atomk_f16*>(x), static_cast<const atomk_f16*>(w),
-                         weights, sorted, tile_expert, num_tiles, slots, topk, hidden, inter);
+                         weights, sorted, tile_expert, num_tiles, slots, topk, hidden, inter,
+                         moe_act<atomk_f16, GATE_UP>(bias, clamped, alpha, limit));
         ATOMK_LAUNCHED("moe_mma_kernel");
         return ATOMK_OK;
 #else
@@ -504,12 +538,14 @@ int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w,
         ATOMK_DISPATCH(dtype, op,
                        atomk_launch(moe_skinny_kernel<T, GATE_UP, true>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),
                                     static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w), weights, ids,
-                                    sorted, tile_expert, num_tiles, slots, topk, hidden, inter));
+                                    sorted, tile_expert, num_tiles, slots, topk, hidden, inter,
+                                    moe_act<T, GATE_UP>(bias, clamped, alpha, limit)));
     } else {
         ATOMK_DISPATCH(dtype, op,
                        atomk_launch(moe_skinny_kernel<T, GATE_UP, false>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),
                                     static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w), weights, ids,
-                                    sorted, tile_expert, num_tiles, slots, topk, hidden, inter));
+                                    sorted, tile_expert, num_tiles, slots, topk, hidden, inter,
+                                    moe_act<T, GATE_UP>(bias, clamped, alpha, limit)));
     }
     ATOMK_LAUNCHED("moe_skinny_kernel");
     return ATOMK_OK;
@@ -519,16 +555,19 @@ int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w,
 
 int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const int32_t* ids, const int32_t* sorted,
                       const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
-                      int hidden, int inter, void* stream) {
+                      int hidden, int inter, const void* b13, int clamped, float alpha, float limit, void* stream) {
+    if (clamped && !(alpha > 0.f && limit > 0.f))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_moe_gate_up: clamped SwiGLU with alpha %g, limit %g", (double)alpha,
+                          (double)limit);
     return moe_gemm<true>("atomk_moe_gate_up", dtype, act, x, w13, nullptr, ids, sorted, tile_expert, num_tiles, tile_rows,
-                          slots, experts, topk, hidden, inter, stream);
+                          slots, experts, topk, hidden, inter, b13, clamped, alpha, limit, stream);
 }
 
 int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const float* weights, const int32_t* ids,
                    const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
-                   int experts, int topk, int hidden, int inter, void* stream) {
+                   int experts, int topk, int hidden, int inter, const void* b2, void* stream) {
     return moe_gemm<false>("atomk_moe_down", dtype, y, act, w2, weights, ids, sorted, tile_expert, num_tiles, tile_rows,
-                           slots, experts, topk, hidden, inter, stream);
+                           slots, experts, topk, hidden, inter, b2, 0, 0.f, 0.f, stream);
 }
 
 int atomk_moe_sum(int dtype, void* out, const void* y, const int32_t* ids, int rows, int topk, int hidden,

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) moe_mma_kernel(T* __restrict__
                                                                  const int32_t* __restrict__ sorted,
                                                                  const int32_t* __restrict__ tile_expert,
                                                                  const int32_t* __restrict__ num_tiles, int slots, int topk,
-                                                                 int hidden, int inter) {
+                                                                 int hidden, int inter, MoEAct<T> act) {
     constexpr int BM = kMmaRows, BN = kMmaCols, BK = kMmaK;
     __shared__ __align__(128) T sA[2][BM * BK];
     __shared__ __align__(128) T sB[2][BN * BK];
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) moe_mma_kernel(T* __restrict__
                     for (int c = 0; c < 2; ++c) {
                         const int col = n0 + (2 * wn + p) * 8 + 2 * q + c;
                         const float gv = acc[mi][2 * p][2 * h + c], uv = acc[mi][2 * p + 1][2 * h + c];
-                        if (col < n_out) orow[col] = atomk_from_float<T>(gv / (1.f + expf(-gv)) * uv);
+                        if (col < n_out) orow[col] = atomk_from_float<T>(act.gate_up(gv, uv, e, col, inter));
                     }
             } else {
                 const float rw = weights[s];
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) moe_mma_kernel(T* __restrict__
 #pragma unroll
                     for (int c = 0; c < 2; ++c) {
                         const int col = n0 + wn * 32 + nf * 8 + 2 * q + c;
-                        if (col < n_out) orow[col] = atomk_from_float<T>(acc[mi][nf][2 * h + c] * rw);
+                        if (col < n_out) orow[col] = atomk_from_float<T>(act.down(acc[mi][nf][2 * h + c], e, col, hidden) * rw);
                     }
             }
         }

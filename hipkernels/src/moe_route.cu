@@ -36,7 +36,13 @@ __global__ void __launch_bounds__(kThreads)
     const int lane = threadIdx.x % ATOMK_WARP_SIZE;
     const T* lr = logits + (size_t)row * experts;
     float score[kPerLane], choice[kPerLane];
-    if (scoring == 1) {
+    if (scoring == 2) {  // top-k of the logits themselves, softmax over the k afterwards
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            const int e = lane + i * ATOMK_WARP_SIZE;
+            score[i] = e < experts ? atomk_to_float(lr[e]) : -INFINITY;
+        }
+    } else if (scoring == 1) {
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
             const int e = lane + i * ATOMK_WARP_SIZE;
@@ -144,7 +150,14 @@ __global__ void __launch_bounds__(kThreads)
             my_w = w;
         }
     }
-    if (renormalize) {
+    if (scoring == 2) {
+        // The softmax of the chosen logits (the first is their largest), summed in the order chosen.
+        const float mx = ATOMK_SHFL(my_w, 0);
+        const float ex = lane < topk ? expf(my_w - mx) : 0.f;
+        float sum = 0.f;
+        for (int j = 0; j < topk; ++j) sum += ATOMK_SHFL(ex, j);
+        my_w = ex / sum;
+    } else if (renormalize) {
         float sum = 0.f;  // in the order chosen, as the reference sums
         for (int j = 0; j < topk; ++j) sum += ATOMK_SHFL(my_w, j);
         if (scoring == 1) sum += 1e-20f;
@@ -165,7 +178,8 @@ extern "C" int atomk_moe_route_grouped(int dtype, const void* logits, const floa
                                             experts % groups == 0 && topk_groups >= 1 && topk_groups <= groups &&
                                             topk <= topk_groups * (experts / groups) && (!bias || experts / groups >= 2));
     if (rows < 0 || experts < 1 || experts > ATOMK_MOE_MAX_EXPERTS || topk < 1 || topk > ATOMK_MOE_MAX_TOPK ||
-        topk > experts || (scoring != 0 && scoring != 1) || groups < 0 || !grouped_ok || !(scale > 0.f))
+        topk > experts || scoring < 0 || scoring > 2 || groups < 0 || !grouped_ok || !(scale > 0.f) ||
+        (scoring == 2 && (groups != 0 || bias)))
         return atomk_fail(ATOMK_ERR_INVALID,
                           "atomk_moe_route_grouped: %d rows, top-%d of %d experts, scoring %d, top-%d of %d groups, "
                           "scale %g",

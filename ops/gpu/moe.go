@@ -62,9 +62,9 @@ func (b *Backend) NewMoE(spec ops.MoESpec) (ops.MoERouting, error) {
 	if err := spec.Check(); err != nil {
 		return nil, err
 	}
-	if spec.Scoring > ops.ScoreSigmoid || spec.Groups > maxRouteGroups || spec.Activation != ops.ActSwiGLU || spec.ExpertBias {
-		return nil, fmt.Errorf("%w: the gpu routers take softmax or sigmoid scores and at most %d expert groups, and its experts are SwiGLU without biases (%v)",
-			ops.ErrUnsupportedMoE, maxRouteGroups, spec)
+	if spec.Scoring > ops.ScoreTopKSoftmax || spec.Groups > maxRouteGroups || spec.Activation > ops.ActSwiGLUClamped {
+		return nil, fmt.Errorf("%w: the gpu routers take softmax, sigmoid or top-k-softmax scores and at most %d expert groups, "+
+			"its experts SwiGLU or gpt-oss's clamped SwiGLU (%v)", ops.ErrUnsupportedMoE, maxRouteGroups, spec)
 	}
 	if spec.Hidden%8 != 0 || spec.Inter%8 != 0 {
 		return nil, fmt.Errorf("%w: the gpu expert kernels need hidden and expert widths divisible by 8 (hidden %d, expert width %d)",
@@ -132,7 +132,8 @@ func (b *Backend) route(op string, r *moeRouting, lt *Tensor, bias hipkernels.Pt
 		}
 		r.grouped = false
 		o := &r.routeArgs
-		*o = hipkernels.MoERouteGroupedArgs{Bias: bias, Sigmoid: s.Scoring == ops.ScoreSigmoid, Groups: s.Groups,
+		*o = hipkernels.MoERouteGroupedArgs{Bias: bias, Sigmoid: s.Scoring == ops.ScoreSigmoid,
+			TopKSoftmax: s.Scoring == ops.ScoreTopKSoftmax, Groups: s.Groups,
 			TopKGroups: s.TopKGroups, Renormalize: s.Renormalize, Scale: scale}
 		b.must(op, b.lib.MoERouteGrouped(b.kdt, lt.ptr, r.ids.ptr, r.w.ptr, rows, s.Experts, s.TopK, o, b.stream))
 		return
@@ -163,11 +164,23 @@ func (r *moeRouting) pass(t0, n int) *hipkernels.MoEArgs {
 // sum over each token's experts (with the gated shared expert).
 func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w ops.ExpertWeights, shared, sharedGate ops.Tensor) {
 	r, o, xt, gu, dn := route.(*moeRouting), out.(*Tensor), x.(*Tensor), w.W13.(*Tensor), w.W2.(*Tensor)
-	if w.B13 != nil || w.B2 != nil {
-		shapeErr("MoEExperts", "expert biases (NewMoE refuses specs with ExpertBias)")
-	}
 	s := r.spec
 	h, inter := s.Hidden, s.Inter
+	var b13, b2 hipkernels.Ptr
+	if w.B13 != nil {
+		bt := w.B13.(*Tensor)
+		if !s.ExpertBias || bt.dt != b.dt || !shapeIs(bt.shape, s.Experts, 2*inter) {
+			shapeErr("MoEExperts", "gate|up biases %v of %v for %v", bt.shape, bt.dt, s)
+		}
+		b13 = bt.ptr
+	}
+	if w.B2 != nil {
+		bt := w.B2.(*Tensor)
+		if !s.ExpertBias || bt.dt != b.dt || !shapeIs(bt.shape, s.Experts, h) {
+			shapeErr("MoEExperts", "down biases %v of %v for %v", bt.shape, bt.dt, s)
+		}
+		b2 = bt.ptr
+	}
 	if xt.rows() != r.rows || o.rows() < r.rows || xt.cols() != h || o.cols() != h ||
 		!shapeIs(gu.shape, s.Experts, 2*inter, h) || !shapeIs(dn.shape, s.Experts, h, inter) {
 		shapeErr("MoEExperts", "out %v, x %v, w13 %v, w2 %v for %d routed rows of %+v", o.shape, xt.shape, gu.shape, dn.shape, r.rows, s)
@@ -196,6 +209,8 @@ func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w ops.Expe
 		if !r.grouped {
 			b.must("MoEExperts", b.lib.MoEAlign(a, b.stream))
 		}
+		a.B13, a.B2 = b13, b2
+		a.Clamped, a.Alpha, a.Limit = s.Activation == ops.ActSwiGLUClamped, s.Alpha, s.Limit
 		b.must("MoEExperts", b.lib.MoEGateUp(b.kdt, r.act.ptr, xt.ptr+off, gu.ptr, a, b.stream))
 		b.must("MoEExperts", b.lib.MoEDown(b.kdt, r.y.ptr, r.act.ptr, dn.ptr, a, b.stream))
 		var spc, gpc hipkernels.Ptr
