@@ -177,7 +177,11 @@ class RestartingHost:
         self._kv: tuple[int, int] | None = None
         self._spawner = _Spawner()
         self.process, self.client = launch()
-        self.info: atom_pb2.ModelInfo = self.client.describe()
+        try:
+            self.info: atom_pb2.ModelInfo = self.client.describe()
+        except BaseException:
+            self.process.shutdown()
+            raise
         self._watch(self.process, 0)
 
     def _watch(self, process: PluginProcess, gen: int) -> None:
