@@ -201,9 +201,21 @@ class StepLedger:
             offset = int(nr.get("output_offset") or 0)
             redo.append((rid, tokens, offset, dict(nr.get("sampling_params") or {}), table, computed))
             keep_cached(rid, computed, offset)
+        forget: set[str] = set()
         for i, rid in enumerate(cached["req_ids"]):
             computed = int(cached["num_computed_tokens"][i])
-            if rid in self._known and rid not in finished:
+            resumed = bool(cached["resumed_from_preemption"][i])
+            known = rid in self._known and rid not in finished
+            if known and resumed and computed > 0:
+                # A new table (vLLM's resumption, SGLang's radix dedup) may point at blocks
+                # written before the restart: then the engine forgets the request and it is
+                # recomputed like one it never knew.
+                e = self._reqs.get(rid)
+                new_table = _first_group(cached["new_block_ids"][i])
+                if e is not None and not self._prefix_fresh(new_table, computed):
+                    known = False
+                    forget.add(rid)
+            if known:
                 for k, col in kept.items():
                     col.append(cached[k][i])
                 continue
@@ -242,7 +254,7 @@ class StepLedger:
         if warmups:
             # The engine frees finished requests before a step: they must be gone before a
             # warm-up brings back a request under an id the engine may still hold.
-            warmups[0]["finished_req_ids"] = sorted(finished)
+            warmups[0]["finished_req_ids"] = sorted(finished | forget)
             out["finished_req_ids"] = []
         return warmups, out
 

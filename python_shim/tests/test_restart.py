@@ -348,3 +348,51 @@ def test_ledger_chunks_recompute_within_budgets() -> None:
         led.commit(w, ExecuteResult(req_ids=ids, sampled_token_ids=[[] for _ in ids], logprobs=[None for _ in ids]))
     # Known again: the next payload goes through as it is.
     assert led.rewrite(step | {"finished_req_ids": []}, max_tokens=4, max_seqs=8)[0] == []
+
+
+def test_ledger_recomputes_a_known_request_moved_onto_stale_blocks() -> None:
+    """After a restart, a request the new engine knows is resumed (vLLM) or has its table
+    replaced (SGLang's radix dedup) onto blocks the dead engine wrote: it is forgotten and
+    recomputed rather than attending over stale KV."""
+    led = StepLedger(block_size=1, num_blocks=16)
+    sp = sampling_params(temperature=0.0)
+    old = {
+        "scheduled_new_reqs": [
+            {"req_id": "old", "prompt_token_ids": [1, 2, 3], "sampling_params": sp, "block_ids": [[1, 2, 3]]}
+        ],
+        "num_scheduled_tokens": {"old": 3},
+        "finished_req_ids": [],
+    }
+    led.commit(old, ExecuteResult(req_ids=["old"], sampled_token_ids=[[9]], logprobs=[None]))
+    led.lost()
+    new = {
+        "scheduled_new_reqs": [
+            {"req_id": "n", "prompt_token_ids": [1, 2, 3, 4], "sampling_params": sp, "block_ids": [[5, 6, 7, 8]]}
+        ],
+        "num_scheduled_tokens": {"n": 4},
+        "finished_req_ids": ["old"],
+    }
+    warm, out = led.rewrite(new, max_tokens=8, max_seqs=4)
+    assert warm == [] and out["scheduled_new_reqs"] == new["scheduled_new_reqs"]  # no prefix hit: as it is
+    led.commit(new, ExecuteResult(req_ids=["n"], sampled_token_ids=[[7]], logprobs=[None]))
+    # The radix cache swaps n's first three slots for old's copy (slots 1..3, written before).
+    moved = {
+        "scheduled_new_reqs": [],
+        "scheduled_cached_reqs": {
+            "req_ids": ["n"],
+            "resumed_from_preemption": [True],
+            "new_block_ids": [[[1, 2, 3, 8, 9]]],
+            "num_computed_tokens": [4],
+        },
+        "num_scheduled_tokens": {"n": 1},
+        "finished_req_ids": [],
+    }
+    warm, out = led.rewrite(moved, max_tokens=8, max_seqs=4)
+    assert len(warm) == 1 and warm[0]["finished_req_ids"] == ["n"]
+    assert warm[0]["scheduled_new_reqs"][0]["block_ids"] == [[1, 2, 3, 8, 9]]
+    assert warm[0]["scheduled_new_reqs"][0]["prompt_token_ids"] == [1, 2, 3, 4, 7]
+    assert warm[0]["scheduled_new_reqs"][0]["output_offset"] == 1
+    assert warm[0]["num_scheduled_tokens"] == {"n": 4}
+    assert out["scheduled_cached_reqs"]["req_ids"] == ["n"]
+    assert out["scheduled_cached_reqs"]["new_block_ids"] == [None]
+    assert out["scheduled_cached_reqs"]["resumed_from_preemption"] == [False]
