@@ -41,6 +41,7 @@ ENV_MAX_RESTARTS = "ATOM_GO_MAX_RESTARTS"
 ENV_RESTART_WINDOW = "ATOM_GO_RESTART_WINDOW"
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_RESTART_WINDOW = 300.0
+ADDITIONAL_CONFIG_KEY = "atom_go_restart"  # vLLM's --additional-config
 
 
 class EngineGoneError(PluginDiedError):
@@ -87,6 +88,18 @@ class RestartPolicy:
         max_restarts = int(pick("max_restarts", ENV_MAX_RESTARTS, DEFAULT_MAX_RESTARTS, lambda v: int(str(v), 10)))
         window = pick("restart_window", ENV_RESTART_WINDOW, DEFAULT_RESTART_WINDOW, float)
         return cls(max_restarts=max_restarts, window=window)
+
+    @classmethod
+    def from_additional_config(
+        cls, additional_config: object, environ: Mapping[str, str] | None = None
+    ) -> RestartPolicy:
+        """The policy of vLLM's ``--additional-config`` key ``atom_go_restart`` (see from_config)."""
+        cfg: Any = None
+        if isinstance(additional_config, Mapping):
+            cfg = additional_config.get(ADDITIONAL_CONFIG_KEY)
+        if cfg is not None and not isinstance(cfg, Mapping):
+            raise ValueError(f"--additional-config {ADDITIONAL_CONFIG_KEY!r} must be an object, got {cfg!r}")
+        return cls.from_config(cfg, environ)
 
 
 class RestartBudget:

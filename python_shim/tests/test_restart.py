@@ -296,6 +296,16 @@ def test_policy_from_config_and_env() -> None:
             RestartPolicy.from_config(bad_cfg, bad_env)
 
 
+def test_policy_from_vllm_additional_config() -> None:
+    env = {ENV_MAX_RESTARTS: "5"}
+    assert RestartPolicy.from_additional_config(None, env) == RestartPolicy(5, 300.0)
+    assert RestartPolicy.from_additional_config({"other": 1}, env) == RestartPolicy(5, 300.0)
+    got = RestartPolicy.from_additional_config({"atom_go_restart": {"max_restarts": 1, "restart_window": 9}}, env)
+    assert got == RestartPolicy(1, 9.0)
+    with pytest.raises(ValueError, match="must be an object"):
+        RestartPolicy.from_additional_config({"atom_go_restart": 3}, env)
+
+
 def test_budget_window() -> None:
     now = [0.0]
     b = RestartBudget(RestartPolicy(max_restarts=2, window=10), clock=lambda: now[0])

@@ -42,7 +42,6 @@ logger = init_logger("vllm.atom_go")
 
 ENV_ENGINE_ARGS = "ATOM_GO_ENGINE_ARGS"
 ENV_AUTO_MTLS = "ATOM_GO_AUTO_MTLS"
-RESTART_CONFIG_KEY = "atom_go_restart"  # in vLLM's --additional-config
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
@@ -146,10 +145,9 @@ class AtomGoExecutor(Executor):
                 raise
             return process, client
 
-        additional = getattr(self.vllm_config, "additional_config", None) or {}
         self.host = RestartingHost(
             launch,
-            RestartPolicy.from_config(additional.get(RESTART_CONFIG_KEY)),
+            RestartPolicy.from_additional_config(getattr(self.vllm_config, "additional_config", None)),
             logger=init_logger("vllm.atom_go.restart"),
             on_gone=self._on_engine_gone,
         )
