@@ -150,7 +150,10 @@ class StepLedger:
             if e is None:
                 continue
             blocks = _first_group(c["new_block_ids"][i])
-            e.table = blocks if c["resumed_from_preemption"][i] else e.table + blocks
+            if c["resumed_from_preemption"][i]:
+                e.table = blocks
+            else:
+                e.table.extend(blocks)  # in place: a step costs its new blocks, not the table
             n_out = int(c["num_output_tokens"][i])
             if 0 <= n_out < e.num_outputs:  # the host forgot outputs: so did the engine
                 del e.tokens[len(e.tokens) - (e.num_outputs - n_out) :]
