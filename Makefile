@@ -161,7 +161,7 @@ PY_UNIT_BIN = $(PY_UNIT_VENV)/bin
 PY_UNIT_PKGS := "grpcio>=1.74" "protobuf>=6.31.1" "msgpack>=1.0" "cryptography>=42" "pytest>=8" "ruff==0.17.6" \
 	"mypy==2.4.1" "types-protobuf==7.35.1.20260906" "types-grpcio==1.85.0.20261028" "msgpack-types==0.8.0"
 PY_UNIT_STAMP := $(PY_UNIT_VENV)/.atom-go-unit-$(shell echo '$(PY_UNIT_PKGS)' | md5sum | cut -c1-12)
-PY_UNIT_TESTS := tests/test_cli.py tests/test_socket_hygiene.py tests/test_plugin.py tests/test_handshake.py tests/test_wire.py \
+PY_UNIT_TESTS := tests/test_cli.py tests/test_socket_hygiene.py tests/test_plugin.py tests/test_handshake.py tests/test_wire.py tests/test_restart.py \
 	tests/test_versions.py tests/test_devices.py tests/sglang/test_sglang_mapping.py
 
 $(PY_UNIT_STAMP):

@@ -72,6 +72,10 @@ type NewRequest struct {
 	BlockIDs [][]int64 `msgpack:"block_ids"`
 	// NumComputedTokens of the prompt are already in the KV cache (prefix cache hit).
 	NumComputedTokens int64 `msgpack:"num_computed_tokens"`
+	// OutputOffset (atom-go's own key, absent: 0) marks a request recomputed after its
+	// engine died: the last OutputOffset prompt ids are outputs an earlier engine sampled,
+	// and count as outputs (num_output_tokens, penalties, min_tokens, seeded draws).
+	OutputOffset int64 `msgpack:"output_offset"`
 }
 
 // CachedRequests is vLLM's CachedRequestData: parallel lists indexed like ReqIDs.

@@ -113,6 +113,9 @@ func (r *NewRequest) validate() error {
 	if r.NumComputedTokens < 0 || r.NumComputedTokens > int64(len(r.PromptTokenIDs)) {
 		return fmt.Errorf("num_computed_tokens is %d, want 0..%d (the prompt's length)", r.NumComputedTokens, len(r.PromptTokenIDs))
 	}
+	if r.OutputOffset < 0 || r.OutputOffset >= int64(len(r.PromptTokenIDs)) {
+		return fmt.Errorf("output_offset is %d, want 0..%d (the prompt's length - 1)", r.OutputOffset, len(r.PromptTokenIDs)-1)
+	}
 	if err := checkBlockGroups(r.BlockIDs, false); err != nil {
 		return fmt.Errorf("block_ids: %v", err)
 	}

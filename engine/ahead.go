@@ -63,7 +63,7 @@ func (e *Engine) deviceParams(items []sched.Item) bool {
 		if !deviceEligible(p, n, c.req.stopIDs, p.Logprobs) {
 			return false
 		}
-		e.pool.params = append(e.pool.params, rowSampling(p, c.seed, n))
+		e.pool.params = append(e.pool.params, rowSampling(p, c.seed, c.drawBase+n))
 	}
 	return true
 }

@@ -151,6 +151,8 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_DEVICE", "auto", "python shim: where atom-go runs the model under vLLM or SGLang (auto, cpu or gpu)"},
 	{"ATOM_GO_ENGINE_ARGS", "", "python shim: extra atom-plugin engine flags, shell-quoted (e.g. --tensor-parallel-size=2)"},
 	{"ATOM_GO_AUTO_MTLS", "", "plugin hosts (python shim, atom-plugin --handshake): 1 turns on go-plugin AutoMTLS on the plugin connection (off by default: the socket is in a private 0700 directory)"},
+	{"ATOM_GO_MAX_RESTARTS", "3", "python shim (vLLM, SGLang): restarts of a dead atom-plugin allowed within ATOM_GO_RESTART_WINDOW, its live requests recomputed; 0 turns restarts off"},
+	{"ATOM_GO_RESTART_WINDOW", "300", "python shim (vLLM, SGLang): the restart budget's window, seconds"},
 	{"ATOM_GO_VLLM", "", "python shim: 1 activates the vLLM platform plugin (set by it for vLLM's child processes)"},
 	{"ATOM_GO_VISIBLE_DEVICES", "", "python shim: the atom-go vLLM platform's device-control variable; when set, vLLM numbers each data-parallel rank's GPUs in it (docs/scaling.md)"},
 	{"ATOM_GO_SGLANG", "", "python shim: 1 activates the SGLang plugin, 0 turns it off whatever SGLANG_PLUGINS says"},
@@ -162,7 +164,7 @@ var EnvVars = []EnvVar{
 // they count as read by the product, but PrintEnvHelp leaves them out of --help (docs/testing.md
 // documents them).
 var DebugEnvVars = []EnvVar{
-	{"ATOM_GO_DEBUG_FAULT", "", "atom-plugin: exit@N or panic@N makes the plugin die at its N-th engine increment (tests of hosts' crash handling)"},
+	{"ATOM_GO_DEBUG_FAULT", "", "atom-plugin: exit@N or panic@N makes the plugin die at its N-th engine increment, stall@N hangs its N-th forward pass (tests of hosts' crash handling)"},
 }
 
 // DevEnvVars are the ATOM_GO_* variables that only tests and build scripts read.

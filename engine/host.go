@@ -51,6 +51,11 @@ type HostNewRequest struct {
 	WantLogprobs bool
 	BlockIDs     []int32
 	NumComputed  int // prompt tokens already in the KV cache
+	// OutputOffset (a request recomputed after its engine died): the last OutputOffset of
+	// PromptIDs are outputs an earlier engine sampled; they count as outputs for the host's
+	// num_output_tokens, penalties, min_tokens and the sampler's draws. Less than
+	// len(PromptIDs).
+	OutputOffset int
 }
 
 // HostCachedRequest is a request the engine has state for, scheduled again.
@@ -363,13 +368,17 @@ func (h *HostSession) newRequest(nr *HostNewRequest) (*hostRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &hostRequest{tokens: append(make([]int32, 0, len(nr.PromptIDs)+16), nr.PromptIDs...), numPrompt: len(nr.PromptIDs),
+	if nr.OutputOffset < 0 || nr.OutputOffset >= len(nr.PromptIDs) {
+		return nil, fmt.Errorf("%w: output_offset %d outside [0, %d)", ErrInvalidRequest, nr.OutputOffset, len(nr.PromptIDs))
+	}
+	r := &hostRequest{tokens: append(make([]int32, 0, len(nr.PromptIDs)+16), nr.PromptIDs...), numPrompt: len(nr.PromptIDs) - nr.OutputOffset,
 		params: p, logprobs: nr.WantLogprobs, blocks: blocks}
 	r.stopIDs = append(r.stopIDs, p.StopTokenIDs...)
 	if !p.IgnoreEOS {
 		r.stopIDs = append(r.stopIDs, h.e.eos...)
 	}
 	r.rng, r.seed = choiceRNG(h.e.rng, p.Seed, 0)
+	skipDraws(r.rng, nr.OutputOffset)
 	return r, nil
 }
 

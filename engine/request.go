@@ -14,6 +14,12 @@ type Request struct {
 	ID        string
 	PromptIDs []int32
 	Params    SamplingParams
+	// OutputOffset continues a request whose engine died: its last OutputOffset prompt ids are
+	// outputs an earlier run already generated, and sampling draws continue after them, so a
+	// seeded request draws its next token as the uninterrupted run would have (see
+	// skipDraws). MaxTokens and MinTokens still count from here. Less than len(PromptIDs);
+	// only with N = 1.
+	OutputOffset int
 }
 
 // choice is one of a request's n sequences, with its sampling and detokenizing state.
@@ -23,6 +29,7 @@ type choice struct {
 	seq      *sched.Sequence
 	rng      *rand.Rand
 	seed     uint64 // keys the device sampler's draws (with the count of output tokens)
+	drawBase int    // outputs an earlier run generated (Request.OutputOffset): added to the draws' count
 	detok    *tokenizer.Detokenizer
 	text     strings.Builder // everything decoded so far (for stop strings)
 	emitted  int             // bytes of text already sent

@@ -24,6 +24,17 @@ func choiceRNG(engineRNG *rand.Rand, seed *int64, i int) (*rand.Rand, uint64) {
 	return rand.New(rand.NewPCG(engineRNG.Uint64(), engineRNG.Uint64())), engineRNG.Uint64()
 }
 
+// skipDraws advances a choice's host generator past the draws of n earlier outputs: the host
+// sampler takes one number per sampled token (speculative verify steps take one or two per
+// position), so a request resumed after n outputs (Request.OutputOffset) draws as the
+// uninterrupted run did when that run drew every token on the host; the device sampler's
+// draws are keyed by the output count instead (rowSampling), which the offset shifts.
+func skipDraws(rng *rand.Rand, n int) {
+	for range n {
+		rng.Uint64()
+	}
+}
+
 // deviceEligible reports whether a row with these controls can be sampled on the device.
 func deviceEligible(p *SamplingParams, generated int, stopIDs []int32, wantTopN int) bool {
 	penalise := p.RepetitionPenalty != 1 || p.PresencePenalty != 0 || p.FrequencyPenalty != 0
@@ -60,7 +71,7 @@ func (e *Engine) runAndSample(batch sched.Batch) ([]*sched.Sequence, []Sample, e
 		p, n := &c.req.params, it.Seq.NumGenerated()
 		// Verify chunks use the host sampler: acceptance needs every position's draw.
 		device = device && it.Seq.NumDrafts() == 0 && deviceEligible(p, n, c.req.stopIDs, p.Logprobs)
-		e.pool.params = append(e.pool.params, rowSampling(p, c.seed, n))
+		e.pool.params = append(e.pool.params, rowSampling(p, c.seed, c.drawBase+n))
 		sampled = append(sampled, it.Seq)
 		for range it.Seq.NumDrafts() {
 			sampled = append(sampled, it.Seq)

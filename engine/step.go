@@ -17,6 +17,10 @@ func (e *Engine) admit(req Request) (*Stream, error) {
 		return nil, fmt.Errorf("%w: request id %q is already running", ErrInvalidRequest, req.ID)
 	}
 	p := req.Params
+	if req.OutputOffset < 0 || req.OutputOffset >= len(req.PromptIDs) || (req.OutputOffset > 0 && p.N > 1) {
+		return nil, fmt.Errorf("%w: output offset %d: want 0..%d (the prompt's length - 1), and n = 1 when set",
+			ErrInvalidRequest, req.OutputOffset, len(req.PromptIDs)-1)
+	}
 	r := &request{id: req.ID, params: p, stream: newStream(e, req.ID, p.N)}
 	r.stopIDs = append(r.stopIDs, p.StopTokenIDs...)
 	if !p.IgnoreEOS {
@@ -28,6 +32,8 @@ func (e *Engine) admit(req Request) (*Stream, error) {
 	for i := 0; i < p.N; i++ {
 		c := &choice{req: r, index: i, seq: sched.NewSequence(fmt.Sprintf("%s/%d", req.ID, i), req.PromptIDs), draft: draftState{done: -1}}
 		c.rng, c.seed = choiceRNG(e.rng, p.Seed, i)
+		c.drawBase = req.OutputOffset
+		skipDraws(c.rng, req.OutputOffset)
 		if e.tok != nil {
 			c.detok = e.tok.NewDetokenizer(p.SkipSpecialTokens)
 		}

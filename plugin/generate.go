@@ -45,7 +45,7 @@ func (s *Server) Generate(req *pb.GenerateRequest, stream pb.AtomEngine_Generate
 		return err
 	}
 	defer s.release(id)
-	st, err := e.Generate(engine.Request{ID: id, PromptIDs: ids, Params: params})
+	st, err := e.Generate(engine.Request{ID: id, PromptIDs: ids, Params: params, OutputOffset: int(req.GetOutputOffset())})
 	if err != nil {
 		return toStatus(err)
 	}

@@ -75,7 +75,7 @@ func hostStep(p *bridge.ExecuteModelPayload) *engine.HostStep {
 		r := &p.NewRequests[i]
 		st.New = append(st.New, engine.HostNewRequest{ID: r.ReqID, PromptIDs: int32s(r.PromptTokenIDs),
 			Params: samplingFromWire(&r.SamplingParams), WantLogprobs: r.SamplingParams.Logprobs != nil,
-			BlockIDs: int32s(r.BlockIDs[0]), NumComputed: int(r.NumComputedTokens)})
+			BlockIDs: int32s(r.BlockIDs[0]), NumComputed: int(r.NumComputedTokens), OutputOffset: int(r.OutputOffset)})
 	}
 	c := &p.Cached
 	for i, id := range c.ReqIDs {

@@ -181,6 +181,9 @@ func (s *Server) LoadModel(req *pb.LoadModelRequest, stream pb.AtomEngine_LoadMo
 		res.e.Close()
 		return status.FromContextError(ctx.Err()).Err()
 	}
+	if hook := s.fault.stallHook(); hook != nil {
+		res.e.SetLayerHook(hook)
+	}
 	s.mu.Lock()
 	s.eng = res.e
 	s.mu.Unlock()

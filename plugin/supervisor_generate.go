@@ -15,7 +15,8 @@ import (
 // the engine dies mid-stream it is restarted and the request recomputed: the new engine gets
 // the prompt plus every token already passed to fn as a prefill, with max_tokens and
 // min_tokens reduced by their count, and the stream goes on where it stopped (what recompute
-// preemption does inside one engine). Greedy requests therefore continue with exactly the
+// preemption does inside one engine), marked with output_offset so that the sampler's draws
+// continue where they stopped. Greedy and seeded requests therefore continue with exactly the
 // tokens an uninterrupted run gives. Requests whose continuation would not be the same are
 // failed instead, with an error that says why (see recomputable). Generate returns nil when the
 // request ended normally, fn's error if fn failed, or the engine's error.
@@ -93,6 +94,7 @@ func resumed(req *pb.GenerateRequest, prompt, emitted []int32) *pb.GenerateReque
 	r := proto.Clone(req).(*pb.GenerateRequest)
 	r.Prompt = ""
 	r.PromptTokenIds = append(append(make([]int32, 0, len(prompt)+len(emitted)), prompt...), emitted...)
+	r.OutputOffset = int32(len(emitted)) // a seeded sampler draws on where it stopped
 	if r.Params == nil {
 		r.Params = &pb.SamplingParams{}
 	}
@@ -107,16 +109,14 @@ func resumed(req *pb.GenerateRequest, prompt, emitted []int32) *pb.GenerateReque
 }
 
 // recomputable returns "" when a prefill of req's history continues it exactly, or the reason
-// it would not: a seeded sampler's draws are keyed by the count of output tokens, which a
-// prefill resets; penalties count output tokens only; a stop string may straddle the restart;
-// choices of n > 1 share one stream.
+// it would not: presence and frequency penalties count the engine's output tokens only, which
+// the history's are not; a stop string may straddle the restart; choices of n > 1 share one
+// stream. (Seeded sampling continues exactly: output_offset shifts the draws.)
 func recomputable(req *pb.GenerateRequest) string {
 	p := req.GetParams()
 	switch {
 	case p.GetN() > 1:
 		return "n > 1"
-	case p.Seed != nil && (p.Temperature == nil || p.GetTemperature() != 0):
-		return "seeded sampling"
 	case p.GetPresencePenalty() != 0 || p.GetFrequencyPenalty() != 0:
 		return "presence or frequency penalty"
 	case len(p.GetStop()) > 0:

@@ -144,25 +144,51 @@ func TestSupervisorGivesUpBeyondBudget(t *testing.T) {
 	require.ErrorIs(t, err, plugin.ErrEngineGone)
 }
 
-// TestSupervisorRefusesToRecomputeSeeded: a seeded sampled request is not recomputed (its draws
-// are keyed by the count of output tokens, which a prefill resets): it fails with a reason
-// rather than continuing with other tokens, and the engine is back for the next request.
-func TestSupervisorRefusesToRecomputeSeeded(t *testing.T) {
+// TestSupervisorRecomputesSeeded: seeded sampled streams (top-k and top-p cuts included) are
+// recomputed with their output offset after a SIGKILL, so each continues with the tokens of an
+// uninterrupted run: the sampler's draws go on where they stopped.
+func TestSupervisorRecomputesSeeded(t *testing.T) {
 	s, _ := startSupervisor(t, 3)
 	seeded := func(i int) *pb.GenerateRequest {
 		r := batchRequest(i)
-		temp, seed := 1.0, int64(i)
+		temp, seed := 0.8+0.1*float64(i%3), int64(100+i)
 		r.Params.Temperature, r.Params.Seed = &temp, &seed
+		r.Params.TopK, r.Params.TopP = int32(i%2)*20, 0.95
 		return r
 	}
-	toks, errs := runBatch(t, s, seeded, func() { sigkill(t, s) })
+	want, errs := runBatch(t, s, seeded, nil)
+	for i := range streams {
+		require.NoError(t, errs[i])
+		require.Len(t, want[i], 250)
+	}
+	require.NotEqual(t, want[0], want[1], "different seeds, different streams")
+	got, errs := runBatch(t, s, seeded, func() { sigkill(t, s) })
+	for i := range streams {
+		require.NoError(t, errs[i], "stream %d", i)
+		require.Equal(t, want[i], got[i], "stream %d", i)
+	}
+	require.Equal(t, int64(1), s.Stats().Restarts)
+}
+
+// TestSupervisorRefusesToRecomputePenalised: a request with a presence penalty is not
+// recomputed (the penalty counts the engine's own outputs, which a prefill's history is not):
+// it fails with the reason rather than continuing with other tokens, and the engine is back
+// for the next request.
+func TestSupervisorRefusesToRecomputePenalised(t *testing.T) {
+	s, _ := startSupervisor(t, 3)
+	penalised := func(i int) *pb.GenerateRequest {
+		r := batchRequest(i)
+		r.Params.PresencePenalty = 0.5
+		return r
+	}
+	toks, errs := runBatch(t, s, penalised, func() { sigkill(t, s) })
 	failed := 0
 	for i := range streams {
 		if errs[i] == nil { // its Generate began after the kill, on the new engine
 			require.Len(t, toks[i], 250, "stream %d", i)
 			continue
 		}
-		require.ErrorContains(t, errs[i], "cannot be recomputed (seeded sampling)", "stream %d", i)
+		require.ErrorContains(t, errs[i], "cannot be recomputed (presence or frequency penalty)", "stream %d", i)
 		failed++
 	}
 	require.Positive(t, failed, "the stream held at the kill fails")

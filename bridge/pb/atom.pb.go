@@ -714,8 +714,14 @@ type GenerateRequest struct {
 	PromptTokenIds []int32                `protobuf:"varint,2,rep,packed,name=prompt_token_ids,json=promptTokenIds,proto3" json:"prompt_token_ids,omitempty"`
 	// prompt text, encoded with the model's tokenizer (with its special tokens) when
 	// prompt_token_ids is empty; refused when the model has no tokenizer.
-	Prompt        string          `protobuf:"bytes,3,opt,name=prompt,proto3" json:"prompt,omitempty"`
-	Params        *SamplingParams `protobuf:"bytes,4,opt,name=params,proto3" json:"params,omitempty"`
+	Prompt string          `protobuf:"bytes,3,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	Params *SamplingParams `protobuf:"bytes,4,opt,name=params,proto3" json:"params,omitempty"`
+	// output_offset: outputs an earlier run of this request already generated, which are the
+	// last output_offset ids of prompt_token_ids (a request recomputed after its engine died).
+	// Sampling draws continue at that offset, so a seeded request's next token is drawn as the
+	// uninterrupted run would have drawn it; max_tokens and min_tokens still count from here.
+	// At most len(prompt_token_ids) - 1; refused with n > 1.
+	OutputOffset  int32 `protobuf:"varint,5,opt,name=output_offset,json=outputOffset,proto3" json:"output_offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,6 +782,13 @@ func (x *GenerateRequest) GetParams() *SamplingParams {
 		return x.Params
 	}
 	return nil
+}
+
+func (x *GenerateRequest) GetOutputOffset() int32 {
+	if x != nil {
+		return x.OutputOffset
+	}
+	return 0
 }
 
 type TokenLogprob struct {
@@ -1318,6 +1331,225 @@ func (x *ExecuteModelResponse) GetResult() []byte {
 	return nil
 }
 
+type StatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsRequest) Reset() {
+	*x = StatsRequest{}
+	mi := &file_atom_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsRequest) ProtoMessage() {}
+
+func (x *StatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_atom_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
+func (*StatsRequest) Descriptor() ([]byte, []int) {
+	return file_atom_proto_rawDescGZIP(), []int{15}
+}
+
+// EngineStats are the engine's figures (engine.Stats): gauges as of now (or the last step's end
+// when stale), counters cumulative over the engine's life.
+type EngineStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stale: the engine was inside a step and the figures are from the end of the previous one.
+	Stale                 bool    `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	Running               int32   `protobuf:"varint,2,opt,name=running,proto3" json:"running,omitempty"` // sequences running
+	Waiting               int32   `protobuf:"varint,3,opt,name=waiting,proto3" json:"waiting,omitempty"` // sequences waiting, preempted ones included
+	NumPreemptions        int64   `protobuf:"varint,4,opt,name=num_preemptions,json=numPreemptions,proto3" json:"num_preemptions,omitempty"`
+	KvBlocksUsed          int32   `protobuf:"varint,5,opt,name=kv_blocks_used,json=kvBlocksUsed,proto3" json:"kv_blocks_used,omitempty"` // blocks referenced by a sequence
+	KvBlocksTotal         int32   `protobuf:"varint,6,opt,name=kv_blocks_total,json=kvBlocksTotal,proto3" json:"kv_blocks_total,omitempty"`
+	KvCacheUsage          float64 `protobuf:"fixed64,7,opt,name=kv_cache_usage,json=kvCacheUsage,proto3" json:"kv_cache_usage,omitempty"` // kv_blocks_used / kv_blocks_total
+	PrefixCacheQueries    int64   `protobuf:"varint,8,opt,name=prefix_cache_queries,json=prefixCacheQueries,proto3" json:"prefix_cache_queries,omitempty"`
+	PrefixCacheHits       int64   `protobuf:"varint,9,opt,name=prefix_cache_hits,json=prefixCacheHits,proto3" json:"prefix_cache_hits,omitempty"`
+	NumRequests           int32   `protobuf:"varint,10,opt,name=num_requests,json=numRequests,proto3" json:"num_requests,omitempty"`    // live requests
+	PromptTokens          int64   `protobuf:"varint,11,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"` // prompt tokens computed (not served from the prefix cache)
+	GeneratedTokens       int64   `protobuf:"varint,12,opt,name=generated_tokens,json=generatedTokens,proto3" json:"generated_tokens,omitempty"`
+	Steps                 int64   `protobuf:"varint,13,opt,name=steps,proto3" json:"steps,omitempty"`
+	TokensPerSecond       float64 `protobuf:"fixed64,14,opt,name=tokens_per_second,json=tokensPerSecond,proto3" json:"tokens_per_second,omitempty"`
+	LastStepNanos         int64   `protobuf:"varint,15,opt,name=last_step_nanos,json=lastStepNanos,proto3" json:"last_step_nanos,omitempty"`
+	SpecNumDrafts         int64   `protobuf:"varint,16,opt,name=spec_num_drafts,json=specNumDrafts,proto3" json:"spec_num_drafts,omitempty"`
+	SpecNumDraftTokens    int64   `protobuf:"varint,17,opt,name=spec_num_draft_tokens,json=specNumDraftTokens,proto3" json:"spec_num_draft_tokens,omitempty"`
+	SpecNumAcceptedTokens int64   `protobuf:"varint,18,opt,name=spec_num_accepted_tokens,json=specNumAcceptedTokens,proto3" json:"spec_num_accepted_tokens,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *EngineStats) Reset() {
+	*x = EngineStats{}
+	mi := &file_atom_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineStats) ProtoMessage() {}
+
+func (x *EngineStats) ProtoReflect() protoreflect.Message {
+	mi := &file_atom_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineStats.ProtoReflect.Descriptor instead.
+func (*EngineStats) Descriptor() ([]byte, []int) {
+	return file_atom_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *EngineStats) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *EngineStats) GetRunning() int32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *EngineStats) GetWaiting() int32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *EngineStats) GetNumPreemptions() int64 {
+	if x != nil {
+		return x.NumPreemptions
+	}
+	return 0
+}
+
+func (x *EngineStats) GetKvBlocksUsed() int32 {
+	if x != nil {
+		return x.KvBlocksUsed
+	}
+	return 0
+}
+
+func (x *EngineStats) GetKvBlocksTotal() int32 {
+	if x != nil {
+		return x.KvBlocksTotal
+	}
+	return 0
+}
+
+func (x *EngineStats) GetKvCacheUsage() float64 {
+	if x != nil {
+		return x.KvCacheUsage
+	}
+	return 0
+}
+
+func (x *EngineStats) GetPrefixCacheQueries() int64 {
+	if x != nil {
+		return x.PrefixCacheQueries
+	}
+	return 0
+}
+
+func (x *EngineStats) GetPrefixCacheHits() int64 {
+	if x != nil {
+		return x.PrefixCacheHits
+	}
+	return 0
+}
+
+func (x *EngineStats) GetNumRequests() int32 {
+	if x != nil {
+		return x.NumRequests
+	}
+	return 0
+}
+
+func (x *EngineStats) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *EngineStats) GetGeneratedTokens() int64 {
+	if x != nil {
+		return x.GeneratedTokens
+	}
+	return 0
+}
+
+func (x *EngineStats) GetSteps() int64 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *EngineStats) GetTokensPerSecond() float64 {
+	if x != nil {
+		return x.TokensPerSecond
+	}
+	return 0
+}
+
+func (x *EngineStats) GetLastStepNanos() int64 {
+	if x != nil {
+		return x.LastStepNanos
+	}
+	return 0
+}
+
+func (x *EngineStats) GetSpecNumDrafts() int64 {
+	if x != nil {
+		return x.SpecNumDrafts
+	}
+	return 0
+}
+
+func (x *EngineStats) GetSpecNumDraftTokens() int64 {
+	if x != nil {
+		return x.SpecNumDraftTokens
+	}
+	return 0
+}
+
+func (x *EngineStats) GetSpecNumAcceptedTokens() int64 {
+	if x != nil {
+		return x.SpecNumAcceptedTokens
+	}
+	return 0
+}
+
 var File_atom_proto protoreflect.FileDescriptor
 
 const file_atom_proto_rawDesc = "" +
@@ -1410,13 +1642,14 @@ const file_atom_proto_rawDesc = "" +
 	"\x13skip_special_tokens\x18\x10 \x01(\bH\x02R\x11skipSpecialTokens\x88\x01\x01B\x0e\n" +
 	"\f_temperatureB\a\n" +
 	"\x05_seedB\x16\n" +
-	"\x14_skip_special_tokens\"\xac\x01\n" +
+	"\x14_skip_special_tokens\"\xd1\x01\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
 	"\x10prompt_token_ids\x18\x02 \x03(\x05R\x0epromptTokenIds\x12\x16\n" +
 	"\x06prompt\x18\x03 \x01(\tR\x06prompt\x128\n" +
-	"\x06params\x18\x04 \x01(\v2 .atomgo.bridge.v1.SamplingParamsR\x06params\"z\n" +
+	"\x06params\x18\x04 \x01(\v2 .atomgo.bridge.v1.SamplingParamsR\x06params\x12#\n" +
+	"\routput_offset\x18\x05 \x01(\x05R\foutputOffset\"z\n" +
 	"\fTokenLogprob\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x05R\x05token\x12\x18\n" +
 	"\alogprob\x18\x02 \x01(\x02R\alogprob\x12\x17\n" +
@@ -1456,7 +1689,28 @@ const file_atom_proto_rawDesc = "" +
 	"\x13ExecuteModelRequest\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\".\n" +
 	"\x14ExecuteModelResponse\x12\x16\n" +
-	"\x06result\x18\x01 \x01(\fR\x06result2\x85\x04\n" +
+	"\x06result\x18\x01 \x01(\fR\x06result\"\x0e\n" +
+	"\fStatsRequest\"\xc3\x05\n" +
+	"\vEngineStats\x12\x14\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\x12\x18\n" +
+	"\arunning\x18\x02 \x01(\x05R\arunning\x12\x18\n" +
+	"\awaiting\x18\x03 \x01(\x05R\awaiting\x12'\n" +
+	"\x0fnum_preemptions\x18\x04 \x01(\x03R\x0enumPreemptions\x12$\n" +
+	"\x0ekv_blocks_used\x18\x05 \x01(\x05R\fkvBlocksUsed\x12&\n" +
+	"\x0fkv_blocks_total\x18\x06 \x01(\x05R\rkvBlocksTotal\x12$\n" +
+	"\x0ekv_cache_usage\x18\a \x01(\x01R\fkvCacheUsage\x120\n" +
+	"\x14prefix_cache_queries\x18\b \x01(\x03R\x12prefixCacheQueries\x12*\n" +
+	"\x11prefix_cache_hits\x18\t \x01(\x03R\x0fprefixCacheHits\x12!\n" +
+	"\fnum_requests\x18\n" +
+	" \x01(\x05R\vnumRequests\x12#\n" +
+	"\rprompt_tokens\x18\v \x01(\x03R\fpromptTokens\x12)\n" +
+	"\x10generated_tokens\x18\f \x01(\x03R\x0fgeneratedTokens\x12\x14\n" +
+	"\x05steps\x18\r \x01(\x03R\x05steps\x12*\n" +
+	"\x11tokens_per_second\x18\x0e \x01(\x01R\x0ftokensPerSecond\x12&\n" +
+	"\x0flast_step_nanos\x18\x0f \x01(\x03R\rlastStepNanos\x12&\n" +
+	"\x0fspec_num_drafts\x18\x10 \x01(\x03R\rspecNumDrafts\x121\n" +
+	"\x15spec_num_draft_tokens\x18\x11 \x01(\x03R\x12specNumDraftTokens\x127\n" +
+	"\x18spec_num_accepted_tokens\x18\x12 \x01(\x03R\x15specNumAcceptedTokens2\xcd\x04\n" +
 	"\n" +
 	"AtomEngine\x12J\n" +
 	"\bDescribe\x12!.atomgo.bridge.v1.DescribeRequest\x1a\x1b.atomgo.bridge.v1.ModelInfo\x12Q\n" +
@@ -1464,7 +1718,8 @@ const file_atom_proto_rawDesc = "" +
 	"\bGenerate\x12!.atomgo.bridge.v1.GenerateRequest\x1a\".atomgo.bridge.v1.GenerateResponse0\x01\x12H\n" +
 	"\x05Abort\x12\x1e.atomgo.bridge.v1.AbortRequest\x1a\x1f.atomgo.bridge.v1.AbortResponse\x12Z\n" +
 	"\vInitKVCache\x12$.atomgo.bridge.v1.InitKVCacheRequest\x1a%.atomgo.bridge.v1.InitKVCacheResponse\x12]\n" +
-	"\fExecuteModel\x12%.atomgo.bridge.v1.ExecuteModelRequest\x1a&.atomgo.bridge.v1.ExecuteModelResponseB#Z!github.com/atom-go/atom/bridge/pbb\x06proto3"
+	"\fExecuteModel\x12%.atomgo.bridge.v1.ExecuteModelRequest\x1a&.atomgo.bridge.v1.ExecuteModelResponse\x12F\n" +
+	"\x05Stats\x12\x1e.atomgo.bridge.v1.StatsRequest\x1a\x1d.atomgo.bridge.v1.EngineStatsB#Z!github.com/atom-go/atom/bridge/pbb\x06proto3"
 
 var (
 	file_atom_proto_rawDescOnce sync.Once
@@ -1478,7 +1733,7 @@ func file_atom_proto_rawDescGZIP() []byte {
 	return file_atom_proto_rawDescData
 }
 
-var file_atom_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_atom_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_atom_proto_goTypes = []any{
 	(*DescribeRequest)(nil),      // 0: atomgo.bridge.v1.DescribeRequest
 	(*ModelInfo)(nil),            // 1: atomgo.bridge.v1.ModelInfo
@@ -1495,6 +1750,8 @@ var file_atom_proto_goTypes = []any{
 	(*InitKVCacheResponse)(nil),  // 12: atomgo.bridge.v1.InitKVCacheResponse
 	(*ExecuteModelRequest)(nil),  // 13: atomgo.bridge.v1.ExecuteModelRequest
 	(*ExecuteModelResponse)(nil), // 14: atomgo.bridge.v1.ExecuteModelResponse
+	(*StatsRequest)(nil),         // 15: atomgo.bridge.v1.StatsRequest
+	(*EngineStats)(nil),          // 16: atomgo.bridge.v1.EngineStats
 }
 var file_atom_proto_depIdxs = []int32{
 	1,  // 0: atomgo.bridge.v1.LoadProgress.info:type_name -> atomgo.bridge.v1.ModelInfo
@@ -1508,14 +1765,16 @@ var file_atom_proto_depIdxs = []int32{
 	9,  // 8: atomgo.bridge.v1.AtomEngine.Abort:input_type -> atomgo.bridge.v1.AbortRequest
 	11, // 9: atomgo.bridge.v1.AtomEngine.InitKVCache:input_type -> atomgo.bridge.v1.InitKVCacheRequest
 	13, // 10: atomgo.bridge.v1.AtomEngine.ExecuteModel:input_type -> atomgo.bridge.v1.ExecuteModelRequest
-	1,  // 11: atomgo.bridge.v1.AtomEngine.Describe:output_type -> atomgo.bridge.v1.ModelInfo
-	3,  // 12: atomgo.bridge.v1.AtomEngine.LoadModel:output_type -> atomgo.bridge.v1.LoadProgress
-	8,  // 13: atomgo.bridge.v1.AtomEngine.Generate:output_type -> atomgo.bridge.v1.GenerateResponse
-	10, // 14: atomgo.bridge.v1.AtomEngine.Abort:output_type -> atomgo.bridge.v1.AbortResponse
-	12, // 15: atomgo.bridge.v1.AtomEngine.InitKVCache:output_type -> atomgo.bridge.v1.InitKVCacheResponse
-	14, // 16: atomgo.bridge.v1.AtomEngine.ExecuteModel:output_type -> atomgo.bridge.v1.ExecuteModelResponse
-	11, // [11:17] is the sub-list for method output_type
-	5,  // [5:11] is the sub-list for method input_type
+	15, // 11: atomgo.bridge.v1.AtomEngine.Stats:input_type -> atomgo.bridge.v1.StatsRequest
+	1,  // 12: atomgo.bridge.v1.AtomEngine.Describe:output_type -> atomgo.bridge.v1.ModelInfo
+	3,  // 13: atomgo.bridge.v1.AtomEngine.LoadModel:output_type -> atomgo.bridge.v1.LoadProgress
+	8,  // 14: atomgo.bridge.v1.AtomEngine.Generate:output_type -> atomgo.bridge.v1.GenerateResponse
+	10, // 15: atomgo.bridge.v1.AtomEngine.Abort:output_type -> atomgo.bridge.v1.AbortResponse
+	12, // 16: atomgo.bridge.v1.AtomEngine.InitKVCache:output_type -> atomgo.bridge.v1.InitKVCacheResponse
+	14, // 17: atomgo.bridge.v1.AtomEngine.ExecuteModel:output_type -> atomgo.bridge.v1.ExecuteModelResponse
+	16, // 18: atomgo.bridge.v1.AtomEngine.Stats:output_type -> atomgo.bridge.v1.EngineStats
+	12, // [12:19] is the sub-list for method output_type
+	5,  // [5:12] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name
@@ -1538,7 +1797,7 @@ func file_atom_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_atom_proto_rawDesc), len(file_atom_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,7 @@ const (
 	AtomEngine_Abort_FullMethodName        = "/atomgo.bridge.v1.AtomEngine/Abort"
 	AtomEngine_InitKVCache_FullMethodName  = "/atomgo.bridge.v1.AtomEngine/InitKVCache"
 	AtomEngine_ExecuteModel_FullMethodName = "/atomgo.bridge.v1.AtomEngine/ExecuteModel"
+	AtomEngine_Stats_FullMethodName        = "/atomgo.bridge.v1.AtomEngine/Stats"
 )
 
 // AtomEngineClient is the client API for AtomEngine service.
@@ -62,6 +63,10 @@ type AtomEngineClient interface {
 	// ExecuteModel runs one step scheduled by the host. payload and result are msgpack
 	// (bridge.ExecuteModelPayload and bridge.ExecuteModelResult).
 	ExecuteModel(ctx context.Context, in *ExecuteModelRequest, opts ...grpc.CallOption) (*ExecuteModelResponse, error)
+	// Stats reports the loaded engine's gauges and counters without waiting for a step: taken
+	// now when the engine is between steps, else as of the end of its last step (stale set).
+	// Refused with FAILED_PRECONDITION when no model is loaded.
+	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*EngineStats, error)
 }
 
 type atomEngineClient struct {
@@ -150,6 +155,16 @@ func (c *atomEngineClient) ExecuteModel(ctx context.Context, in *ExecuteModelReq
 	return out, nil
 }
 
+func (c *atomEngineClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*EngineStats, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EngineStats)
+	err := c.cc.Invoke(ctx, AtomEngine_Stats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AtomEngineServer is the server API for AtomEngine service.
 // All implementations must embed UnimplementedAtomEngineServer
 // for forward compatibility.
@@ -176,6 +191,10 @@ type AtomEngineServer interface {
 	// ExecuteModel runs one step scheduled by the host. payload and result are msgpack
 	// (bridge.ExecuteModelPayload and bridge.ExecuteModelResult).
 	ExecuteModel(context.Context, *ExecuteModelRequest) (*ExecuteModelResponse, error)
+	// Stats reports the loaded engine's gauges and counters without waiting for a step: taken
+	// now when the engine is between steps, else as of the end of its last step (stale set).
+	// Refused with FAILED_PRECONDITION when no model is loaded.
+	Stats(context.Context, *StatsRequest) (*EngineStats, error)
 	mustEmbedUnimplementedAtomEngineServer()
 }
 
@@ -203,6 +222,9 @@ func (UnimplementedAtomEngineServer) InitKVCache(context.Context, *InitKVCacheRe
 }
 func (UnimplementedAtomEngineServer) ExecuteModel(context.Context, *ExecuteModelRequest) (*ExecuteModelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExecuteModel not implemented")
+}
+func (UnimplementedAtomEngineServer) Stats(context.Context, *StatsRequest) (*EngineStats, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
 }
 func (UnimplementedAtomEngineServer) mustEmbedUnimplementedAtomEngineServer() {}
 func (UnimplementedAtomEngineServer) testEmbeddedByValue()                    {}
@@ -319,6 +341,24 @@ func _AtomEngine_ExecuteModel_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AtomEngine_Stats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AtomEngineServer).Stats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AtomEngine_Stats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AtomEngineServer).Stats(ctx, req.(*StatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AtomEngine_ServiceDesc is the grpc.ServiceDesc for AtomEngine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -341,6 +381,10 @@ var AtomEngine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExecuteModel",
 			Handler:    _AtomEngine_ExecuteModel_Handler,
+		},
+		{
+			MethodName: "Stats",
+			Handler:    _AtomEngine_Stats_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -73,8 +74,18 @@ func (b *subprocessEngine) AbortBatch(ids []string) {
 	}
 }
 
-// StatsNow has no engine gauges to give: they live in the subprocess. They read as stale.
-func (b *subprocessEngine) StatsNow() (engine.Stats, bool) { return engine.Stats{}, true }
+// statsTimeout bounds a /metrics scrape's wait for the engine subprocess's figures.
+const statsTimeout = 2 * time.Second
+
+// StatsNow asks the engine subprocess for its figures (the Stats RPC); while no engine serves
+// (a restart) or it does not answer, the figures are zero and stale.
+func (b *subprocessEngine) StatsNow() (engine.Stats, bool) {
+	st, stale, err := b.sup.EngineStats(context.Background(), statsTimeout)
+	if err != nil {
+		return engine.Stats{}, true
+	}
+	return st, stale
+}
 
 func (b *subprocessEngine) Ready() error { return b.sup.Ready() }
 

@@ -112,6 +112,12 @@ type streamResult struct {
 // tokens and twelve waiting); each stream is held at its first event until kill has returned.
 func (s *restartServer) runStreams(t *testing.T, kill func()) []streamResult {
 	t.Helper()
+	return s.runStreamsWith(t, func(int) map[string]any { return map[string]any{"temperature": 0} }, kill)
+}
+
+// runStreamsWith is runStreams with request i's sampling fields from params.
+func (s *restartServer) runStreamsWith(t *testing.T, params func(i int) map[string]any, kill func()) []streamResult {
+	t.Helper()
 	const n = 16
 	res := make([]streamResult, n)
 	var wg sync.WaitGroup
@@ -122,8 +128,12 @@ func (s *restartServer) runStreams(t *testing.T, kill func()) []streamResult {
 		go func() {
 			defer wg.Done()
 			defer once.Do(func() { close(first) })
-			body, _ := json.Marshal(map[string]any{"prompt": []int{1, 10 + i, 200 + 3*i, 7}, "max_tokens": 250,
-				"temperature": 0, "ignore_eos": true, "stream": true, "return_token_ids": true})
+			req := map[string]any{"prompt": []int{1, 10 + i, 200 + 3*i, 7}, "max_tokens": 250,
+				"ignore_eos": true, "stream": true, "return_token_ids": true}
+			for k, v := range params(i) {
+				req[k] = v
+			}
+			body, _ := json.Marshal(req)
 			resp, err := s.hc.Post(s.base+"/v1/completions", "application/json", bytes.NewReader(body))
 			if err != nil {
 				res[i].errMsg = err.Error()
@@ -226,6 +236,29 @@ func TestServeRecomputesAfterEngineKill(t *testing.T) {
 	s.requireClean(t)
 }
 
+// TestServeRecomputesSeededAfterEngineKill: seeded sampled streams (16 seeds, top-p and top-k
+// cuts) through `atom-plugin serve`; the engine is SIGKILLed mid-stream, and every stream
+// completes with exactly the tokens of an uninterrupted run: the recomputed requests' draws
+// continue at their output offset.
+func TestServeRecomputesSeededAfterEngineKill(t *testing.T) {
+	s := startRestartServer(t, nil)
+	params := func(i int) map[string]any {
+		return map[string]any{"temperature": 0.7 + 0.1*float64(i%4), "seed": 1000 + i, "top_p": 0.9, "top_k": 8 * (i % 3)}
+	}
+	want := s.runStreamsWith(t, params, nil)
+	for i, r := range want {
+		require.Empty(t, r.errMsg, "stream %d", i)
+		require.Len(t, r.tokens, 250, "stream %d", i)
+	}
+	require.NotEqual(t, want[0].tokens, want[1].tokens)
+	got := s.runStreamsWith(t, params, func() { s.killEngine(t) })
+	for i := range got {
+		require.Empty(t, got[i].errMsg, "stream %d", i)
+		require.Equal(t, want[i].tokens, got[i].tokens, "stream %d", i)
+	}
+	require.Equal(t, http.StatusOK, s.health(t))
+}
+
 // requireClean checks that no socket directory is left, then stops the server, which must exit 0.
 func (s *restartServer) requireClean(t *testing.T) {
 	t.Helper()
@@ -258,4 +291,44 @@ func TestServeGivesUpOnACrashLoop(t *testing.T) {
 	require.Empty(t, s.children(t), "no engine process is left")
 	require.Contains(t, s.stderr.String(), "injected panic")
 	s.requireClean(t)
+}
+
+// TestServeSubprocessMetricsShowTheEngine: in subprocess mode /metrics shows the live engine's
+// figures, fetched with the Stats RPC. The engine's third forward pass stalls (the fault
+// injection), so a streamed request that got its first token is running, deterministically:
+// the scrape sees it running, its KV blocks in use and the figures of the last finished step.
+func TestServeSubprocessMetricsShowTheEngine(t *testing.T) {
+	s := startRestartServer(t, []string{"ATOM_GO_DEBUG_FAULT=stall@3"})
+	body, _ := json.Marshal(map[string]any{"prompt": []int{1, 10, 200, 7}, "max_tokens": 100,
+		"temperature": 0, "ignore_eos": true, "stream": true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/completions", bytes.NewReader(body))
+	require.NoError(t, err)
+	resp, err := s.hc.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "data: ") {
+	}
+	require.NoError(t, sc.Err())
+	mresp, err := s.hc.Get(s.base + "/metrics")
+	require.NoError(t, err)
+	raw, err := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	require.NoError(t, err)
+	metrics := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var name string
+		var v float64
+		if _, err := fmt.Sscanf(line, "%s %g", &name, &v); err == nil && !strings.HasPrefix(line, "#") {
+			metrics[name] = v
+		}
+	}
+	require.Equal(t, 1.0, metrics["atom_num_requests_running"], "%s", raw)
+	require.Equal(t, 1.0, metrics["atom_engine_stats_stale"], "the engine is inside its stalled step")
+	require.Positive(t, metrics["atom_kv_cache_usage_perc"])
+	require.Positive(t, metrics["atom_kv_cache_blocks_total"])
+	require.Equal(t, 2.0, metrics["atom_generation_tokens_total"], "two passes finished: two tokens")
+	require.Equal(t, 4.0, metrics["atom_prompt_tokens_total"])
 }

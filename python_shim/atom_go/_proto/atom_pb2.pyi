@@ -149,16 +149,18 @@ class SamplingParams(_message.Message):
     def __init__(self, n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., seed: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., max_tokens: _Optional[int] = ..., min_tokens: _Optional[int] = ..., ignore_eos: bool = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., stop: _Optional[_Iterable[str]] = ..., logprobs: _Optional[int] = ..., skip_special_tokens: bool = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "prompt", "params")
+    __slots__ = ("request_id", "prompt_token_ids", "prompt", "params", "output_offset")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     prompt: str
     params: SamplingParams
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., prompt: _Optional[str] = ..., params: _Optional[_Union[SamplingParams, _Mapping]] = ...) -> None: ...
+    output_offset: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., prompt: _Optional[str] = ..., params: _Optional[_Union[SamplingParams, _Mapping]] = ..., output_offset: _Optional[int] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token", "logprob", "top_ids", "top_logprobs")
@@ -241,3 +243,47 @@ class ExecuteModelResponse(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     result: bytes
     def __init__(self, result: _Optional[bytes] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EngineStats(_message.Message):
+    __slots__ = ("stale", "running", "waiting", "num_preemptions", "kv_blocks_used", "kv_blocks_total", "kv_cache_usage", "prefix_cache_queries", "prefix_cache_hits", "num_requests", "prompt_tokens", "generated_tokens", "steps", "tokens_per_second", "last_step_nanos", "spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens")
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    NUM_PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_QUERIES_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    NUM_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_NANOS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_NUM_DRAFTS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_NUM_ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    stale: bool
+    running: int
+    waiting: int
+    num_preemptions: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    kv_cache_usage: float
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_requests: int
+    prompt_tokens: int
+    generated_tokens: int
+    steps: int
+    tokens_per_second: float
+    last_step_nanos: int
+    spec_num_drafts: int
+    spec_num_draft_tokens: int
+    spec_num_accepted_tokens: int
+    def __init__(self, stale: bool = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., num_preemptions: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., prefix_cache_queries: _Optional[int] = ..., prefix_cache_hits: _Optional[int] = ..., num_requests: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., steps: _Optional[int] = ..., tokens_per_second: _Optional[float] = ..., last_step_nanos: _Optional[int] = ..., spec_num_drafts: _Optional[int] = ..., spec_num_draft_tokens: _Optional[int] = ..., spec_num_accepted_tokens: _Optional[int] = ...) -> None: ...

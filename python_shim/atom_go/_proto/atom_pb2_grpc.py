@@ -65,6 +65,11 @@ class AtomEngineStub(object):
                 request_serializer=atom__pb2.ExecuteModelRequest.SerializeToString,
                 response_deserializer=atom__pb2.ExecuteModelResponse.FromString,
                 _registered_method=True)
+        self.Stats = channel.unary_unary(
+                '/atomgo.bridge.v1.AtomEngine/Stats',
+                request_serializer=atom__pb2.StatsRequest.SerializeToString,
+                response_deserializer=atom__pb2.EngineStats.FromString,
+                _registered_method=True)
 
 
 class AtomEngineServicer(object):
@@ -121,6 +126,15 @@ class AtomEngineServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Stats(self, request, context):
+        """Stats reports the loaded engine's gauges and counters without waiting for a step: taken
+        now when the engine is between steps, else as of the end of its last step (stale set).
+        Refused with FAILED_PRECONDITION when no model is loaded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AtomEngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +167,11 @@ def add_AtomEngineServicer_to_server(servicer, server):
                     servicer.ExecuteModel,
                     request_deserializer=atom__pb2.ExecuteModelRequest.FromString,
                     response_serializer=atom__pb2.ExecuteModelResponse.SerializeToString,
+            ),
+            'Stats': grpc.unary_unary_rpc_method_handler(
+                    servicer.Stats,
+                    request_deserializer=atom__pb2.StatsRequest.FromString,
+                    response_serializer=atom__pb2.EngineStats.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -318,6 +337,33 @@ class AtomEngine(object):
             '/atomgo.bridge.v1.AtomEngine/ExecuteModel',
             atom__pb2.ExecuteModelRequest.SerializeToString,
             atom__pb2.ExecuteModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/atomgo.bridge.v1.AtomEngine/Stats',
+            atom__pb2.StatsRequest.SerializeToString,
+            atom__pb2.EngineStats.FromString,
             options,
             channel_credentials,
             insecure,

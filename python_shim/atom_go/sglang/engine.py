@@ -1,11 +1,17 @@
-"""One atom-plugin subprocess in slot mode: host-scheduled execution over KV blocks of one token."""
+"""One atom-plugin subprocess in slot mode: host-scheduled execution over KV blocks of one token.
+
+The plugin is restarted when it dies (:class:`atom_go.restart.RestartingHost`, the budget from
+``ATOM_GO_MAX_RESTARTS`` and ``ATOM_GO_RESTART_WINDOW``): the step that met the death runs again
+on the new engine after the live requests were recomputed, so SGLang's scheduler never notices.
+Beyond the budget :class:`atom_go.restart.EngineGoneError` leaves the step, and SGLang's
+scheduler ends the server as it does when its model runner fails.
+"""
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
 import logging
-import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,7 +19,8 @@ from typing import Any
 from atom_go._proto import atom_pb2
 from atom_go.client import EngineClient
 from atom_go.plugin import PluginProcess
-from atom_go.wire import ExecuteResult, decode_result, encode_payload
+from atom_go.restart import RestartingHost, RestartPolicy
+from atom_go.wire import ExecuteResult
 
 log = logging.getLogger("atom_go.sglang.engine")
 
@@ -39,6 +46,7 @@ class SlotEngineOptions:
     auto_mtls: bool = False
     start_timeout: float = 60.0
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # set in atom-plugin's environment
+    restart_policy: RestartPolicy | None = None  # None: from ATOM_GO_MAX_RESTARTS / ATOM_GO_RESTART_WINDOW
 
 
 class SlotEngine:
@@ -50,36 +58,47 @@ class SlotEngine:
 
     def __init__(self, options: SlotEngineOptions, logger: logging.Logger | None = None) -> None:
         self.options = options
-        self._lock = threading.Lock()
-        self.process = PluginProcess(
-            options.binary,
-            auto_mtls=options.auto_mtls,
-            start_timeout=options.start_timeout,
-            env=options.env,
-            logger=logger,
-        )
-        self.process.start()
-        try:
-            self.client = EngineClient(self.process)
-            info = self.client.load_model(
-                options.model_path,
-                device=options.device,
-                dtype=options.dtype,
-                block_size=1,
-                num_kv_blocks=options.kv_slots + RESERVED_SLOTS if options.kv_slots > 0 else 0,
-                max_model_len=options.max_model_len,
-                max_num_seqs=options.max_num_seqs,
-                max_num_batched_tokens=options.max_num_batched_tokens,
-                tokenizer=options.tokenizer,
-                extra_args=list(options.extra_args),
+
+        def launch() -> tuple[PluginProcess, EngineClient]:
+            # Every start, restarts included, uses these arguments and this LoadModel request.
+            process = PluginProcess(
+                options.binary,
+                auto_mtls=options.auto_mtls,
+                start_timeout=options.start_timeout,
+                env=options.env,
+                logger=logger,
             )
-            if info.num_kv_blocks <= RESERVED_SLOTS:
-                raise RuntimeError(f"atom-go loaded {info.num_kv_blocks} KV slots; at least 2 are needed")
-            self.info: atom_pb2.ModelInfo = self.client.init_kv_cache(info.num_kv_blocks, 1)
+            process.start()
+            try:
+                client = EngineClient(process)
+                client.load_model(
+                    options.model_path,
+                    device=options.device,
+                    dtype=options.dtype,
+                    block_size=1,
+                    num_kv_blocks=options.kv_slots + RESERVED_SLOTS if options.kv_slots > 0 else 0,
+                    max_model_len=options.max_model_len,
+                    max_num_seqs=options.max_num_seqs,
+                    max_num_batched_tokens=options.max_num_batched_tokens,
+                    tokenizer=options.tokenizer,
+                    extra_args=list(options.extra_args),
+                )
+            except BaseException:
+                process.shutdown()
+                raise
+            return process, client
+
+        self.host = RestartingHost(launch, options.restart_policy, logger=logging.getLogger("atom_go.sglang.restart"))
+        try:
+            loaded = self.host.info
+            if loaded.num_kv_blocks <= RESERVED_SLOTS:
+                raise RuntimeError(f"atom-go loaded {loaded.num_kv_blocks} KV slots; at least 2 are needed")
+            # A restarted engine gets the same slot count: SGLang's pool was sized from it.
+            self.info: atom_pb2.ModelInfo = self.host.init_kv_cache(loaded.num_kv_blocks, 1)
         except BaseException:
-            self.process.shutdown()
+            self.host.shutdown()
             raise
-        self._finalizer = weakref.finalize(self, self.process.shutdown)
+        self._finalizer = weakref.finalize(self, self.host.shutdown)
         atexit.register(self._finalizer)
         log.info(
             "atom-go %s (pid %d) serves %s (%s, %s on %s) in slot mode: %d KV slots",
@@ -99,14 +118,16 @@ class SlotEngine:
 
     def execute(self, payload: Mapping[str, Any], timeout: float | None = None) -> ExecuteResult:
         """Runs one step (an ExecuteModel payload without its wire version) and decodes the result."""
-        data = encode_payload(payload)
-        with self._lock:
-            raw = self.client.execute_model(data, timeout=timeout)
-        return decode_result(raw)
+        return self.host.execute(payload, timeout=timeout)
 
     def describe(self) -> atom_pb2.ModelInfo:
         """atom-go's current ModelInfo (running_requests counts requests with host-mode state)."""
-        return self.client.describe()
+        return self.host.client.describe()
+
+    @property
+    def process(self) -> PluginProcess:
+        """The plugin running now (a restart replaces it)."""
+        return self.host.process
 
     def close(self) -> None:
         """Stops atom-plugin (idempotent)."""

@@ -4,8 +4,15 @@ There is no vLLM worker: the executor starts atom-plugin, loads the model, repor
 spec with atom-go's block size and a memory figure that makes vLLM allocate exactly the engine's
 block count, hands vLLM's block count to InitKVCache, and turns every SchedulerOutput into an
 ExecuteModel call. atom-go keeps each request's tokens (vLLM does not resend decode tokens) and
-frees them when vLLM lists the request in ``finished_req_ids``. A plugin that dies is reported
-through vLLM's failure callback, so vLLM fails its requests instead of waiting.
+frees them when vLLM lists the request in ``finished_req_ids``.
+
+A plugin that dies is restarted (:class:`atom_go.restart.RestartingHost`): the same arguments,
+the same LoadModel, the KV cache with vLLM's block count, and the live requests recomputed from
+what the executor sent and received, so vLLM's scheduler sees the step that met the death
+return normally. Beyond the restart budget (``ATOM_GO_MAX_RESTARTS`` in
+``ATOM_GO_RESTART_WINDOW`` seconds, or ``--additional-config '{"atom_go_restart":
+{"max_restarts": N, "restart_window": S}}'``) the death is reported through vLLM's failure
+callback, so vLLM fails its requests (EngineDeadError) instead of waiting.
 """
 
 from __future__ import annotations
@@ -24,10 +31,10 @@ from vllm.v1.executor.abstract import Executor, FailureCallback
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheSpec
 from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, ModelRunnerOutput
 
-from atom_go import wire
 from atom_go.client import EngineClient
 from atom_go.devices import DEVICE_ENV_VARS, visible_devices_env
-from atom_go.plugin import PluginDiedError, PluginProcess
+from atom_go.plugin import PluginProcess
+from atom_go.restart import EngineGoneError, RestartingHost, RestartPolicy
 from atom_go.vllm import mapping
 from atom_go.vllm.platform import ENV_DEVICE, ENV_VISIBLE_DEVICES
 
@@ -113,33 +120,43 @@ class AtomGoExecutor(Executor):
                 self.dp_index,
                 ", ".join(f"{k}={v}" for k, v in sorted(device_env.items())),
             )
-        self.process = PluginProcess(
-            auto_mtls=_truthy(ENV_AUTO_MTLS), env=device_env, logger=init_logger("vllm.atom_go.plugin")
+        auto_mtls = _truthy(ENV_AUTO_MTLS)
+        load_kwargs: dict[str, Any] = {
+            "device": device,
+            "dtype": dtype,
+            "block_size": cc.block_size or 0,
+            "num_kv_blocks": cc.num_gpu_blocks_override or 0,
+            "kv_cache_memory_bytes": (cc.kv_cache_memory_bytes or 0) if device != "gpu" else 0,
+            "max_model_len": mc.max_model_len,
+            "max_num_seqs": sc.max_num_seqs,
+            "max_num_batched_tokens": sc.max_num_batched_tokens,
+            "extra_args": extra,
+        }
+
+        def launch() -> tuple[PluginProcess, EngineClient]:
+            # Every start, restarts included, uses these arguments and this LoadModel request.
+            process = PluginProcess(auto_mtls=auto_mtls, env=device_env, logger=init_logger("vllm.atom_go.plugin"))
+            process.start()
+            try:
+                client = EngineClient(process)
+                client.load_model(model_path, **load_kwargs)
+            except BaseException:
+                process.shutdown()
+                raise
+            return process, client
+
+        self.host = RestartingHost(
+            launch,
+            RestartPolicy.from_additional_config(getattr(self.vllm_config, "additional_config", None)),
+            logger=init_logger("vllm.atom_go.restart"),
+            on_gone=self._on_engine_gone,
         )
-        self.process.start()
-        try:
-            self.client = EngineClient(self.process)
-            self.info = self.client.load_model(
-                model_path,
-                device=device,
-                dtype=dtype,
-                block_size=cc.block_size or 0,
-                num_kv_blocks=cc.num_gpu_blocks_override or 0,
-                kv_cache_memory_bytes=(cc.kv_cache_memory_bytes or 0) if device != "gpu" else 0,
-                max_model_len=mc.max_model_len,
-                max_num_seqs=sc.max_num_seqs,
-                max_num_batched_tokens=sc.max_num_batched_tokens,
-                extra_args=extra,
-            )
-        except BaseException:
-            self.process.shutdown()
-            raise
+        self.info = self.host.info
         if cc.block_size and self.info.block_size != cc.block_size:
-            self.process.shutdown()
+            self.host.shutdown()
             raise RuntimeError(
                 f"atom-go loaded blocks of {self.info.block_size} tokens, vLLM asked for {cc.block_size}"
             )
-        self.process.add_death_callback(self._on_plugin_death)
         logger.info(
             "atom-go %s (pid %d, data-parallel rank %d) loaded %s (%s, %s on %s): %d KV blocks of %d tokens",
             self.info.engine_version,
@@ -155,7 +172,18 @@ class AtomGoExecutor(Executor):
 
     # ------------------------------------------------------------------ failures
 
-    def _on_plugin_death(self, err: PluginDiedError) -> None:
+    @property
+    def process(self) -> PluginProcess:
+        """The plugin running now (a restart replaces it)."""
+        return self.host.process
+
+    @property
+    def client(self) -> EngineClient:
+        """The AtomEngine client of the plugin running now."""
+        return self.host.client
+
+    def _on_engine_gone(self, err: EngineGoneError) -> None:
+        """The plugin died beyond the restart budget: vLLM fails its requests (EngineDeadError)."""
         with self._lock:
             self._failure = err
             callbacks = list(self._failure_callbacks)
@@ -173,7 +201,7 @@ class AtomGoExecutor(Executor):
     def check_health(self) -> None:
         if self._failure is not None:
             raise self._failure
-        self.process.check_health()
+        self.host.check_health()
 
     # ------------------------------------------------------------------ KV cache
 
@@ -219,7 +247,7 @@ class AtomGoExecutor(Executor):
                 kcc.num_blocks,
                 self.info.num_kv_blocks,
             )
-        self.info = self.client.init_kv_cache(kcc.num_blocks, block_size)
+        self.info = self.host.init_kv_cache(kcc.num_blocks, block_size)
         self._num_blocks_vllm = kcc.num_blocks
         logger.info(
             "atom-go host mode: %d KV blocks of %d tokens (block 0 is vLLM's null block)", kcc.num_blocks, block_size
@@ -235,8 +263,7 @@ class AtomGoExecutor(Executor):
             raise self._failure
         if not scheduler_output.num_scheduled_tokens and not scheduler_output.finished_req_ids:
             return EMPTY_MODEL_RUNNER_OUTPUT
-        payload = mapping.encode_scheduler_output(scheduler_output)
-        result = wire.decode_result(self.client.execute_model(payload))
+        result = self.host.execute(mapping.scheduler_output_to_payload(scheduler_output))
         if not scheduler_output.num_scheduled_tokens:
             return EMPTY_MODEL_RUNNER_OUTPUT
         return mapping.result_to_model_runner_output(result, scheduler_output)
@@ -290,6 +317,9 @@ class AtomGoExecutor(Executor):
             "block_size": info.block_size,
             "running_requests": info.running_requests,
             "vllm_num_blocks": self._num_blocks_vllm,
+            "engine_restarts": self.host.restarts,
+            "recomputed_requests": self.host.recomputed,
+            "last_recovery_seconds": self.host.last_recovery,
         }
 
     def _rpc_table(self) -> dict[str, Callable[..., Any]]:
@@ -358,7 +388,7 @@ class AtomGoExecutor(Executor):
         raise NotImplementedError("atom-go does not support vLLM's sleep mode")
 
     def shutdown(self) -> None:
-        process = getattr(self, "process", None)
-        if process is not None:
-            rc = process.shutdown()
+        host = getattr(self, "host", None)
+        if host is not None:
+            rc = host.shutdown()
             logger.info("atom-go stopped (exit status %s)", rc)

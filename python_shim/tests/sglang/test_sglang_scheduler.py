@@ -29,6 +29,7 @@ class Driver:
     def __init__(self, scheduler: Any) -> None:
         self.s = scheduler
         self.steps = 0
+        self.steps_at_start = 0
         self.modes: list[str] = []
 
     @property
@@ -213,3 +214,50 @@ def test_a_reused_request_id_starts_afresh(driver: Driver, reference: Reference)
     assert list(first.output_ids) == reference.tokens([1, 2, 3], 5)
     assert list(second.output_ids) == reference.tokens([9, 8, 7, 6], 5)
     assert driver.worker.atom.describe().running_requests == 0
+
+
+def test_a_killed_plugin_is_restarted_and_its_requests_recomputed(driver: Driver, reference: Reference) -> None:
+    """SIGKILL the plugin twice mid-run (chunked prefill, radix sharing, retraction in flight):
+    the worker restarts it, recomputes the live requests, and every request gets exactly the
+    tokens of atom-plugin generate; a request hitting the radix cache on slots written before
+    the kill is recomputed too."""
+    import signal
+
+    host = driver.worker.atom.host
+    restarts = host.restarts
+    prompts = {f"k{i}": list(range(20 + i, 50 + i)) for i in range(6)}
+    max_new = 60
+    reqs = {rid: driver.submit(rid, p, max_new) for rid, p in prompts.items()}
+    killed: list[int] = []
+
+    def kill(step: int) -> None:
+        if step in (driver.steps_at_start + 9, driver.steps_at_start + 30):
+            pid = host.process.pid
+            os.kill(pid, signal.SIGKILL)
+            assert host.process.wait_exit(30)
+            killed.append(pid)
+
+    driver.steps_at_start = driver.steps
+    driver.run(on_step=kill)
+    assert len(killed) == 2
+    assert host.restarts == restarts + 2
+    assert host.recomputed > 0
+    for rid, prompt in prompts.items():
+        assert reqs[rid].finished(), rid
+        assert list(reqs[rid].output_ids) == reference.tokens(prompt, max_new, ignore_eos=False), rid
+    # A third kill, while the scheduler is idle: the radix cache still holds k5's prompt in
+    # slots the dead engine wrote, so a request sharing it is recomputed before its step (no
+    # new token's attention may read a stale slot). check_health restarts the plugin if the
+    # watcher's restart has not yet.
+    os.kill(host.process.pid, signal.SIGKILL)
+    assert host.process.wait_exit(30)
+    host.check_health()
+    assert host.restarts == restarts + 3
+    recomputed = host.recomputed
+    again = driver.submit("again", prompts["k5"] + [5, 6], 12)
+    driver.run()
+    assert host.recomputed > recomputed, "the radix-cache hit on stale slots was not recomputed"
+    assert list(again.output_ids) == reference.tokens(prompts["k5"] + [5, 6], 12, ignore_eos=False)
+    assert driver.worker.atom.describe().running_requests == 0
+    for pid in killed:  # reaped: no zombie or orphan is left
+        assert not os.path.exists(f"/proc/{pid}"), pid
