@@ -78,11 +78,14 @@ func TestClientDisconnectIsItsOwnOutcome(t *testing.T) {
 	stream.Close()
 	settle(t, l.eng, "the stream is aborted", idle)
 
-	// A non-streaming request whose client gives up while its step is held.
+	// A non-streaming request whose client gives up while its step is held. It asks for 250
+	// tokens without EOS, so it cannot complete (and count as a 200) before the server's
+	// connection reader, which wakes on the client's FIN, has cancelled it.
 	entered, release := holdStep(t, l, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", l.url+"/v1/completions", strings.NewReader(`{"prompt": [1, 2, 3], "max_tokens": 5}`))
+	req, err := http.NewRequestWithContext(ctx, "POST", l.url+"/v1/completions",
+		strings.NewReader(`{"prompt": [1, 2, 3], "max_tokens": 250, "ignore_eos": true}`))
 	require.NoError(t, err)
 	errc := make(chan error, 1)
 	go func() {
