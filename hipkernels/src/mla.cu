@@ -17,7 +17,10 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "atomk_internal.h"
+#include "gemv_input.h"
 
 namespace {
 
@@ -26,6 +29,7 @@ constexpr int kAbsorbRows = 8;       // token rows of one absorb or up block
 constexpr int kAbsorbCols = 64;      // W_UK columns of one absorb block
 constexpr int kAbsorbSplit = 4;      // thread groups of an absorb block, each over a quarter of the nope rows
 constexpr int kAbsorbThreads = kAbsorbCols * kAbsorbSplit;
+constexpr int kAbsorbUnroll = 8;     // W_UK rows an absorb thread loads at once
 constexpr int kUpWarps = 8;          // W_UV rows (output columns) of one up block, a warp each
 constexpr int kTile = 16;            // context positions an attention block loads at once
 constexpr int kMaxRank = 512;        // kv_rank: an attention thread keeps kv_rank/16 accumulators
@@ -126,10 +130,18 @@ __global__ void __launch_bounds__(kAbsorbThreads)
     const int per = (nope + kAbsorbSplit - 1) / kAbsorbSplit, j0 = grp * per, j1 = min(nope, j0 + per);
     float acc[kAbsorbRows] = {};
     if (c < kv_rank)
-        for (int j = j0; j < j1; ++j) {
-            const float w = atomk_to_float(wk[(int64_t)j * kv_rank + c]);
+        for (int j = j0; j < j1; j += kAbsorbUnroll) {
+            // kAbsorbUnroll loads in flight before they are used: the weight streams at decode sizes.
+            float w[kAbsorbUnroll];
 #pragma unroll
-            for (int r = 0; r < kAbsorbRows; ++r) acc[r] += qs[r][j] * w;
+            for (int u = 0; u < kAbsorbUnroll; ++u)
+                w[u] = j + u < j1 ? atomk_to_float(wk[(int64_t)(j + u) * kv_rank + c]) : 0.f;
+#pragma unroll
+            for (int u = 0; u < kAbsorbUnroll; ++u) {
+                if (j + u >= j1) break;
+#pragma unroll
+                for (int r = 0; r < kAbsorbRows; ++r) acc[r] = fmaf(qs[r][j + u], w[u], acc[r]);
+            }
         }
 #pragma unroll
     for (int r = 0; r < kAbsorbRows; ++r) part[grp][r][threadIdx.x % kAbsorbCols] = acc[r];
@@ -154,6 +166,23 @@ __device__ __forceinline__ void mla_split_range(int n, int split, int splits, in
     *end = min(n, *begin + chunk);
 }
 
+// Two consecutive elements as floats: one 4-byte load of a 16-bit pair, one 8-byte load of two
+// floats.
+template <typename T> __device__ __forceinline__ float2 pair_at(const T* p) {
+    if constexpr (sizeof(T) == 4)
+        return *reinterpret_cast<const float2*>(p);
+    else
+        return unpack2<T>(*reinterpret_cast<const uint32_t*>(p));
+}
+
+// The storage of two consecutive elements, copied whole into shared memory.
+template <typename T> using Pair = typename std::conditional<sizeof(T) == 4, float2, uint32_t>::type;
+
+// Shared-memory row strides of the attention kernel, in elements: q rows dim + 2 (consecutive
+// heads on different banks), tile rows dim + 4 (for 16-bit T the 16 positions a half-warp scores
+// fall on 16 distinct banks: a row is dim/2 + 2 words).
+constexpr int kQPad = 2, kTilePad = 4;
+
 // Attention of G heads of one token over one split of its context. Thread (g, p) = (tid / 16,
 // tid % 16) scores position p of each tile for head g; for the weighted sum it owns columns
 // 2p + 32i (i < kv_rank/32, pairs) of head g's o_lat. The softmax is the online one (running
@@ -165,12 +194,11 @@ __global__ void __launch_bounds__(G * 16)
                       const int32_t* block_tables, int table_stride, int heads, int kv_rank, int rope_dim,
                       int block_size, float scale, T* olat, float* part_acc, float* part_m, float* part_l) {
     ATOMK_PDL_ENTER();
-    constexpr int kPad = sizeof(T) == 4 ? 1 : 2;  // one 4-byte word: rows of a tile fall on distinct banks
     extern __shared__ __align__(16) unsigned char mla_smem[];
-    const int dim = kv_rank + rope_dim, stride = dim + kPad;
-    T* qs = reinterpret_cast<T*>(mla_smem);  // [G][dim]
-    T* tile = qs + G * dim;                  // [kTile][stride]
-    float* probs = reinterpret_cast<float*>(tile + kTile * stride);  // [G][kTile]
+    const int dim = kv_rank + rope_dim, qs_stride = dim + kQPad, ts = dim + kTilePad, half_dim = dim / 2;
+    T* qs = reinterpret_cast<T*>(mla_smem);  // [G][qs_stride]
+    T* tile = qs + G * qs_stride;            // [kTile][ts]
+    float* probs = reinterpret_cast<float*>(tile + kTile * ts);  // [G][kTile]
 
     const int t = blockIdx.x, h0 = blockIdx.y * G, split = blockIdx.z, splits = gridDim.z;
     const int g = threadIdx.x / 16, p = threadIdx.x % 16, h = h0 + g;
@@ -179,9 +207,11 @@ __global__ void __launch_bounds__(G * 16)
     int begin, end;
     mla_split_range(n, split, splits, &begin, &end);
 
-    for (int i = threadIdx.x; i < G * dim; i += blockDim.x) {
-        const int hh = h0 + i / dim;
-        qs[i] = hh < heads ? qlat[((int64_t)t * heads + hh) * dim + i % dim] : atomk_from_float<T>(0.f);
+    for (int gg = 0; gg < G; ++gg) {
+        const int hh = h0 + gg;
+        Pair<T>* dst = reinterpret_cast<Pair<T>*>(qs + gg * qs_stride);
+        const Pair<T>* src = reinterpret_cast<const Pair<T>*>(qlat + ((int64_t)t * heads + hh) * dim);
+        for (int i = threadIdx.x; i < half_dim; i += blockDim.x) dst[i] = hh < heads ? src[i] : Pair<T>{};
     }
     const int pairs = kv_rank / 32;
     float acc[2 * (kMaxRank / 32)];
@@ -191,23 +221,36 @@ __global__ void __launch_bounds__(G * 16)
 
     for (int base = begin; base < end; base += kTile) {
         __syncthreads();  // the previous tile has been read
-        for (int i = threadIdx.x; i < kTile * dim; i += blockDim.x) {
-            const int r = i / dim, d = i % dim, pos = base + r;
-            T v = atomk_from_float<T>(0.f);
-            if (pos < end) {
-                const int64_t slot = (int64_t)table[pos / block_size] * block_size + pos % block_size;
-                v = cache[slot * dim + d];
-            }
-            tile[r * stride + d] = v;
+#pragma unroll 4
+        for (int r = 0; r < kTile; ++r) {
+            const int pos = base + r;
+            const Pair<T>* src = nullptr;
+            if (pos < end)
+                src = reinterpret_cast<const Pair<T>*>(
+                    cache + ((int64_t)table[pos / block_size] * block_size + pos % block_size) * dim);
+            Pair<T>* dst = reinterpret_cast<Pair<T>*>(tile + r * ts);
+            for (int i = threadIdx.x; i < half_dim; i += blockDim.x) dst[i] = src ? src[i] : Pair<T>{};
         }
         __syncthreads();
         float s = -INFINITY;
         if (base + p < end) {
-            const T* qg = qs + g * dim;
-            const T* kp = tile + p * stride;
-            float dot = 0.f;
-            for (int d = 0; d < dim; ++d) dot += atomk_to_float(qg[d]) * atomk_to_float(kp[d]);
-            s = dot * scale;
+            const T* qg = qs + g * qs_stride;
+            const T* kp = tile + p * ts;
+            float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;  // four chains: the FMA latency overlaps
+            int i = 0;
+            for (; i + 4 <= dim; i += 4) {
+                const float2 a = pair_at(qg + i), b = pair_at(kp + i), c = pair_at(qg + i + 2), d = pair_at(kp + i + 2);
+                d0 = fmaf(a.x, b.x, d0);
+                d1 = fmaf(a.y, b.y, d1);
+                d2 = fmaf(c.x, d.x, d2);
+                d3 = fmaf(c.y, d.y, d3);
+            }
+            if (i < dim) {
+                const float2 a = pair_at(qg + i), b = pair_at(kp + i);
+                d0 = fmaf(a.x, b.x, d0);
+                d1 = fmaf(a.y, b.y, d1);
+            }
+            s = ((d0 + d1) + (d2 + d3)) * scale;
         }
         float mt = s;
 #pragma unroll
@@ -224,17 +267,19 @@ __global__ void __launch_bounds__(G * 16)
         const float* pg = probs + g * kTile;
 #pragma unroll
         for (int i = 0; i < kMaxRank / 32; ++i) {
-            if (i >= pairs) break;
-            const int c = 2 * p + 32 * i;
-            float a0 = acc[2 * i] * alpha, a1 = acc[2 * i + 1] * alpha;
+            if (i < pairs) {
+                const int c = 2 * p + 32 * i;
+                float a0 = acc[2 * i] * alpha, a1 = acc[2 * i + 1] * alpha;
 #pragma unroll
-            for (int r = 0; r < kTile; ++r) {
-                const float w = pg[r];
-                a0 += w * atomk_to_float(tile[r * stride + c]);
-                a1 += w * atomk_to_float(tile[r * stride + c + 1]);
+                for (int r = 0; r < kTile; ++r) {
+                    const float w = pg[r];
+                    const float2 v = pair_at(tile + r * ts + c);
+                    a0 = fmaf(w, v.x, a0);
+                    a1 = fmaf(w, v.y, a1);
+                }
+                acc[2 * i] = a0;
+                acc[2 * i + 1] = a1;
             }
-            acc[2 * i] = a0;
-            acc[2 * i + 1] = a1;
         }
     }
     if (h >= heads) return;
@@ -243,20 +288,21 @@ __global__ void __launch_bounds__(G * 16)
         const float inv = l > 0.f ? 1.f / l : 0.f;
 #pragma unroll
         for (int i = 0; i < kMaxRank / 32; ++i) {
-            if (i >= pairs) break;
-            const int c = 2 * p + 32 * i;
-            olat[row * kv_rank + c] = atomk_from_float<T>(acc[2 * i] * inv);
-            olat[row * kv_rank + c + 1] = atomk_from_float<T>(acc[2 * i + 1] * inv);
+            if (i < pairs) {
+                const int c = 2 * p + 32 * i;
+                olat[row * kv_rank + c] = atomk_from_float<T>(acc[2 * i] * inv);
+                olat[row * kv_rank + c + 1] = atomk_from_float<T>(acc[2 * i + 1] * inv);
+            }
         }
         return;
     }
     float* pa = part_acc + (row * splits + split) * kv_rank;
 #pragma unroll
     for (int i = 0; i < kMaxRank / 32; ++i) {
-        if (i >= pairs) break;
-        const int c = 2 * p + 32 * i;
-        pa[c] = acc[2 * i];
-        pa[c + 1] = acc[2 * i + 1];
+        if (i < pairs) {
+            const int c = 2 * p + 32 * i;
+            *reinterpret_cast<float2*>(pa + c) = make_float2(acc[2 * i], acc[2 * i + 1]);
+        }
     }
     if (p == 0) {
         part_m[row * splits + split] = begin < end ? m : -INFINITY;
@@ -264,33 +310,60 @@ __global__ void __launch_bounds__(G * 16)
     }
 }
 
-// Merges the splits of one (token, head): o_lat = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s.
+// Merges the splits of one (token, head): o_lat = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s. The
+// first warp turns the splits' maxima and sums into one weight each, then every thread sums its
+// columns over the splits.
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
     mla_merge_kernel(const float* part_acc, const float* part_m, const float* part_l, T* olat, int heads, int kv_rank,
                      int splits) {
     ATOMK_PDL_ENTER();
+    __shared__ float wsh[kMaxSplits];
     const int64_t row = (int64_t)blockIdx.x * heads + blockIdx.y;
     const float* m = part_m + row * splits;
     const float* l = part_l + row * splits;
-    float mx = -INFINITY;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, m[s]);
-    float sum = 0.f;
-    for (int s = 0; s < splits; ++s) sum += m[s] == -INFINITY ? 0.f : expf(m[s] - mx) * l[s];
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    if (threadIdx.x < ATOMK_WARP_SIZE) {
+        const int lane = threadIdx.x;
+        float mx = -INFINITY;
+        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) mx = fmaxf(mx, m[s]);
+        mx = atomk_warp_max(mx);
+        float sum = 0.f;
+        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) {
+            const float w = m[s] == -INFINITY ? 0.f : expf(m[s] - mx);
+            wsh[s] = w;
+            sum += w * l[s];
+        }
+        sum = atomk_warp_sum(sum);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) wsh[s] *= inv;
+    }
+    __syncthreads();
+    const float* acc = part_acc + row * splits * kv_rank;
     for (int c = threadIdx.x; c < kv_rank; c += blockDim.x) {
         float o = 0.f;
-        for (int s = 0; s < splits; ++s)
-            if (m[s] != -INFINITY) o += expf(m[s] - mx) * part_acc[(row * splits + s) * kv_rank + c];
-        olat[row * kv_rank + c] = atomk_from_float<T>(o * inv);
+        for (int s = 0; s < splits; ++s) o = fmaf(wsh[s], acc[(int64_t)s * kv_rank + c], o);
+        olat[row * kv_rank + c] = atomk_from_float<T>(o);
+    }
+}
+
+// The floats of one 16-byte chunk of T (8 16-bit values or 4 floats).
+template <typename T> __device__ __forceinline__ void unpack16(const uint4& v, float* f) {
+    if constexpr (sizeof(T) == 4) {
+        f[0] = __uint_as_float(v.x);
+        f[1] = __uint_as_float(v.y);
+        f[2] = __uint_as_float(v.z);
+        f[3] = __uint_as_float(v.w);
+    } else {
+        unpack8<T>(v, f);
     }
 }
 
 // out[t, h, j] = W_UV_h[j, :] · o_lat[t, h, :]: one block per (head, kUpWarps output columns,
-// kAbsorbRows tokens), a warp per column j, its lanes along the W_UV row (coalesced pairs).
+// kAbsorbRows tokens), a warp per column j, its lanes along the W_UV row in 16-byte chunks.
 template <typename T>
 __global__ void __launch_bounds__(kUpWarps * ATOMK_WARP_SIZE)
     mla_up_kernel(const T* olat, const T* kvb, T* out, int tokens, int heads, int kv_rank, int nope, int vdim) {
+    constexpr int CE = 16 / sizeof(T);
     ATOMK_PDL_ENTER();
     __shared__ float os[kAbsorbRows][kMaxRank];
     const int h = blockIdx.x, t0 = blockIdx.z * kAbsorbRows, rows = min(kAbsorbRows, tokens - t0);
@@ -302,12 +375,15 @@ __global__ void __launch_bounds__(kUpWarps * ATOMK_WARP_SIZE)
     const int warp = threadIdx.x / ATOMK_WARP_SIZE, lane = threadIdx.x % ATOMK_WARP_SIZE;
     const int j = blockIdx.y * kUpWarps + warp;
     if (j >= vdim) return;
-    const T* wr = kvb + ((int64_t)h * (nope + vdim) + nope + j) * kv_rank;
+    const uint4* wr = reinterpret_cast<const uint4*>(kvb + ((int64_t)h * (nope + vdim) + nope + j) * kv_rank);
     float acc[kAbsorbRows] = {};
-    for (int c = 2 * lane; c < kv_rank; c += 2 * ATOMK_WARP_SIZE) {
-        const float w0 = atomk_to_float(wr[c]), w1 = atomk_to_float(wr[c + 1]);
+    for (int c = lane; c * CE < kv_rank; c += ATOMK_WARP_SIZE) {
+        float w[CE];
+        unpack16<T>(load_stream(wr + c), w);
 #pragma unroll
-        for (int r = 0; r < kAbsorbRows; ++r) acc[r] += os[r][c] * w0 + os[r][c + 1] * w1;
+        for (int r = 0; r < kAbsorbRows; ++r)
+#pragma unroll
+            for (int q = 0; q < CE; ++q) acc[r] = fmaf(os[r][c * CE + q], w[q], acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < kAbsorbRows; ++r) acc[r] = atomk_warp_sum(acc[r]);
@@ -387,7 +463,7 @@ int launch_mla(void* out, const void* q, const void* kvb, const void* cache, con
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_mla_attention: workspace of %zu bytes, %zu needed", work_size,
                           w.total);
     const int dim = kv_rank + rope_dim;
-    const size_t smem = (size_t)G * dim * sizeof(T) + (size_t)kTile * (dim + (sizeof(T) == 4 ? 1 : 2)) * sizeof(T) +
+    const size_t smem = (size_t)G * (dim + kQPad) * sizeof(T) + (size_t)kTile * (dim + kTilePad) * sizeof(T) +
                         (size_t)G * kTile * sizeof(float);
     T* qlat = reinterpret_cast<T*>(work + w.qlat);
     T* olat = reinterpret_cast<T*>(work + w.olat);

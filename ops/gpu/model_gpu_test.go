@@ -193,7 +193,13 @@ func TestModelBatchMatchesCPU(t *testing.T) {
 			require.NoError(t, err)
 			defer ck.Close()
 			cfg := ck.Config
-			g, c := newGPU(t, cfg.DType), newCPU(t)
+			// DeepSeek's group-limited routers swap a whole group of experts on a near tie that
+			// bf16 rounding tips (see logprobTolerance): its batching is checked in float32.
+			dt := cfg.DType
+			if cfg.MoE.DeepSeek.Groups > 1 {
+				dt = ops.F32
+			}
+			g, c := newGPU(t, dt), newCPU(t)
 			opt := models.Options{MaxTokens: 128, MaxSeqs: 4}
 			gm, err := models.Load(ck, g, opt)
 			require.NoError(t, err)
@@ -246,7 +252,7 @@ func TestModelBatchMatchesCPU(t *testing.T) {
 				g.ReadRows(gm.Logits(gm.Forward(ids, meta, gc), rows), gl)
 				c.ReadRows(cm.Logits(cm.Forward(ids, meta, cc), rows), cl)
 				e := relErr(gl, cl)
-				recordErr(result{kind: "model-batch", name: fmt.Sprintf("%s step %d logits", name, si), dt: cfg.DType, val: e, limit: 5e-2})
+				recordErr(result{kind: "model-batch", name: fmt.Sprintf("%s step %d logits", name, si), dt: dt, val: e, limit: 5e-2})
 				require.LessOrEqual(t, e, 5e-2, "step %d logits", si)
 			}
 		})

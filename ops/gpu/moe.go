@@ -125,7 +125,7 @@ func (b *Backend) route(op string, r *moeRouting, lt *Tensor, bias hipkernels.Pt
 		shapeErr(op, "logits %v for %d experts, %d tokens", lt.shape, s.Experts, s.MaxTokens)
 	}
 	r.rows = rows
-	if !s.Plain() || bias != 0 {
+	if !plainRouting(s) || bias != 0 {
 		scale := s.Scale
 		if scale == 0 {
 			scale = 1
@@ -147,6 +147,12 @@ func (b *Backend) route(op string, r *moeRouting, lt *Tensor, bias hipkernels.Pt
 	// launch saved is worth a few percent of the step).
 	a := r.pass(0, rows)
 	b.must(op, b.lib.MoERouteAlign(b.kdt, lt.ptr, rows, s.Renormalize, a, b.stream))
+}
+
+// plainRouting reports whether spec routes by softmax top-k alone (the shared experts, whatever
+// they are, do not change the routing): the router moe.cu fuses with the grouping.
+func plainRouting(s ops.MoESpec) bool {
+	return s.Scoring == ops.ScoreSoftmax && s.Groups == 0 && !s.Bias && (s.Scale == 0 || s.Scale == 1)
 }
 
 // pass sets r.args for the chunk of n tokens from token t0, at the tile rows its size takes.
