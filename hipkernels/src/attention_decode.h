@@ -42,6 +42,32 @@ __device__ __forceinline__ int split_count(int ctx, int splits, int partition, i
     return min(splits, (ctx + part - 1) / part);
 }
 
+// The first context position a query at position pos attends to: pos-window+1 under a sliding
+// window (window > 0), else 0.
+__device__ __forceinline__ int attn_from(int pos, int window) { return window > 0 ? max(0, pos - window + 1) : 0; }
+
+// The positions a query at position pos attends to, attn_from(pos, window)..pos, as a count
+// (what split_range and split_count divide: a windowed token spreads only its window).
+__device__ __forceinline__ int attn_len(int pos, int window) { return pos + 1 - attn_from(pos, window); }
+
+// split_range over the positions a query at position pos attends to, as absolute positions.
+__device__ __forceinline__ void token_split_range(int pos, int window, int split, int splits, int partition,
+                                                  int quantum, int* begin, int* end) {
+    const int from = attn_from(pos, window);
+    split_range(pos + 1 - from, split, splits, partition, quantum, begin, end);
+    *begin += from;
+    *end += from;
+}
+
+// Whether this warp's online softmax starts from the head's sink (sinks non-NULL): a sink is one
+// more logit in the softmax with no value, so it enters as a state m = sink, l = 1 (e^0), acc =
+// 0 that the rescaling, the warps' merge and the partitions' merge then carry like any other;
+// exactly one state per (token, head) holds it: warp 0 of partition 0, which always holds
+// positions.
+__device__ __forceinline__ bool holds_sink(const float* sinks, int warp, int split) {
+    return sinks != nullptr && warp == 0 && split == 0;
+}
+
 // The end of both kernels: merges the kWarps warps' results of the block's hpb query heads from
 // shared memory (acc [kWarps][G][head_dim], m and l [kWarps][G], G >= hpb the row stride) as
 // M = max_w m_w, weight_w = exp(m_w - M), acc = Σ_w acc_w · weight_w, l = Σ_w l_w · weight_w (the
@@ -109,7 +135,8 @@ __device__ void merge_warps_store(const float* merge_acc, const float* merge_m, 
 // The online softmax runs in base 2 on fp32 scores (pre-multiplied by scale·log2 e); a row's
 // maximum is shared by its four lanes with two shuffles. Block table entries for the next step
 // are read while the current one computes. Positions past the partition are neither loaded
-// (their K/V registers are zero) nor weighted (score -inf).
+// (their K/V registers are zero) nor weighted (score -inf). Under a sliding window the
+// partitions divide only the window (token_split_range): positions before it are never read.
 //
 // A block is kWarps warps on one (token, head group, partition); warps interleave their steps,
 // so each KV row is read once per block and the warps are merged as in the portable kernel.
@@ -198,7 +225,7 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D, Wide>::min_blocks)
 decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, const T* q,
                         const T* k_cache, const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
-                        int block_size, float scale, int partition) {
+                        int block_size, float scale, int partition, int window, const float* sinks) {
     // With split contexts (small decode batches) the block's first K and V rows go to L2 while
     // the previous kernel (RoPE, writing this step's rows through L2) finishes: the metadata is
     // uploaded before the step's kernels, and L2 is coherent, so nothing read after the wait can
@@ -208,7 +235,8 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
     // wait: values kept across it made ptxas spill in the main loop.
     if (gridDim.z > 1 && threadIdx.x < kPrefetchPositions) {
         int b, e;
-        split_range(positions[blockIdx.x] + 1, blockIdx.z, gridDim.z, partition, 8 * DecodeTiles<D, Wide>::value * kWarps, &b, &e);
+        token_split_range(positions[blockIdx.x], window, blockIdx.z, gridDim.z, partition,
+                          8 * DecodeTiles<D, Wide>::value * kWarps, &b, &e);
         const int p = b + threadIdx.x;
         if (p < e) {
             const int32_t* tb = block_tables + (size_t)token_seq[blockIdx.x] * bt_stride;
@@ -229,7 +257,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
     const int t = blockIdx.x, h0 = blockIdx.y * hpb, split = blockIdx.z, splits = gridDim.z;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     int begin, end;
-    split_range(positions[t] + 1, split, splits, partition, STEP * kWarps, &begin, &end);
+    token_split_range(positions[t], window, split, splits, partition, STEP * kWarps, &begin, &end);
     const int32_t* table = block_tables + (size_t)token_seq[t] * bt_stride;
     const T* k_head = k_cache + (size_t)(h0 / (num_heads / num_kv_heads)) * D;
     const T* v_head = v_cache + (size_t)(h0 / (num_heads / num_kv_heads)) * D;
@@ -254,6 +282,10 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
 #pragma unroll
     for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = 0.f;
     float m_run = -INFINITY, l_run = 0.f;  // row g's running max (base 2) and this lane's share of the sum
+    if (holds_sink(sinks, warp, split) && g < hpb) {  // the sink's state (holds_sink); c == 0 holds its 1
+        m_run = sinks[h0 + g] * 1.4426950408889634f;   // a raw logit: base 2 without the softmax scale
+        l_run = c == 0 ? 1.f : 0.f;
+    }
 
     int p0 = begin + warp * STEP;
     int next[KT];  // slot of position p0 + 8kt + g, looked up one step ahead
@@ -297,7 +329,8 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
             s[kt][1] = p + 1 < end ? d[1] * scale2 : -INFINITY;
         }
 
-        // Online softmax. Position p0 is inside the partition, so the maximum is finite.
+        // Online softmax. Position p0 is inside the partition, so the maximum is finite (and so
+        // is m_run from here on: the sink's, or that of the first step).
         float mx = m_run;
 #pragma unroll
         for (int kt = 0; kt < KT; ++kt) mx = fmaxf(mx, fmaxf(s[kt][0], s[kt][1]));
