@@ -183,9 +183,9 @@ type prefillTiles struct {
 	valid               bool
 	group, rows, window int
 	n                   int
-	buf         devBuf
-	work        []tileWork
-	host        []int32
+	buf                 devBuf
+	work                []tileWork
+	host                []int32
 }
 
 // tileWork is one tile of packed rows (query token x head of a GQA group) of a sequence, and
