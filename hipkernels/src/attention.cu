@@ -13,8 +13,8 @@
 //
 // Both apply a sliding window (a token at position p attends to max(0, p-window+1)..p only; the
 // partitions divide that range, so a long context costs only its window) and attention sinks
-// (one logit per query head in the softmax's denominator: the initial online-softmax state of
-// one warp per (token, head), holds_sink).
+// (one logit per query head in the softmax's denominator, merged in once per (token, head) with
+// the warps' results of partition 0: merge_warps_store).
 #include <math.h>
 #include <stdint.h>
 
@@ -52,6 +52,7 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
                        const float* sinks) {
     ATOMK_PDL_ENTER();
     extern __shared__ float smem[];  // acc [kWarps][G][head_dim], then m [kWarps][G], l [kWarps][G]
+    __shared__ float sink_m[G];
     float* merge_acc = smem;
     float* merge_m = smem + kWarps * G * head_dim;
     float* merge_l = merge_m + kWarps * G;
@@ -74,10 +75,8 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
             qv[g][i] = g < hpb && d < head_dim ? atomk_to_float(qh[d]) * scale : 0.f;
             acc[g][i] = 0.f;
         }
-        // The sink's state (holds_sink): m = sink, l = e^0.
-        const bool sink = g < hpb && holds_sink(sinks, warp, split);
-        m[g] = sink ? sinks[h0 + g] : -INFINITY;
-        l[g] = sink ? 1.f : 0.f;
+        m[g] = -INFINITY;
+        l[g] = 0.f;
     }
 
     // U consecutive positions per warp and iteration: their K and V rows are all loaded before
@@ -148,9 +147,10 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
             if (d < head_dim) merge_acc[(warp * G + g) * head_dim + d] = acc[g][i];
         }
     }
+    store_sinks(sink_m, sinks, G, hpb, h0, split);
     __syncthreads();
     merge_warps_store(merge_acc, merge_m, merge_l, G, hpb, head_dim, t, h0, num_heads, split, splits, out, part_acc,
-                      part_m, part_l);
+                      part_m, part_l, sink_m);
 }
 
 // Partitions each merging thread loads in one round (see attention_merge_kernel).

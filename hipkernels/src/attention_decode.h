@@ -59,13 +59,13 @@ __device__ __forceinline__ void token_split_range(int pos, int window, int split
     *end += from;
 }
 
-// Whether this warp's online softmax starts from the head's sink (sinks non-NULL): a sink is one
-// more logit in the softmax with no value, so it enters as a state m = sink, l = 1 (e^0), acc =
-// 0 that the rescaling, the warps' merge and the partitions' merge then carry like any other;
-// exactly one state per (token, head) holds it: warp 0 of partition 0, which always holds
-// positions.
-__device__ __forceinline__ bool holds_sink(const float* sinks, int warp, int split) {
-    return sinks != nullptr && warp == 0 && split == 0;
+// Fills sink_m[0..G) (shared memory) with the block's heads' sink logits for merge_warps_store:
+// sinks[h0 + g] in partition 0, -inf elsewhere (no sink, heads past hpb, other partitions).
+// Called by every thread before a barrier that precedes merge_warps_store (the decode kernel: the
+// one after its Q load, so that nothing of it stays live in registers across the main loop).
+__device__ __forceinline__ void store_sinks(float* sink_m, const float* sinks, int G, int hpb, int h0, int split) {
+    const int g = threadIdx.x;
+    if (g < G) sink_m[g] = sinks != nullptr && split == 0 && g < hpb ? sinks[h0 + g] : -INFINITY;
 }
 
 // The end of both kernels: merges the kWarps warps' results of the block's hpb query heads from
@@ -76,16 +76,21 @@ __device__ __forceinline__ bool holds_sink(const float* sinks, int warp, int spl
 // (row * splits + split). A warp that saw no position has m = -inf and weight 0; a block that saw
 // none (a partition past the token's context) writes m = -inf, l = 0 and zeros, so that the
 // merge kernel may read every partition without first finding out which hold positions.
+// A sink (sink_m[g] > -inf, store_sinks: partition 0 only, so once per (token, head)) is one more
+// logit with no value: a state m = sink, l = e^0, acc = 0 merged with the warps' in fp32, which
+// the partitions' merge then carries like any other (probabilities are rounded to 16 bits for
+// the tensor cores relative to the scores' own maximum, never to a larger sink).
 template <typename T>
 __device__ void merge_warps_store(const float* merge_acc, const float* merge_m, const float* merge_l, int G, int hpb,
                                   int head_dim, int t, int h0, int num_heads, int split, int splits, T* out,
-                                  float* part_acc, float* part_m, float* part_l) {
+                                  float* part_acc, float* part_m, float* part_l, const float* sink_m) {
     for (int j = threadIdx.x; j < hpb * head_dim; j += blockDim.x) {
         const int g = j / head_dim, d = j % head_dim;
-        float mx = -INFINITY;
+        const float sk = sink_m[g];
+        float mx = sk;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, merge_m[w * G + g]);
-        float a = 0.f, sum = 0.f;
+        float a = 0.f, sum = sk == -INFINITY ? 0.f : expf(sk - mx);
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) {
             const float mw = merge_m[w * G + g];
@@ -253,6 +258,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
     __shared__ float merge_acc[kWarps * kMaxGroup * D];
     __shared__ float merge_m[kWarps * kMaxGroup], merge_l[kWarps * kMaxGroup];
     __shared__ uint4 q_frag[KP * 32];  // piece i of lane (g, c)'s Q row g at [i*32 + lane]
+    __shared__ float sink_m[kMaxGroup];
 
     const int t = blockIdx.x, h0 = blockIdx.y * hpb, split = blockIdx.z, splits = gridDim.z;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
@@ -275,6 +281,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
         const T* qh = q + ((size_t)t * num_heads + h0 + gj) * D;
         q_frag[j] = gj < hpb && begin < end ? load16(qh + 8 * (cj + 4 * i)) : make_uint4(0, 0, 0, 0);
     }
+    store_sinks(sink_m, sinks, kMaxGroup, hpb, h0, split);
     __syncthreads();
     const float scale2 = scale * 1.4426950408889634f;  // scores in base 2
 
@@ -282,10 +289,6 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
 #pragma unroll
     for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = 0.f;
     float m_run = -INFINITY, l_run = 0.f;  // row g's running max (base 2) and this lane's share of the sum
-    if (holds_sink(sinks, warp, split) && g < hpb) {  // the sink's state (holds_sink); c == 0 holds its 1
-        m_run = sinks[h0 + g] * 1.4426950408889634f;   // a raw logit: base 2 without the softmax scale
-        l_run = c == 0 ? 1.f : 0.f;
-    }
 
     int p0 = begin + warp * STEP;
     int next[KT];  // slot of position p0 + 8kt + g, looked up one step ahead
@@ -329,8 +332,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
             s[kt][1] = p + 1 < end ? d[1] * scale2 : -INFINITY;
         }
 
-        // Online softmax. Position p0 is inside the partition, so the maximum is finite (and so
-        // is m_run from here on: the sink's, or that of the first step).
+        // Online softmax. Position p0 is inside the partition, so the maximum is finite.
         float mx = m_run;
 #pragma unroll
         for (int kt = 0; kt < KT; ++kt) mx = fmaxf(mx, fmaxf(s[kt][0], s[kt][1]));
@@ -381,7 +383,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
     }
     __syncthreads();
     merge_warps_store(merge_acc, merge_m, merge_l, kMaxGroup, hpb, D, t, h0, num_heads, split, splits, out, part_acc,
-                      part_m, part_l);
+                      part_m, part_l, sink_m);
 }
 #endif  // ATOMK_CUDA
 
