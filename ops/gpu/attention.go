@@ -180,17 +180,17 @@ var (
 // prefillTiles is the device tile list of the prefill kernel for the current metadata (reset
 // by prepare when the metadata changes).
 type prefillTiles struct {
-	valid               bool
-	group, rows, window int
-	n                   int
-	buf                 devBuf
-	work                []tileWork
-	host                []int32
+	valid       bool
+	group, rows int
+	n           int
+	buf         devBuf
+	work        []tileWork
+	host        []int32
 }
 
 // tileWork is one tile of packed rows (query token x head of a GQA group) of a sequence, and
-// the context positions its rows attend to together (its cost).
-type tileWork struct{ seq, row0, cost int32 }
+// the context positions its last row attends to (its cost).
+type tileWork struct{ seq, row0, end int32 }
 
 // prefillAttention runs the tensor-core kernel on a batch that holds a prefill chunk (eager
 // passes, 16-bit dtypes, shapes the library supports) and reports whether it did; otherwise
@@ -205,7 +205,7 @@ func (b *Backend) prefillAttention(o, q *Tensor, c *KVCache, layer int, dm *devM
 		return false
 	}
 	b.must("Attention", err)
-	tiles, n := b.prefillTileList(a.NumHeads/a.NumKVHeads, rows, a.Window)
+	tiles, n := b.prefillTileList(a.NumHeads/a.NumKVHeads, rows)
 	args := &hipkernels.PrefillArgs{Out: o.ptr, Q: q.ptr, KCache: c.k[layer], VCache: c.v[layer],
 		QueryStart: dm.queryStart, SeqLens: dm.seqLens, BlockTables: dm.tables, BlockTableStride: dm.stride,
 		Tiles: tiles, NumTiles: n, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
@@ -220,41 +220,37 @@ func (b *Backend) prefillAttention(o, q *Tensor, c *KVCache, layer int, dm *devM
 }
 
 // prefillTileList returns the device tile list of the current metadata for GQA groups of group
-// heads, tiles of rows packed rows and a sliding window (0: none), and its length, uploading it
-// when it changed. The tiles with the longest contexts come first, so the longest blocks start
-// first.
-func (b *Backend) prefillTileList(group, rows, window int) (hipkernels.Ptr, int) {
+// heads and tiles of rows packed rows, and its length, uploading it when it changed. The tiles
+// with the longest contexts come first, so the longest blocks start first. The list does not
+// depend on a layer's sliding window (layers of a model alternating windowed and full attention
+// share one upload per step; under a window every tile costs about the window anyway).
+func (b *Backend) prefillTileList(group, rows int) (hipkernels.Ptr, int) {
 	t, m := &b.meta.tiles, &b.meta
-	if t.valid && t.group == group && t.rows == rows && t.window == window {
+	if t.valid && t.group == group && t.rows == rows {
 		return t.buf.ptr, t.n
 	}
-	t.work = buildTiles(t.work[:0], m.qstart, m.lens, group, rows, window)
+	t.work = buildTiles(t.work[:0], m.qstart, m.lens, group, rows)
 	t.host = t.host[:0]
 	for _, w := range t.work {
 		t.host = append(t.host, w.seq, w.row0)
 	}
 	b.uploadInt32(&t.buf, t.host)
-	t.valid, t.group, t.rows, t.window, t.n = true, group, rows, window, len(t.work)
+	t.valid, t.group, t.rows, t.n = true, group, rows, len(t.work)
 	return t.buf.ptr, t.n
 }
 
 // buildTiles appends to work the tiles of rows packed rows covering each sequence's query
 // tokens times group heads (sequence s has queryStart[s+1]-queryStart[s] tokens, the last of
-// its lens[s] positions), longest context first: the positions from the first row's window
-// start (0 without a window, window <= 0) to the last row's position, which the kernel reads.
-func buildTiles(work []tileWork, queryStart, lens []int32, group, rows, window int) []tileWork {
+// its lens[s] positions), longest context first.
+func buildTiles(work []tileWork, queryStart, lens []int32, group, rows int) []tileWork {
 	for s, n := range lens {
 		qlen := int(queryStart[s+1] - queryStart[s])
 		packed, first := qlen*group, int(n)-qlen
 		for r := 0; r < packed; r += rows {
 			end := first + (min(r+rows, packed)-1)/group + 1
-			begin := 0
-			if window > 0 {
-				begin = max(0, first+r/group-window+1)
-			}
-			work = append(work, tileWork{seq: int32(s), row0: int32(r), cost: int32(end - begin)})
+			work = append(work, tileWork{seq: int32(s), row0: int32(r), end: int32(end)})
 		}
 	}
-	slices.SortStableFunc(work, func(x, y tileWork) int { return cmp.Compare(y.cost, x.cost) })
+	slices.SortStableFunc(work, func(x, y tileWork) int { return cmp.Compare(y.end, x.end) })
 	return work
 }
