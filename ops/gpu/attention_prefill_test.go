@@ -20,18 +20,13 @@ func TestIsPrefill(t *testing.T) {
 func TestBuildTiles(t *testing.T) {
 	// Sequence 0: 20 tokens after 30 cached, group 4 -> 80 packed rows, tiles at rows 0 and 64;
 	// sequence 1: a decode at context 100 -> 4 rows; sequence 2: no tokens.
-	got := buildTiles(nil, []int32{0, 20, 21, 21}, []int32{50, 100, 7}, 4, 64, 0)
-	want := []tileWork{{seq: 1, row0: 0, cost: 100}, {seq: 0, row0: 64, cost: 50}, {seq: 0, row0: 0, cost: 46}}
-	require.Equal(t, want, got)
-	// A window of 8: a tile costs the positions from its first row's window start (the decode
-	// at 99: 92..99; rows 0-63 at 30..45: 23..45; rows 64-79 at 46..49: 39..49).
-	got = buildTiles(nil, []int32{0, 20, 21, 21}, []int32{50, 100, 7}, 4, 64, 8)
-	want = []tileWork{{seq: 0, row0: 0, cost: 23}, {seq: 0, row0: 64, cost: 11}, {seq: 1, row0: 0, cost: 8}}
+	got := buildTiles(nil, []int32{0, 20, 21, 21}, []int32{50, 100, 7}, 4, 64)
+	want := []tileWork{{seq: 1, row0: 0, end: 100}, {seq: 0, row0: 64, end: 50}, {seq: 0, row0: 0, end: 46}}
 	require.Equal(t, want, got)
 	// Every packed row is covered once.
 	for _, g := range []int{1, 3, 8} {
 		rows := 0
-		for _, w := range buildTiles(nil, []int32{0, 70, 71}, []int32{70, 9}, g, 64, 5) {
+		for _, w := range buildTiles(nil, []int32{0, 70, 71}, []int32{70, 9}, g, 64) {
 			rows += min(64, []int{70 * g, g}[w.seq]-int(w.row0))
 		}
 		require.Equal(t, 71*g, rows, "group %d", g)
