@@ -139,8 +139,8 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
     cp_async_commit();
 
     // This lane's two rows of the warp's 16 (the mma accumulator layout): g and g + 8, and the
-    // positions they sit at. A row past the sequence gets a position past the context; its
-    // (zero) query still sees position 0, so its softmax stays finite, and it is never written.
+    // positions they sit at. A row past the sequence gets a position past the context; it is
+    // never written (its softmax may see no position at all under a window: see the guard below).
     // from_a and from_b are the rows' first positions (a window's start, else 0).
     const int g = lane / 4, tq = lane % 4;
     const int wrow = warp * 16;
