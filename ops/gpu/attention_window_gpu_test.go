@@ -128,7 +128,7 @@ func checkWindowBatch(t *testing.T, b *Backend, dt ops.DType, sh decodeShape, bl
 			before := prefillLaunches.Load()
 			b.Attention(out, q, kv, 0, meta, a)
 			ran := int64(0)
-			if chunk && b.lib.WarpSize() == 32 && dt != ops.F32 && (sh.hd == 64 || sh.hd == 128) {
+			if chunk && prefillSupported(b, dt, attnShape(sh)) {
 				ran = 1
 			}
 			require.Equal(t, ran, prefillLaunches.Load()-before, "prefill kernel launches")
@@ -172,6 +172,9 @@ func TestAttentionWindowSinks(t *testing.T) {
 	}
 	for _, dt := range testDTypes {
 		for _, bs := range []int{16, 5} {
+			if bs != 16 && dt != ops.BF16 {
+				continue // blocks of 5 (positions crossing blocks anywhere): one dtype is enough
+			}
 			for _, sh := range shapes {
 				name := fmt.Sprintf("h=%d kv=%d hd=%d bs=%d", sh.heads, sh.kvHeads, sh.hd, bs)
 				t.Run(fmt.Sprintf("%v %s", dt, name), func(t *testing.T) {
