@@ -60,7 +60,7 @@ func TestDecodeGraphsMatchEager(t *testing.T) {
 	}{{"qwen3-bf16", ops.BF16}, {"llama-bf16", ops.BF16}, {"qwen2-bf16", ops.BF16}, {"mistral-f16", ops.F16},
 		{"llama3-rope-f32", ops.F32}, {"llama-yarn-bf16", ops.BF16},
 		{"qwen3_moe-bf16", ops.BF16}, {"qwen2_moe-bf16", ops.BF16}, {"mixtral-f16", ops.F16}, {"llama-fp8", ops.BF16},
-		{"deepseek_v2-lite-bf16", ops.BF16}, {"deepseek_v3-bf16", ops.BF16}} {
+		{"deepseek_v2-lite-bf16", ops.BF16}, {"deepseek_v3-bf16", ops.BF16}, {"gpt_oss-bf16", ops.BF16}} {
 		t.Run(tc.name, func(t *testing.T) { graphsVsEager(t, rng, tc.name, tc.dt) })
 	}
 }
@@ -76,6 +76,9 @@ func graphsVsEager(t *testing.T, rng *rand.Rand, name string, dt ops.DType) {
 	defer be.Close()
 	limits := models.Options{MaxTokens: 256, MaxSeqs: 16}
 	m, err := models.Load(ck, be, limits)
+	if gpuCannotServe(err) { // a model whose kernels are still to come (the sentinels --device auto reads)
+		t.Skipf("no gpu kernels for this model yet: %v", err)
+	}
 	require.NoError(t, err)
 	const bs, blocks, perSeq = 4, 128, 8
 	eager, err := NewRunner(m, be, limits, blocks, bs)

@@ -68,17 +68,18 @@ type fns struct {
 	ropeWriteKVFused func(dt int32, qOut, qkv, kCache, vCache, positions, slots, invFreq uintptr, attnFactor float32,
 		qNorm, kNorm uintptr, normEps float32, tokens, qHeads, kvHeads, headDim, rotaryDim int32, numSlots int64,
 		s uintptr) int32
-	attnWorkspace  func(tokens, numHeads, numKVHeads, headDim, maxCtx int32, bytes *uint64) int32
+	attnWorkspace  func(tokens, numHeads, numKVHeads, headDim, maxCtx, window int32, bytes *uint64) int32
 	pagedAttention func(dt int32, out, q, kCache, vCache, tokenSeq, positions, blockTables uintptr,
-		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx int32,
-		workspace uintptr, workspaceSize uint64, s uintptr) int32
+		btStride, tokens, numHeads, numKVHeads, headDim, blockSize int32, scale float32, maxCtx, window int32,
+		sinks, workspace uintptr, workspaceSize uint64, s uintptr) int32
 	argmaxRows func(dt int32, out, x uintptr, rows, cols int32, s uintptr) int32
 	sampleRows func(dt int32, tokens, logprobs, host, logits, params uintptr, rows, vocab int32, work, s uintptr) int32
 	sampleWork func(bytes *uint64) int32
 
 	prefillTileRows  func(dt, numHeads, numKVHeads, headDim int32, rows *int32) int32
 	prefillAttention func(dt int32, out, q, kCache, vCache, queryStart, seqLens, blockTables uintptr, btStride int32,
-		tiles uintptr, numTiles, numHeads, numKVHeads, headDim, blockSize int32, scale float32, s uintptr) int32
+		tiles uintptr, numTiles, numHeads, numKVHeads, headDim, blockSize int32, scale float32, window int32,
+		sinks, s uintptr) int32
 
 	// block-scaled FP8 weights (fp8.cu)
 	gemvFP8 func(dt int32, out, x, w, scales, bias uintptr, m, n, k, stride, blockN, blockK, scaleCols int32,

@@ -261,17 +261,20 @@ type AttentionArgs struct {
 	HeadDim, BlockSize     int
 	Scale                  float32
 	MaxCtx                 int // the largest positions[t]+1 of the batch
+	Window                 int // sliding window: a token at p attends to max(0, p-Window+1)..p; 0: none
+	Sinks                  Ptr // float32 [NumHeads] sink logits in the softmax's denominator; 0: none
 	Workspace              Ptr // float scratch of WorkspaceBytes, at least PagedAttentionWorkspace's size
 	WorkspaceBytes         int
 }
 
-// PagedAttentionWorkspace returns the scratch bytes PagedAttention needs for this shape (0 when
-// the batch fills the GPU without splitting the context).
-func (l *Lib) PagedAttentionWorkspace(tokens, numHeads, numKVHeads, headDim, maxCtx int) (int, error) {
+// PagedAttentionWorkspace returns the scratch bytes PagedAttention needs for this shape and
+// sliding window (0: none) (0 bytes when the batch fills the GPU without splitting the context).
+func (l *Lib) PagedAttentionWorkspace(tokens, numHeads, numKVHeads, headDim, maxCtx, window int) (int, error) {
 	o := getOuts()
 	defer outPool.Put(o)
 	err := l.call("atomk_paged_attention_workspace", func() int32 {
-		return l.f.attnWorkspace(int32(tokens), int32(numHeads), int32(numKVHeads), int32(headDim), int32(maxCtx), &o.n)
+		return l.f.attnWorkspace(int32(tokens), int32(numHeads), int32(numKVHeads), int32(headDim), int32(maxCtx),
+			int32(window), &o.n)
 	})
 	return int(o.n), err
 }
@@ -282,7 +285,7 @@ func (l *Lib) PagedAttention(dt DType, a *AttentionArgs, s Stream) error {
 		return l.f.pagedAttention(int32(dt), uintptr(a.Out), uintptr(a.Q), uintptr(a.KCache), uintptr(a.VCache),
 			uintptr(a.TokenSeq), uintptr(a.Positions), uintptr(a.BlockTables), int32(a.BlockTableStride), int32(a.Tokens),
 			int32(a.NumHeads), int32(a.NumKVHeads), int32(a.HeadDim), int32(a.BlockSize), a.Scale, int32(a.MaxCtx),
-			uintptr(a.Workspace), uint64(a.WorkspaceBytes), uintptr(s))
+			int32(a.Window), uintptr(a.Sinks), uintptr(a.Workspace), uint64(a.WorkspaceBytes), uintptr(s))
 	})
 }
 

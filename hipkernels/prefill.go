@@ -12,6 +12,8 @@ type PrefillArgs struct {
 	NumHeads, NumKVHeads   int
 	HeadDim, BlockSize     int
 	Scale                  float32
+	Window                 int // sliding window: a row at p attends to max(0, p-Window+1)..p; 0: none
+	Sinks                  Ptr // float32 [NumHeads] sink logits in the softmax's denominator; 0: none
 }
 
 // PrefillAttentionTileRows returns the packed rows per tile of the tensor-core prefill kernel
@@ -33,6 +35,6 @@ func (l *Lib) PrefillAttention(dt DType, a *PrefillArgs, s Stream) error {
 		return l.f.prefillAttention(int32(dt), uintptr(a.Out), uintptr(a.Q), uintptr(a.KCache), uintptr(a.VCache),
 			uintptr(a.QueryStart), uintptr(a.SeqLens), uintptr(a.BlockTables), int32(a.BlockTableStride),
 			uintptr(a.Tiles), int32(a.NumTiles), int32(a.NumHeads), int32(a.NumKVHeads), int32(a.HeadDim),
-			int32(a.BlockSize), a.Scale, uintptr(s))
+			int32(a.BlockSize), a.Scale, int32(a.Window), uintptr(a.Sinks), uintptr(s))
 	})
 }

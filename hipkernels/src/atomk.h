@@ -146,16 +146,22 @@ int atomk_rope_write_kv(int dtype, void* q, void* k, const void* v, void* k_cach
  * attends to positions 0..positions[t] of its sequence, whose position p lives in cache block
  * block_tables[seq*block_table_stride + p/block_size] at offset p%block_size. Caches are
  * [blocks, block_size, num_kv_heads, head_dim]; query head h reads kv head h/(num_heads/num_kv_heads).
- * max_ctx bounds positions[t]+1 over the batch. When the batch is too small to fill the GPU the
- * context is split into partitions merged by a second kernel; that needs workspace_size >= the
- * bytes atomk_paged_attention_workspace returns for the same shape (0 when no split). */
+ * max_ctx bounds positions[t]+1 over the batch. window > 0 is a sliding window: the token at
+ * position p attends to positions max(0, p-window+1)..p only, and no position before that is
+ * read (their block table entries may be stale); 0 is none. sinks (NULL: none) is float32
+ * device memory [num_heads], one raw logit per query head that joins the softmax's denominator:
+ * p_j = e^{s_j} / (sum_k e^{s_k} + e^{sinks[h]}) (not multiplied by scale; it has no value).
+ * When the batch is too small to fill the GPU the attended positions are split into partitions
+ * merged by a second kernel; that needs workspace_size >= the bytes
+ * atomk_paged_attention_workspace returns for the same shape and window (0 when no split). */
 int atomk_paged_attention_workspace(int tokens, int num_heads, int num_kv_heads, int head_dim, int max_ctx,
-                                    size_t* bytes);
+                                    int window, size_t* bytes);
 int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cache,
                           const void* v_cache, const int32_t* token_seq, const int32_t* positions,
                           const int32_t* block_tables, int block_table_stride, int tokens,
                           int num_heads, int num_kv_heads, int head_dim, int block_size,
-                          float scale, int max_ctx, void* workspace, size_t workspace_size, void* stream);
+                          float scale, int max_ctx, int window, const float* sinks, void* workspace,
+                          size_t workspace_size, void* stream);
 /* out[r] = index of the largest element of row r of x [rows, cols] (the first on ties; NaN
  * never wins) – greedy sampling on the device. */
 int atomk_argmax_rows(int dtype, int32_t* out, const void* x, int rows, int cols, void* stream);
@@ -216,7 +222,8 @@ int atomk_split_cols(int dtype, void* a, void* b, void* c, const void* src, int 
  * query_start[s]..query_start[s+1]-1 of q and out ([tokens, num_heads*head_dim]); its context
  * is seq_lens[s] positions and its qlen = query_start[s+1]-query_start[s] query rows are the
  * LAST qlen of them: row query_start[s]+i sits at position seq_lens[s]-qlen+i and attends to
- * positions 0..that one. The query heads of a GQA group are packed into rows: sequence s has
+ * positions 0..that one (max(0, p-window+1)..p under a sliding window, window > 0; sinks as in
+ * atomk_paged_attention). The query heads of a GQA group are packed into rows: sequence s has
  * qlen*(num_heads/num_kv_heads) packed rows, row r = (its token r/group, head r%group of the
  * group). tiles[2*i] = a sequence, tiles[2*i+1] = a first packed row, a multiple of the rows
  * atomk_prefill_attention_tile_rows returns and below the sequence's packed rows; the tiles of
@@ -228,7 +235,8 @@ int atomk_prefill_attention_tile_rows(int dtype, int num_heads, int num_kv_heads
 int atomk_prefill_attention(int dtype, void* out, const void* q, const void* k_cache, const void* v_cache,
                             const int32_t* query_start, const int32_t* seq_lens, const int32_t* block_tables,
                             int block_table_stride, const int32_t* tiles, int num_tiles, int num_heads,
-                            int num_kv_heads, int head_dim, int block_size, float scale, void* stream);
+                            int num_kv_heads, int head_dim, int block_size, float scale, int window,
+                            const float* sinks, void* stream);
 
 /* ---- batch-1 decode fusions ---- */
 /* atomk_rope_write_kv straight from the fused q|k|v projection's output qkv [tokens,

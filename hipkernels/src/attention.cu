@@ -10,6 +10,11 @@
 // 64, 128 or 256, decode_attention_kernel streams K/V with 16-byte loads straight into tensor-
 // core fragments (decode is bound by the KV read, so everything else must get out of its way);
 // every other case (HIP, f32, other head dims) runs paged_attention_kernel, the portable one.
+//
+// Both apply a sliding window (a token at position p attends to max(0, p-window+1)..p only; the
+// partitions divide that range, so a long context costs only its window) and attention sinks
+// (one logit per query head in the softmax's denominator, merged in once per (token, head) with
+// the warps' results of partition 0: merge_warps_store).
 #include <math.h>
 #include <stdint.h>
 
@@ -29,7 +34,8 @@ constexpr int kMergeThreads = 512;     // threads of the merge kernel's blocks
 // One block per (query token t, group of query heads, context partition). The group is
 // heads [y*hpb, y*hpb + hpb), all reading kv head y*hpb / (num_heads / num_kv_heads); G >= hpb
 // is the compile-time bound. Token t of sequence token_seq[t] at position pos attends to
-// context positions 0..pos; with S splits this block covers the positions split_range gives.
+// context positions attn_from(pos, window)..pos; with S splits this block covers the positions
+// token_split_range gives.
 //
 // Warp w walks the block's positions in runs of U consecutive ones, w*U, w*U + kWarps*U, ...
 // For each position it loads the K and V rows once (lane owns head dims lane, lane + WARP, ...:
@@ -42,9 +48,11 @@ __global__ void __launch_bounds__(kWarps * ATOMK_WARP_SIZE)
 paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, const T* q, const T* k_cache,
                        const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                        const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
-                       int head_dim, int block_size, float scale, int partition) {
+                       int head_dim, int block_size, float scale, int partition, int window,
+                       const float* sinks) {
     ATOMK_PDL_ENTER();
     extern __shared__ float smem[];  // acc [kWarps][G][head_dim], then m [kWarps][G], l [kWarps][G]
+    __shared__ float sink_m[G];
     float* merge_acc = smem;
     float* merge_m = smem + kWarps * G * head_dim;
     float* merge_l = merge_m + kWarps * G;
@@ -53,7 +61,7 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
     const int kvh = h0 / (num_heads / num_kv_heads);
     int begin, end;
-    split_range(positions[t] + 1, split, splits, partition, 1, &begin, &end);
+    token_split_range(positions[t], window, split, splits, partition, 1, &begin, &end);
     const int32_t* table = block_tables + (size_t)token_seq[t] * bt_stride;
     const size_t kv_row = (size_t)num_kv_heads * head_dim;
 
@@ -139,9 +147,10 @@ paged_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, co
             if (d < head_dim) merge_acc[(warp * G + g) * head_dim + d] = acc[g][i];
         }
     }
+    store_sinks(sink_m, sinks, G, hpb, h0, split);
     __syncthreads();
     merge_warps_store(merge_acc, merge_m, merge_l, G, hpb, head_dim, t, h0, num_heads, split, splits, out, part_acc,
-                      part_m, part_l);
+                      part_m, part_l, sink_m);
 }
 
 // Partitions each merging thread loads in one round (see attention_merge_kernel).
@@ -158,12 +167,13 @@ constexpr int kMergeRound = 24;
 // When one round covers every partition, all are read: those past the context hold m = -inf
 // and zeros (merge_warps_store), and no load waits for positions[t] (one L2 round trip fewer on
 // the batch-1 step's critical path). Otherwise only
-// those holding positions are (split_count of the token's context, with the partition and
-// quantum the attention kernel used), so that a long graph bound costs no extra rounds.
+// those holding positions are (split_count of the token's context, or of its window, with the
+// partition and quantum the attention kernel used), so that a long graph bound costs no extra
+// rounds.
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
 attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const float* part_l, int head_dim,
-                       int splits, const int32_t* positions, int partition, int quantum) {
+                       int splits, const int32_t* positions, int partition, int quantum, int window) {
     ATOMK_PDL_ENTER();
     __shared__ float sums[kMergeThreads];
     __shared__ float group_m[kMergeThreads], group_l[kMergeThreads];
@@ -171,7 +181,7 @@ attention_merge_kernel(T* out, const float* part_acc, const float* part_m, const
     const int tid = threadIdx.x, groups = blockDim.x / head_dim, grp = tid / head_dim, d = tid % head_dim;
     const int active = splits <= kMergeRound * groups
                            ? splits
-                           : split_count(positions[blockIdx.x] + 1, splits, partition, quantum);
+                           : split_count(attn_len(positions[blockIdx.x], window), splits, partition, quantum);
     const float* m = part_m + row * splits;
     const float* l = part_l + row * splits;
     const float* acc = part_acc + row * splits * head_dim;
@@ -261,7 +271,9 @@ struct AttnLaunch {
     const int32_t *token_seq, *positions, *tables;
     int stride, num_heads, num_kv_heads, hpb, head_dim, block_size, partition;
     int quantum;  // split_range's quantum of the kernel that ran (launch_decode sets it)
+    int window;   // sliding window (0: none)
     float scale;
+    const float* sinks;  // [num_heads] sink logits, NULL: none
 };
 
 template <typename T, int DPL>
@@ -271,7 +283,7 @@ int launch_portable(const AttnLaunch& L, T* out, const T* q, const T* kc, const 
 #define ATOMK_ATTN(G)                                                                                          \
     atomk_launch(paged_attention_kernel<T, DPL, G>, L.grid, kWarps * ATOMK_WARP_SIZE, smem * G, L.stream, \
         out, L.pa, L.pm, L.pl, q, kc, vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads,            \
-        L.num_kv_heads, L.hpb, L.head_dim, L.block_size, L.scale, L.partition)
+        L.num_kv_heads, L.hpb, L.head_dim, L.block_size, L.scale, L.partition, L.window, L.sinks)
     if (L.hpb == 1) ATOMK_ATTN(1);
     else if (L.hpb == 2) ATOMK_ATTN(2);
     else if (L.hpb <= 4) ATOMK_ATTN(4);
@@ -311,7 +323,7 @@ int launch_decode(AttnLaunch& L, T* out, const T* q, const T* kc, const T* vc) {
     L.quantum = 8 * DecodeTiles<D, WIDE>::value * kWarps;                                                     \
     atomk_launch(decode_attention_kernel<T, D, WIDE>, L.grid, kWarps * 32, 0, L.stream, out, L.pa, L.pm, L.pl, q, kc, \
                  vc, L.token_seq, L.positions, L.tables, L.stride, L.num_heads, L.num_kv_heads, L.hpb, L.block_size, \
-                 L.scale, L.partition)
+                 L.scale, L.partition, L.window, L.sinks)
         switch (L.head_dim) {  // the quantum is the one of the kernel's split_range (the merge's too)
             case 64: ATOMK_DECODE_TILES(64, false); break;
             case 128:
@@ -347,27 +359,34 @@ int launch_attention(AttnLaunch L, void* out, const void* q, const void* kc, con
     if (st == ATOMK_ERR_UNSUPPORTED) st = launch_portable_dpl<T>(L, o, qt, kt, vt);
     if (st != ATOMK_OK || splits <= 1) return st;
     atomk_launch_serial(attention_merge_kernel<T>, dim3(tokens, L.num_heads), kMergeThreads, 0, L.stream, o, L.pa,
-                        L.pm, L.pl, L.head_dim, splits, L.positions, L.partition, L.quantum);
+                        L.pm, L.pl, L.head_dim, splits, L.positions, L.partition, L.quantum, L.window);
     ATOMK_LAUNCHED("attention_merge");
     return ATOMK_OK;
 }
+
+// The most positions one token of a batch bounded by max_ctx attends to: the window, when
+// there is one and it is shorter (what the context partitions divide).
+int attended(int max_ctx, int window) { return window > 0 && window < max_ctx ? window : max_ctx; }
 
 // Checks the attention shape shared by both entry points and fills L and *splits for it (the
 // grid, the workspace's partitions); with tokens == 0 it checks only.
 int prepare_launch(const char* name, AttnLaunch* L, int* splits, const int32_t* token_seq, const int32_t* positions,
                    const int32_t* block_tables, int block_table_stride, int tokens, int num_heads, int num_kv_heads,
-                   int head_dim, int block_size, float scale, int max_ctx, void* workspace, size_t workspace_size,
-                   void* stream) {
+                   int head_dim, int block_size, float scale, int max_ctx, int window, const float* sinks,
+                   void* workspace, size_t workspace_size, void* stream) {
     if (tokens < 0 || num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || head_dim <= 0 ||
-        block_size <= 0 || block_table_stride <= 0 || max_ctx <= 0)
+        block_size <= 0 || block_table_stride <= 0 || max_ctx <= 0 || window < 0)
         return atomk_fail(ATOMK_ERR_INVALID,
-                          "%s: tokens=%d heads=%d kv_heads=%d head_dim=%d block_size=%d stride=%d max_ctx=%d", name,
-                          tokens, num_heads, num_kv_heads, head_dim, block_size, block_table_stride, max_ctx);
+                          "%s: tokens=%d heads=%d kv_heads=%d head_dim=%d block_size=%d stride=%d max_ctx=%d "
+                          "window=%d",
+                          name, tokens, num_heads, num_kv_heads, head_dim, block_size, block_table_stride, max_ctx,
+                          window);
     if (tokens == 0) return ATOMK_OK;
     if (head_dim > 8 * ATOMK_WARP_SIZE)
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: head_dim %d > %d", name, head_dim, 8 * ATOMK_WARP_SIZE);
     const int hpb = heads_per_block(num_heads / num_kv_heads);
-    const int s = attention_splits(tokens, num_heads / hpb, max_ctx);
+    const int span = attended(max_ctx, window);
+    const int s = attention_splits(tokens, num_heads / hpb, span);
     const size_t need = workspace_bytes(tokens, num_heads, head_dim, s);
     if (workspace_size < need)
         return atomk_fail(ATOMK_ERR_INVALID, "%s: workspace of %zu bytes, %zu needed", name, workspace_size, need);
@@ -389,8 +408,10 @@ int prepare_launch(const char* name, AttnLaunch* L, int* splits, const int32_t* 
     L->hpb = hpb;
     L->head_dim = head_dim;
     L->block_size = block_size;
-    L->partition = (max_ctx + s - 1) / s;
+    L->partition = (span + s - 1) / s;
+    L->window = window;
     L->scale = scale;
+    L->sinks = sinks;
     return ATOMK_OK;
 }
 
@@ -399,25 +420,26 @@ int prepare_launch(const char* name, AttnLaunch* L, int* splits, const int32_t* 
 extern "C" {
 
 int atomk_paged_attention_workspace(int tokens, int num_heads, int num_kv_heads, int head_dim, int max_ctx,
-                                    size_t* bytes) {
-    if (!bytes || num_kv_heads <= 0 || num_heads % num_kv_heads != 0)
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention_workspace: heads=%d kv_heads=%d", num_heads,
-                          num_kv_heads);
+                                    int window, size_t* bytes) {
+    if (!bytes || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || window < 0)
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_paged_attention_workspace: heads=%d kv_heads=%d window=%d",
+                          num_heads, num_kv_heads, window);
     const int hpb = heads_per_block(num_heads / num_kv_heads);
-    *bytes = workspace_bytes(tokens, num_heads, head_dim, attention_splits(tokens, num_heads / hpb, max_ctx));
+    *bytes = workspace_bytes(tokens, num_heads, head_dim,
+                             attention_splits(tokens, num_heads / hpb, attended(max_ctx, window)));
     return ATOMK_OK;
 }
 
 int atomk_paged_attention(int dtype, void* out, const void* q, const void* k_cache, const void* v_cache,
                           const int32_t* token_seq, const int32_t* positions, const int32_t* block_tables,
                           int block_table_stride, int tokens, int num_heads, int num_kv_heads, int head_dim,
-                          int block_size, float scale, int max_ctx, void* workspace, size_t workspace_size,
-                          void* stream) {
+                          int block_size, float scale, int max_ctx, int window, const float* sinks,
+                          void* workspace, size_t workspace_size, void* stream) {
     AttnLaunch L;
     int splits = 0;
     int st = prepare_launch("atomk_paged_attention", &L, &splits, token_seq, positions, block_tables, block_table_stride,
-                            tokens, num_heads, num_kv_heads, head_dim, block_size, scale, max_ctx, workspace,
-                            workspace_size, stream);
+                            tokens, num_heads, num_kv_heads, head_dim, block_size, scale, max_ctx, window, sinks,
+                            workspace, workspace_size, stream);
     if (st != ATOMK_OK || tokens == 0) return st;
     ATOMK_DISPATCH(dtype, "atomk_paged_attention",
                    st = launch_attention<T>(L, out, q, k_cache, v_cache, tokens, splits));

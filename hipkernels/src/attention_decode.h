@@ -42,6 +42,32 @@ __device__ __forceinline__ int split_count(int ctx, int splits, int partition, i
     return min(splits, (ctx + part - 1) / part);
 }
 
+// The first context position a query at position pos attends to: pos-window+1 under a sliding
+// window (window > 0), else 0.
+__device__ __forceinline__ int attn_from(int pos, int window) { return window > 0 ? max(0, pos - window + 1) : 0; }
+
+// The positions a query at position pos attends to, attn_from(pos, window)..pos, as a count
+// (what split_range and split_count divide: a windowed token spreads only its window).
+__device__ __forceinline__ int attn_len(int pos, int window) { return pos + 1 - attn_from(pos, window); }
+
+// split_range over the positions a query at position pos attends to, as absolute positions.
+__device__ __forceinline__ void token_split_range(int pos, int window, int split, int splits, int partition,
+                                                  int quantum, int* begin, int* end) {
+    const int from = attn_from(pos, window);
+    split_range(pos + 1 - from, split, splits, partition, quantum, begin, end);
+    *begin += from;
+    *end += from;
+}
+
+// Fills sink_m[0..G) (shared memory) with the block's heads' sink logits for merge_warps_store:
+// sinks[h0 + g] in partition 0, -inf elsewhere (no sink, heads past hpb, other partitions).
+// Called by every thread before a barrier that precedes merge_warps_store (the decode kernel: the
+// one after its Q load, so that nothing of it stays live in registers across the main loop).
+__device__ __forceinline__ void store_sinks(float* sink_m, const float* sinks, int G, int hpb, int h0, int split) {
+    const int g = threadIdx.x;
+    if (g < G) sink_m[g] = sinks != nullptr && split == 0 && g < hpb ? sinks[h0 + g] : -INFINITY;
+}
+
 // The end of both kernels: merges the kWarps warps' results of the block's hpb query heads from
 // shared memory (acc [kWarps][G][head_dim], m and l [kWarps][G], G >= hpb the row stride) as
 // M = max_w m_w, weight_w = exp(m_w - M), acc = Σ_w acc_w · weight_w, l = Σ_w l_w · weight_w (the
@@ -50,16 +76,21 @@ __device__ __forceinline__ int split_count(int ctx, int splits, int partition, i
 // (row * splits + split). A warp that saw no position has m = -inf and weight 0; a block that saw
 // none (a partition past the token's context) writes m = -inf, l = 0 and zeros, so that the
 // merge kernel may read every partition without first finding out which hold positions.
+// A sink (sink_m[g] > -inf, store_sinks: partition 0 only, so once per (token, head)) is one more
+// logit with no value: a state m = sink, l = e^0, acc = 0 merged with the warps' in fp32, which
+// the partitions' merge then carries like any other (probabilities are rounded to 16 bits for
+// the tensor cores relative to the scores' own maximum, never to a larger sink).
 template <typename T>
 __device__ void merge_warps_store(const float* merge_acc, const float* merge_m, const float* merge_l, int G, int hpb,
                                   int head_dim, int t, int h0, int num_heads, int split, int splits, T* out,
-                                  float* part_acc, float* part_m, float* part_l) {
+                                  float* part_acc, float* part_m, float* part_l, const float* sink_m) {
     for (int j = threadIdx.x; j < hpb * head_dim; j += blockDim.x) {
         const int g = j / head_dim, d = j % head_dim;
-        float mx = -INFINITY;
+        const float sk = sink_m[g];
+        float mx = sk;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, merge_m[w * G + g]);
-        float a = 0.f, sum = 0.f;
+        float a = 0.f, sum = sk == -INFINITY ? 0.f : expf(sk - mx);
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) {
             const float mw = merge_m[w * G + g];
@@ -109,7 +140,8 @@ __device__ void merge_warps_store(const float* merge_acc, const float* merge_m, 
 // The online softmax runs in base 2 on fp32 scores (pre-multiplied by scale·log2 e); a row's
 // maximum is shared by its four lanes with two shuffles. Block table entries for the next step
 // are read while the current one computes. Positions past the partition are neither loaded
-// (their K/V registers are zero) nor weighted (score -inf).
+// (their K/V registers are zero) nor weighted (score -inf). Under a sliding window the
+// partitions divide only the window (token_split_range): positions before it are never read.
 //
 // A block is kWarps warps on one (token, head group, partition); warps interleave their steps,
 // so each KV row is read once per block and the warps are merged as in the portable kernel.
@@ -198,7 +230,7 @@ __global__ void __launch_bounds__(kWarps * 32, DecodeTiles<D, Wide>::min_blocks)
 decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, const T* q,
                         const T* k_cache, const T* v_cache, const int32_t* token_seq, const int32_t* positions,
                         const int32_t* block_tables, int bt_stride, int num_heads, int num_kv_heads, int hpb,
-                        int block_size, float scale, int partition) {
+                        int block_size, float scale, int partition, int window, const float* sinks) {
     // With split contexts (small decode batches) the block's first K and V rows go to L2 while
     // the previous kernel (RoPE, writing this step's rows through L2) finishes: the metadata is
     // uploaded before the step's kernels, and L2 is coherent, so nothing read after the wait can
@@ -208,7 +240,8 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
     // wait: values kept across it made ptxas spill in the main loop.
     if (gridDim.z > 1 && threadIdx.x < kPrefetchPositions) {
         int b, e;
-        split_range(positions[blockIdx.x] + 1, blockIdx.z, gridDim.z, partition, 8 * DecodeTiles<D, Wide>::value * kWarps, &b, &e);
+        token_split_range(positions[blockIdx.x], window, blockIdx.z, gridDim.z, partition,
+                          8 * DecodeTiles<D, Wide>::value * kWarps, &b, &e);
         const int p = b + threadIdx.x;
         if (p < e) {
             const int32_t* tb = block_tables + (size_t)token_seq[blockIdx.x] * bt_stride;
@@ -225,11 +258,12 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
     __shared__ float merge_acc[kWarps * kMaxGroup * D];
     __shared__ float merge_m[kWarps * kMaxGroup], merge_l[kWarps * kMaxGroup];
     __shared__ uint4 q_frag[KP * 32];  // piece i of lane (g, c)'s Q row g at [i*32 + lane]
+    __shared__ float sink_m[kMaxGroup];
 
     const int t = blockIdx.x, h0 = blockIdx.y * hpb, split = blockIdx.z, splits = gridDim.z;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     int begin, end;
-    split_range(positions[t] + 1, split, splits, partition, STEP * kWarps, &begin, &end);
+    token_split_range(positions[t], window, split, splits, partition, STEP * kWarps, &begin, &end);
     const int32_t* table = block_tables + (size_t)token_seq[t] * bt_stride;
     const T* k_head = k_cache + (size_t)(h0 / (num_heads / num_kv_heads)) * D;
     const T* v_head = v_cache + (size_t)(h0 / (num_heads / num_kv_heads)) * D;
@@ -247,6 +281,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
         const T* qh = q + ((size_t)t * num_heads + h0 + gj) * D;
         q_frag[j] = gj < hpb && begin < end ? load16(qh + 8 * (cj + 4 * i)) : make_uint4(0, 0, 0, 0);
     }
+    store_sinks(sink_m, sinks, kMaxGroup, hpb, h0, split);
     __syncthreads();
     const float scale2 = scale * 1.4426950408889634f;  // scores in base 2
 
@@ -348,7 +383,7 @@ decode_attention_kernel(T* out, float* part_acc, float* part_m, float* part_l, c
     }
     __syncthreads();
     merge_warps_store(merge_acc, merge_m, merge_l, kMaxGroup, hpb, D, t, h0, num_heads, split, splits, out, part_acc,
-                      part_m, part_l);
+                      part_m, part_l, sink_m);
 }
 #endif  // ATOMK_CUDA
 

@@ -17,6 +17,12 @@
 // shared memory (no bank conflicts), filled with cp.async: V of tile j loads while S_j is
 // computed, K of tile j+1 while P_j·V_j is.
 //
+// A sliding window (window > 0: the row at position p attends to max(0, p-window+1)..p) starts
+// the tile loop at the tile holding the first row's first position, skips loading positions
+// before it, and masks the positions before each row's own start in the tiles that cross one,
+// so a long context costs only the window. Sinks (one raw logit per query head, NULL: none) join
+// each row's denominator once, in the epilogue.
+//
 // CUDA only (mma.sync, ldmatrix, cp.async need sm_80 or later); the HIP build, f32 and head
 // dims other than 64 and 128 answer ATOMK_ERR_UNSUPPORTED and the caller uses
 // atomk_paged_attention.
@@ -62,7 +68,7 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
                          const T* __restrict__ v_cache, const int32_t* __restrict__ query_start,
                          const int32_t* __restrict__ seq_lens, const int32_t* __restrict__ block_tables,
                          int bt_stride, const int32_t* __restrict__ tiles, int num_heads, int num_kv_heads,
-                         int block_size, float scale_log2) {
+                         int block_size, float scale_log2, int window, const float* __restrict__ sinks) {
     ATOMK_PDL_ENTER();
     constexpr int CH = D / 8;                     // 16-byte chunks per row
     constexpr int RPP = kThreadsPrefill / CH;     // rows the block fills per pass (thread: one chunk)
@@ -85,10 +91,15 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
     const int rows = qlen * group;  // packed rows of the sequence
     if (row0 >= rows) return;       // uniform: the host never makes such a tile
     const int first = ctx - qlen;   // position of the sequence's first query token
-    // Positions 0..kv_end-1 are seen by some row of the tile, 0..kv_all-1 by every row: K/V tiles
-    // before kv_all / kBN need no mask, tiles from kv_end on are skipped.
-    const int kv_end = first + (min(row0 + kBM, rows) - 1) / group + 1;
-    const int kv_all = first + row0 / group + 1;
+    // Positions kv_begin..kv_end-1 are seen by some row of the tile, kv_lo..kv_all-1 by every
+    // row (rows are in position order, so the first row starts first and ends first, the last
+    // row last): K/V tiles before kv_begin / kBN are skipped, tiles from kv_end on too, and only
+    // tiles holding positions before kv_lo (a window's start) or from kv_all on need a mask.
+    const int pos_last = first + (min(row0 + kBM, rows) - 1) / group, pos_first = first + row0 / group;
+    const int kv_end = pos_last + 1, kv_all = pos_first + 1;
+    const int kv_begin = window > 0 ? max(0, pos_first - window + 1) : 0;
+    const int kv_lo = window > 0 ? max(0, pos_last - window + 1) : 0;
+    const int j_begin = kv_begin / kBN;
     const int n_tiles = (kv_end + kBN - 1) / kBN, n_unmasked = kv_all / kBN;
     const int32_t* table = block_tables + (size_t)seq * bt_stride;
     const size_t kv_stride = (size_t)num_kv_heads * D;  // elements per cache slot
@@ -105,13 +116,15 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
         cp_async16(&sQ[swz<D>(r, cchunk)], src, in ? 16 : 0);
     }
 
-    // Cache slots of the K/V rows this thread copies for the current tile (-1 past the context).
+    // Cache slots of the K/V rows this thread copies for the current tile (-1 past the context
+    // and before the window of the tile's first row: a sliding-window cache may have dropped
+    // those blocks; their rows are zero-filled and masked).
     int slot[KV_ROWS];
     auto find_slots = [&](int j) {
 #pragma unroll
         for (int i = 0; i < KV_ROWS; ++i) {
             const int p = j * kBN + crow + i * RPP;
-            slot[i] = p < ctx ? table[p / block_size] * block_size + p % block_size : -1;
+            slot[i] = p >= kv_begin && p < ctx ? table[p / block_size] * block_size + p % block_size : -1;
         }
     };
     auto load_kv = [&](T* dst, const T* cache) {
@@ -121,17 +134,20 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
             cp_async16(&dst[swz<D>(crow + i * RPP, cchunk)], src, slot[i] >= 0 ? 16 : 0);
         }
     };
-    find_slots(0);
+    find_slots(j_begin);
     load_kv(sK, k_cache);
     cp_async_commit();
 
     // This lane's two rows of the warp's 16 (the mma accumulator layout): g and g + 8, and the
-    // positions they sit at. A row past the sequence gets a position past the context; its
-    // (zero) query still sees position 0, so its softmax stays finite, and it is never written.
+    // positions they sit at. A row past the sequence gets a position past the context; it is
+    // never written (its softmax may see no position at all under a window: see the guard below).
+    // from_a and from_b are the rows' first positions (a window's start, else 0).
     const int g = lane / 4, tq = lane % 4;
     const int wrow = warp * 16;
     const int pr_a = row0 + wrow + g, pr_b = pr_a + 8;
     const int pos_a = first + pr_a / group, pos_b = first + pr_b / group;
+    const int from_a = window > 0 ? max(0, pos_a - window + 1) : 0;
+    const int from_b = window > 0 ? max(0, pos_b - window + 1) : 0;
     // Warps whose 16 rows are all past the sequence (a decode's tile) skip the math.
     const bool active = row0 + wrow < rows;
 
@@ -140,7 +156,7 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
     for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
     float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;  // l: this lane's columns only
 
-    for (int j = 0; j < n_tiles; ++j) {
+    for (int j = j_begin; j < n_tiles; ++j) {
         cp_async_wait_all();
         __syncthreads();  // K_j (and Q) landed; every warp is past P·V_{j-1}, so sV is free
         load_kv(sV, v_cache);
@@ -169,8 +185,8 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
                     Mma<T>::run(s[nt + 1], qf, b[2], b[3]);
                 }
             }
-            // Scale to base 2 and mask the positions after each row's own.
-            const bool masked = j >= n_unmasked;
+            // Scale to base 2 and mask the positions after each row's own and before its first.
+            const bool masked = j >= n_unmasked || j * kBN < kv_lo;
             float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
@@ -178,7 +194,7 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
                 for (int e = 0; e < 4; ++e) {
                     const int col = j * kBN + nt * 8 + tq * 2 + (e & 1);
                     float v = s[nt][e] * scale_log2;
-                    if (masked && col > (e < 2 ? pos_a : pos_b)) v = -INFINITY;
+                    if (masked && (col > (e < 2 ? pos_a : pos_b) || col < (e < 2 ? from_a : from_b))) v = -INFINITY;
                     s[nt][e] = v;
                 }
                 mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
@@ -189,8 +205,9 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
             mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
             mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
             mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-            // Online softmax. Every row sees position 0 in tile 0, so m is finite from then on;
-            // the guard only keeps a fully masked row from computing inf - inf.
+            // Online softmax. Without a window every row sees position 0 in tile 0, so m is finite
+            // from then on; the guard keeps a fully masked row (a window starting past this
+            // tile, a row past the sequence) from computing inf - inf: its P is 0, m stays -inf.
             const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
             const float ref_a = mn_a == -INFINITY ? 0.f : mn_a, ref_b = mn_b == -INFINITY ? 0.f : mn_b;
             const float corr_a = exp2f(m_a - ref_a), corr_b = exp2f(m_b - ref_b);  // 0 while m = -inf
@@ -255,7 +272,18 @@ prefill_attention_kernel(T* __restrict__ out, const T* __restrict__ q, const T* 
     l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
     l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
     l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-    const float inv_a = 1.f / l_a, inv_b = 1.f / l_b;
+    // A sink (a raw logit: base 2 is logit·log2 e, no softmax scale) joins the denominator with
+    // a common maximum, M = max(m, sink): out = O·2^(m-M) / (l·2^(m-M) + 2^(sink-M)).
+    float inv_a = 1.f / l_a, inv_b = 1.f / l_b;
+    if (sinks) {
+        const int h_a = kvh * group + pr_a % group, h_b = kvh * group + pr_b % group;
+        const float sk_a = sinks[h_a] * 1.4426950408889634f, sk_b = sinks[h_b] * 1.4426950408889634f;
+        const float top_a = fmaxf(m_a, sk_a), top_b = fmaxf(m_b, sk_b);
+        const float c_a = m_a == -INFINITY ? 0.f : exp2f(m_a - top_a);
+        const float c_b = m_b == -INFINITY ? 0.f : exp2f(m_b - top_b);
+        inv_a = c_a / (l_a * c_a + exp2f(sk_a - top_a));
+        inv_b = c_b / (l_b * c_b + exp2f(sk_b - top_b));
+    }
     T* out_a = out + ((size_t)(q0 + pr_a / group) * num_heads + kvh * group + pr_a % group) * D + tq * 2;
     T* out_b = out + ((size_t)(q0 + pr_b / group) * num_heads + kvh * group + pr_b % group) * D + tq * 2;
 #pragma unroll
@@ -271,11 +299,11 @@ template <typename T>
 int launch_prefill(int head_dim, unsigned blocks, gpuStream_t s, void* out, const void* q, const void* kc,
                    const void* vc, const int32_t* query_start, const int32_t* seq_lens, const int32_t* tables,
                    int stride, const int32_t* tiles, int num_heads, int num_kv_heads, int block_size,
-                   float scale_log2) {
+                   float scale_log2, int window, const float* sinks) {
 #define ATOMK_PREFILL(D)                                                                                         \
     atomk_launch(prefill_attention_kernel<T, D>, blocks, kThreadsPrefill, 0, s,                                            \
         static_cast<T*>(out), static_cast<const T*>(q), static_cast<const T*>(kc), static_cast<const T*>(vc),   \
-        query_start, seq_lens, tables, stride, tiles, num_heads, num_kv_heads, block_size, scale_log2)
+        query_start, seq_lens, tables, stride, tiles, num_heads, num_kv_heads, block_size, scale_log2, window, sinks)
     if (head_dim == 64) ATOMK_PREFILL(64);
     else ATOMK_PREFILL(128);
 #undef ATOMK_PREFILL
@@ -301,12 +329,14 @@ int atomk_prefill_attention_tile_rows(int dtype, int num_heads, int num_kv_heads
 int atomk_prefill_attention(int dtype, void* out, const void* q, const void* k_cache, const void* v_cache,
                             const int32_t* query_start, const int32_t* seq_lens, const int32_t* block_tables,
                             int block_table_stride, const int32_t* tiles, int num_tiles, int num_heads,
-                            int num_kv_heads, int head_dim, int block_size, float scale, void* stream) {
+                            int num_kv_heads, int head_dim, int block_size, float scale, int window,
+                            const float* sinks, void* stream) {
     if (num_tiles < 0 || num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || head_dim <= 0 ||
-        block_size <= 0 || block_table_stride <= 0)
+        block_size <= 0 || block_table_stride <= 0 || window < 0)
         return atomk_fail(ATOMK_ERR_INVALID,
-                          "atomk_prefill_attention: tiles=%d heads=%d kv_heads=%d head_dim=%d block_size=%d stride=%d",
-                          num_tiles, num_heads, num_kv_heads, head_dim, block_size, block_table_stride);
+                          "atomk_prefill_attention: tiles=%d heads=%d kv_heads=%d head_dim=%d block_size=%d stride=%d "
+                          "window=%d",
+                          num_tiles, num_heads, num_kv_heads, head_dim, block_size, block_table_stride, window);
     if (!prefill_supported(dtype, head_dim))
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_prefill_attention: dtype %d head_dim %d", dtype, head_dim);
     if (num_tiles == 0) return ATOMK_OK;
@@ -320,13 +350,13 @@ int atomk_prefill_attention(int dtype, void* out, const void* q, const void* k_c
     if (dtype == ATOMK_BF16)
         return launch_prefill<atomk_bf16>(head_dim, blocks, s, out, q, k_cache, v_cache, query_start, seq_lens,
                                           block_tables, block_table_stride, tiles, num_heads, num_kv_heads,
-                                          block_size, scale_log2);
+                                          block_size, scale_log2, window, sinks);
     return launch_prefill<atomk_f16>(head_dim, blocks, s, out, q, k_cache, v_cache, query_start, seq_lens,
                                      block_tables, block_table_stride, tiles, num_heads, num_kv_heads, block_size,
-                                     scale_log2);
+                                     scale_log2, window, sinks);
 #else
     (void)out, (void)q, (void)k_cache, (void)v_cache, (void)query_start, (void)seq_lens, (void)block_tables;
-    (void)tiles, (void)scale, (void)stream;
+    (void)tiles, (void)scale, (void)sinks, (void)stream;
     return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_prefill_attention: not built for this platform");
 #endif
 }

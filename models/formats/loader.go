@@ -137,6 +137,16 @@ func (l *Loader) Upload(ti *TensorInfo, shape []int, d ops.WeightDesc, data ...[
 // is checked against shape first. Row slices of the mapping (and all the columns) are used in
 // place; other column slices are copied.
 func (l *Loader) Slice(name string, dim, lo, hi int, shape ...int) (ops.Tensor, error) {
+	return l.slice(name, false, dim, lo, hi, shape)
+}
+
+// SliceExact is Slice for a small unquantized tensor that the backend must keep in float32
+// (ops.WeightDesc.Exact): a rank's attention sinks.
+func (l *Loader) SliceExact(name string, dim, lo, hi int, shape ...int) (ops.Tensor, error) {
+	return l.slice(name, true, dim, lo, hi, shape)
+}
+
+func (l *Loader) slice(name string, exact bool, dim, lo, hi int, shape []int) (ops.Tensor, error) {
 	ti, err := l.Info(name, shape...)
 	if err != nil {
 		return nil, err
@@ -185,7 +195,9 @@ func (l *Loader) Slice(name string, dim, lo, hi int, shape ...int) (ops.Tensor, 
 	default:
 		return nil, fmt.Errorf("%s: cannot shard dimension %d of shape %v", name, dim, ti.Shape)
 	}
-	return l.Upload(ti, sub, ops.Plain(ti.DType), data)
+	d := ops.Plain(ti.DType)
+	d.Exact = exact
+	return l.Upload(ti, sub, d, data)
 }
 
 // Part is rows [Lo, Hi) (this rank's column-parallel slice) of the checkpoint tensor Name,

@@ -100,6 +100,34 @@ func TestLoaderCuts(t *testing.T) {
 	}
 }
 
+// TestLoaderExact: GetExact and SliceExact ask the backend to keep float32 values (attention
+// sinks, a router's bias), Slice does not; the rows are the slice's.
+func TestLoaderExact(t *testing.T) {
+	v := &TensorInfo{Name: "v", File: "mem", DType: ops.BF16, Shape: []int{4},
+		Data: []byte{0x80, 0x3f, 0, 0x40, 0x40, 0x40, 0x80, 0x40}} // 1, 2, 3, 4
+	be := &captureBackend{}
+	l := NewLoader(memSource{"v": v}, be, 0, nil)
+	_, err := l.SliceExact("v", 0, 1, 3, 4)
+	require.NoError(t, err)
+	_, err = l.Slice("v", 0, 1, 3, 4)
+	require.NoError(t, err)
+	_, err = l.GetExact("v", 4)
+	require.NoError(t, err)
+	require.Len(t, be.calls, 3)
+	exact := ops.Plain(ops.BF16)
+	exact.Exact = true
+	for i, want := range []struct {
+		d     ops.WeightDesc
+		shape []int
+		raw   []byte
+	}{{exact, []int{2}, v.Data[2:6]}, {ops.Plain(ops.BF16), []int{2}, v.Data[2:6]}, {exact, []int{4}, v.Data}} {
+		c := be.calls[i]
+		require.Equal(t, want.d, c.d, "call %d", i)
+		require.Equal(t, want.shape, c.shape, "call %d", i)
+		require.Equal(t, [][]byte{want.raw}, c.raw, "call %d", i)
+	}
+}
+
 // TestLoaderRefuses: a wrong shape, a slice out of range or an unknown tensor is an error
 // naming it, before anything reaches the backend.
 func TestLoaderRefuses(t *testing.T) {

@@ -79,7 +79,8 @@ func NewAttention(c *Context, prefix string, ac AttentionConfig) *Attention {
 		Scale: float32(1 / math.Sqrt(float64(h.Dim))), Window: ac.Window}
 	if ac.Sinks && c.err == nil {
 		lo := c.shard.Rank * h.RankQ
-		t, err := c.load.Slice(prefix+".sinks", 0, lo, lo+h.RankQ, ac.Heads)
+		// float32 on every backend (the GPU kernels read the logits unrounded)
+		t, err := c.load.SliceExact(prefix+".sinks", 0, lo, lo+h.RankQ, ac.Heads)
 		c.fail(err)
 		a.shape.Sinks = t
 	}

@@ -100,35 +100,59 @@ func (b *Backend) RopeWriteKVFused(q, qkv ops.Tensor, rope *ops.RoPE, norm *ops.
 	b.must("RopeWriteKVFused", b.lib.RopeWriteKVFused(b.kdt, qt.ptr, a, b.stream))
 }
 
-// Attention computes causal attention of q over each sequence's cached context.
+// AttentionFeatures: both attention kernels apply sliding windows and sinks (float32 sinks:
+// layers load them with ops.WeightDesc.Exact).
+func (b *Backend) AttentionFeatures() ops.AttnFeatures {
+	return ops.AttnFeatures{Window: true, Sinks: true}
+}
+
+// Attention computes causal attention of q over each sequence's cached context (its last
+// a.Window positions under a sliding window), with a.Sinks in the softmax's denominator.
 func (b *Backend) Attention(out, q ops.Tensor, cache ops.KVCache, layer int, meta *ops.AttnMetadata, a ops.AttnShape) {
 	o, qt, c := out.(*Tensor), q.(*Tensor), cache.(*KVCache)
 	nt, w := meta.NumTokens(), a.NumHeads*a.HeadDim
 	if a.NumKVHeads != c.kvHeads || a.HeadDim != c.headDim || a.NumKVHeads <= 0 || a.NumHeads%a.NumKVHeads != 0 ||
 		qt.cols() != w || o.cols() != w || qt.rows() < nt || o.rows() < nt || layer < 0 || layer >= len(c.k) ||
-		a.Window != 0 || a.Sinks != nil { // no AttentionFeatures: ops.CheckAttention refuses these at load
-		shapeErr("Attention", "out %v, q %v, shape %+v, cache %d kv heads of %d, layer %d of %d",
+		a.Window < 0 {
+		shapeErr("Attention", "out %v, q %v, shape %v, cache %d kv heads of %d, layer %d of %d",
 			o.shape, qt.shape, a, c.kvHeads, c.headDim, layer, len(c.k))
 	}
+	sinks := b.attentionSinks(a)
 	if nt == 0 {
 		return
 	}
 	dm := b.prepare(meta, c)
-	if b.prefillAttention(o, qt, c, layer, dm, a) {
+	if b.prefillAttention(o, qt, c, layer, dm, a, sinks) {
 		return
 	}
 	work, workBytes := b.attentionWorkspace("Attention", nt, dm.maxCtx, a)
 	args := &hipkernels.AttentionArgs{Out: o.ptr, Q: qt.ptr, KCache: c.k[layer], VCache: c.v[layer],
 		TokenSeq: dm.tokenSeq, Positions: dm.positions, BlockTables: dm.tables, BlockTableStride: dm.stride,
 		Tokens: nt, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, BlockSize: c.blockSize,
-		Scale: a.Scale, MaxCtx: dm.maxCtx, Workspace: work, WorkspaceBytes: workBytes}
+		Scale: a.Scale, MaxCtx: dm.maxCtx, Window: a.Window, Sinks: sinks, Workspace: work, WorkspaceBytes: workBytes}
 	b.must("Attention", b.lib.PagedAttention(b.kdt, args, b.stream))
 }
 
+// attentionSinks returns the device address of a's sink logits (0: none). The kernels read
+// float32: a sinks weight held in the activation dtype (loaded without ops.WeightDesc.Exact)
+// is a caller's error.
+func (b *Backend) attentionSinks(a ops.AttnShape) hipkernels.Ptr {
+	if a.Sinks == nil {
+		return 0
+	}
+	st, ok := a.Sinks.(*Tensor)
+	if !ok || st.dt != ops.F32 || len(st.shape) != 1 || st.shape[0] != a.NumHeads {
+		shapeErr("Attention", "sinks %T of %v for %d heads (want a float32 weight of [%d]: load it exact)",
+			a.Sinks, a.Sinks.Shape(), a.NumHeads, a.NumHeads)
+	}
+	return st.ptr
+}
+
 // attentionWorkspace returns the paged attention kernel's scratch for a batch of nt tokens of
-// at most maxCtx positions: the bound one in a bound pass, else the backend's, grown as needed.
+// at most maxCtx positions (a.Window of them under a window): the bound one in a bound pass,
+// else the backend's, grown as needed.
 func (b *Backend) attentionWorkspace(op string, nt, maxCtx int, a ops.AttnShape) (hipkernels.Ptr, int) {
-	ws, err := b.lib.PagedAttentionWorkspace(nt, a.NumHeads, a.NumKVHeads, a.HeadDim, maxCtx)
+	ws, err := b.lib.PagedAttentionWorkspace(nt, a.NumHeads, a.NumKVHeads, a.HeadDim, maxCtx, a.Window)
 	b.must(op, err)
 	if b.bound != nil {
 		return b.boundWorkspace(ws), ws
@@ -170,8 +194,9 @@ type tileWork struct{ seq, row0, end int32 }
 
 // prefillAttention runs the tensor-core kernel on a batch that holds a prefill chunk (eager
 // passes, 16-bit dtypes, shapes the library supports) and reports whether it did; otherwise
-// the caller runs the paged kernel.
-func (b *Backend) prefillAttention(o, q *Tensor, c *KVCache, layer int, dm *devMeta, a ops.AttnShape) bool {
+// the caller runs the paged kernel. sinks is attentionSinks' address.
+func (b *Backend) prefillAttention(o, q *Tensor, c *KVCache, layer int, dm *devMeta, a ops.AttnShape,
+	sinks hipkernels.Ptr) bool {
 	if prefillOff || b.bound != nil || !dm.prefill || (b.dt != ops.BF16 && b.dt != ops.F16) {
 		return false
 	}
@@ -184,7 +209,7 @@ func (b *Backend) prefillAttention(o, q *Tensor, c *KVCache, layer int, dm *devM
 	args := &hipkernels.PrefillArgs{Out: o.ptr, Q: q.ptr, KCache: c.k[layer], VCache: c.v[layer],
 		QueryStart: dm.queryStart, SeqLens: dm.seqLens, BlockTables: dm.tables, BlockTableStride: dm.stride,
 		Tiles: tiles, NumTiles: n, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
-		BlockSize: c.blockSize, Scale: a.Scale}
+		BlockSize: c.blockSize, Scale: a.Scale, Window: a.Window, Sinks: sinks}
 	err = b.lib.PrefillAttention(b.kdt, args, b.stream)
 	if hipkernels.IsStatus(err, hipkernels.StatusUnsupported) {
 		return false
@@ -196,7 +221,9 @@ func (b *Backend) prefillAttention(o, q *Tensor, c *KVCache, layer int, dm *devM
 
 // prefillTileList returns the device tile list of the current metadata for GQA groups of group
 // heads and tiles of rows packed rows, and its length, uploading it when it changed. The tiles
-// with the longest contexts come first, so the longest blocks start first.
+// with the longest contexts come first, so the longest blocks start first. The list does not
+// depend on a layer's sliding window (layers of a model alternating windowed and full attention
+// share one upload per step; under a window every tile costs about the window anyway).
 func (b *Backend) prefillTileList(group, rows int) (hipkernels.Ptr, int) {
 	t, m := &b.meta.tiles, &b.meta
 	if t.valid && t.group == group && t.rows == rows {

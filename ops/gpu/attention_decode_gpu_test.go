@@ -89,8 +89,29 @@ func (pc *pagedCache) upload(t *testing.T, b *Backend) *KVCache {
 	return kv
 }
 
-// reference is causal attention in float64 of q [tokens, heads*hd] over the cache image.
-func (pc *pagedCache) reference(meta *ops.AttnMetadata, q []float32, scale float64) []float32 {
+// attnOpts are the AttnShape options a reference applies: a sliding window (0: none) and sink
+// logits per head (nil: none).
+type attnOpts struct {
+	window int
+	kind   string // how the sinks were drawn (sinkLogits)
+	sinks  []float32
+}
+
+// String names the options in a comparison ("" for none).
+func (o attnOpts) String() string {
+	s := ""
+	if o.window > 0 {
+		s += fmt.Sprintf(" window=%d", o.window)
+	}
+	if o.sinks != nil {
+		s += " sinks=" + o.kind
+	}
+	return s
+}
+
+// reference is causal attention in float64 of q [tokens, heads*hd] over the cache image: token
+// at pos attends to max(0, pos-window+1)..pos, and a head's sink joins its softmax denominator.
+func (pc *pagedCache) reference(meta *ops.AttnMetadata, q []float32, scale float64, o attnOpts) []float32 {
 	sh, nt := pc.sh, meta.NumTokens()
 	out := make([]float32, nt*sh.heads*sh.hd)
 	var wg sync.WaitGroup
@@ -99,7 +120,7 @@ func (pc *pagedCache) reference(meta *ops.AttnMetadata, q []float32, scale float
 			wg.Add(1)
 			go func(s, tok int) {
 				defer wg.Done()
-				pc.referenceToken(out, q, s, tok, int(meta.Positions[tok]), scale)
+				pc.referenceToken(out, q, s, tok, int(meta.Positions[tok]), scale, o)
 			}(s, tok)
 		}
 	}
@@ -107,15 +128,22 @@ func (pc *pagedCache) reference(meta *ops.AttnMetadata, q []float32, scale float
 	return out
 }
 
-func (pc *pagedCache) referenceToken(out, q []float32, s, tok, pos int, scale float64) {
+func (pc *pagedCache) referenceToken(out, q []float32, s, tok, pos int, scale float64, o attnOpts) {
 	sh := pc.sh
+	from := 0
+	if o.window > 0 {
+		from = max(0, pos-o.window+1)
+	}
 	w := make([]float64, pos+1)
 	acc := make([]float64, sh.hd)
 	for h := 0; h < sh.heads; h++ {
 		kvh := h / (sh.heads / sh.kvHeads)
 		qh := q[(tok*sh.heads+h)*sh.hd:][:sh.hd]
 		mx := math.Inf(-1)
-		for p := range w {
+		if o.sinks != nil {
+			mx = float64(o.sinks[h])
+		}
+		for p := from; p <= pos; p++ {
 			kr := pc.k[(pc.slot(pc.tables[s], p)*sh.kvHeads+kvh)*sh.hd:][:sh.hd]
 			var d float64
 			for i, x := range qh {
@@ -126,7 +154,10 @@ func (pc *pagedCache) referenceToken(out, q []float32, s, tok, pos int, scale fl
 		}
 		clear(acc)
 		var sum float64
-		for p := range w {
+		if o.sinks != nil {
+			sum = math.Exp(float64(o.sinks[h]) - mx) // a logit with no value
+		}
+		for p := from; p <= pos; p++ {
 			e := math.Exp(w[p] - mx)
 			sum += e
 			vr := pc.v[(pc.slot(pc.tables[s], p)*sh.kvHeads+kvh)*sh.hd:][:sh.hd]
@@ -141,11 +172,12 @@ func (pc *pagedCache) referenceToken(out, q []float32, s, tok, pos int, scale fl
 }
 
 // attendBound runs the kernel as a graph replay does: max_ctx is the tables' bound (larger than
-// every context), so the split count is the bound's and each token spreads its own context.
+// every context), so the split count is the bound's (or the window's) and each token spreads its
+// own context (or window).
 func attendBound(t *testing.T, b *Backend, out, q *Tensor, kv *KVCache, meta *ops.AttnMetadata, a ops.AttnShape) {
 	dm := b.prepare(meta, kv)
 	bound := dm.stride * kv.blockSize
-	ws, err := b.lib.PagedAttentionWorkspace(dm.tokens, a.NumHeads, a.NumKVHeads, a.HeadDim, bound)
+	ws, err := b.lib.PagedAttentionWorkspace(dm.tokens, a.NumHeads, a.NumKVHeads, a.HeadDim, bound, a.Window)
 	require.NoError(t, err)
 	var work devBuf
 	require.NoError(t, b.ensureWorkspace(&work, ws))
@@ -153,7 +185,8 @@ func attendBound(t *testing.T, b *Backend, out, q *Tensor, kv *KVCache, meta *op
 	args := &hipkernels.AttentionArgs{Out: out.ptr, Q: q.ptr, KCache: kv.k[0], VCache: kv.v[0],
 		TokenSeq: dm.tokenSeq, Positions: dm.positions, BlockTables: dm.tables, BlockTableStride: dm.stride,
 		Tokens: dm.tokens, NumHeads: a.NumHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
-		BlockSize: kv.blockSize, Scale: a.Scale, MaxCtx: bound, Workspace: work.ptr, WorkspaceBytes: ws}
+		BlockSize: kv.blockSize, Scale: a.Scale, MaxCtx: bound, Window: a.Window, Sinks: b.attentionSinks(a),
+		Workspace: work.ptr, WorkspaceBytes: ws}
 	require.NoError(t, b.lib.PagedAttention(b.kdt, args, b.stream))
 }
 
@@ -172,7 +205,7 @@ func checkDecodeBatch(t *testing.T, b *Backend, dt ops.DType, sh decodeShape, bl
 	qv := randVals(dt, nt*w, 1)
 	q := activation(b, qv, nt, w).g
 	a := ops.AttnShape{NumHeads: sh.heads, NumKVHeads: sh.kvHeads, HeadDim: sh.hd, Scale: float32(1 / math.Sqrt(float64(sh.hd)))}
-	want := pc.reference(meta, qv, float64(a.Scale))
+	want := pc.reference(meta, qv, float64(a.Scale), attnOpts{})
 	for _, bound := range []bool{false, true} {
 		buf := b.Buffer(nt+2, w)
 		b.Fill(buf, float32(math.NaN()))

@@ -156,7 +156,7 @@ func TestAttentionLongContext(t *testing.T) {
 					for _, p := range meta.Positions {
 						maxCtx = max(maxCtx, int(p)+1)
 					}
-					ws, err := b.lib.PagedAttentionWorkspace(nt, sh.heads, sh.kvHeads, sh.hd, maxCtx)
+					ws, err := b.lib.PagedAttentionWorkspace(nt, sh.heads, sh.kvHeads, sh.hd, maxCtx, 0)
 					require.NoError(t, err)
 					require.Positive(t, ws, "this batch should split its contexts")
 					out := output(b, c, nt, sh.heads*sh.hd)

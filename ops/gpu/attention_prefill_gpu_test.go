@@ -44,6 +44,15 @@ type attnStep struct {
 // compares the outputs; it checks that the prefill kernel ran exactly on the steps with a query
 // of more than one token when it supports the shape, and never otherwise.
 func runAttnSteps(t *testing.T, dt ops.DType, sh attnShape, blockSize, stride int, seqs []seqSpec, steps []attnStep) {
+	runAttnStepsWith(t, dt, sh, blockSize, stride, seqs, steps, attnOpts{}, false)
+}
+
+// runAttnStepsWith is runAttnSteps for a layer with the window and sinks of o, with the prefill
+// kernel off (off: every batch on the paged kernel) or on.
+func runAttnStepsWith(t *testing.T, dt ops.DType, sh attnShape, blockSize, stride int, seqs []seqSpec,
+	steps []attnStep, o attnOpts, off bool) {
+	prefillOff = off
+	defer func() { prefillOff = false }()
 	b, c := newGPU(t, dt), newCPU(t)
 	numBlocks := len(seqs) * stride
 	rope, err := ops.NewRoPE(sh.hd, sh.hd, 10000, ops.RoPEScaling{}, 8192)
@@ -53,7 +62,12 @@ func runAttnSteps(t *testing.T, dt ops.DType, sh attnShape, blockSize, stride in
 	ccache, err := c.NewKVCache(1, numBlocks, blockSize, sh.kvHeads, sh.hd)
 	require.NoError(t, err)
 	tables := pagedTables(len(seqs), stride, numBlocks)
-	a := ops.AttnShape{NumHeads: sh.heads, NumKVHeads: sh.kvHeads, HeadDim: sh.hd, Scale: float32(1 / math.Sqrt(float64(sh.hd)))}
+	a := ops.AttnShape{NumHeads: sh.heads, NumKVHeads: sh.kvHeads, HeadDim: sh.hd, Scale: float32(1 / math.Sqrt(float64(sh.hd))),
+		Window: o.window}
+	ca := a
+	if o.sinks != nil {
+		a.Sinks, ca.Sinks = sinkWeights(t, b, c, o.sinks)
+	}
 	meta := &ops.AttnMetadata{}
 	for _, st := range steps {
 		fillMeta(meta, tables, stride, blockSize, st.from, st.count)
@@ -71,16 +85,16 @@ func runAttnSteps(t *testing.T, dt ops.DType, sh attnShape, blockSize, stride in
 		before := prefillLaunches.Load()
 		b.Attention(out.g, q.g, gcache, 0, meta, a)
 		want := int64(0)
-		if long && prefillSupported(b, dt, sh) {
+		if long && !off && prefillSupported(b, dt, sh) {
 			want = 1
 		}
 		require.Equalf(t, want, prefillLaunches.Load()-before, "prefill kernel launches for step %s", st.name)
 		if !st.compare {
 			continue
 		}
-		c.Attention(out.c, q.c, ccache, 0, meta, a)
-		compare(t, fmt.Sprintf("PrefillAttn h=%d kv=%d hd=%d bs=%d %s (%d tokens)", sh.heads, sh.kvHeads, sh.hd,
-			blockSize, st.name, nt), dt, read(b, out.g), out.c.Float32())
+		c.Attention(out.c, q.c, ccache, 0, meta, ca)
+		compare(t, fmt.Sprintf("PrefillAttn h=%d kv=%d hd=%d bs=%d %s (%d tokens)%s", sh.heads, sh.kvHeads, sh.hd,
+			blockSize, st.name, nt, o), dt, read(b, out.g), out.c.Float32())
 	}
 }
 
