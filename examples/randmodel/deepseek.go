@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 )
@@ -61,9 +62,12 @@ func (s shape) deepseekConfig(cfg map[string]any) {
 		"q_lora_rank": nil, "kv_lora_rank": m.KVRank, "qk_nope_head_dim": m.Nope, "qk_rope_head_dim": m.Rope,
 		"v_head_dim": m.V, "n_routed_experts": s.MoE.Experts, "n_shared_experts": m.Shared,
 		"num_experts_per_tok": s.MoE.TopK, "moe_intermediate_size": s.MoE.Inter, "first_k_dense_replace": m.DenseLayers,
-		"moe_layer_freq": 1, "topk_method": "greedy", "n_group": 1, "topk_group": 1, "routed_scaling_factor": 1.0,
-		"norm_topk_prob": false, "scoring_func": "softmax", "rms_norm_eps": 1e-6, "attention_bias": false,
-		"rope_scaling": map[string]any{"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1, "mscale": 0.707,
+		"moe_layer_freq": 1, "topk_method": "greedy", "n_group": 1, "topk_group": 1,
+		"routed_scaling_factor": json.Number("1.0"), // a float: transformers' config classes check the type
+		"norm_topk_prob":        false, "scoring_func": "softmax", "rms_norm_eps": 1e-6, "attention_bias": false,
+		"rope_theta": json.Number("10000.0"),
+		"rope_scaling": map[string]any{"type": "yarn", "factor": json.Number("40.0"), "beta_fast": json.Number("32.0"),
+			"beta_slow": json.Number("1.0"), "mscale": 0.707,
 			"mscale_all_dim": 0.707, "original_max_position_embeddings": 4096},
 	} {
 		cfg[k] = v
