@@ -93,9 +93,9 @@ type fns struct {
 	moeTileRows  func(dt, slots, experts int32, rows *int32) int32
 	moeWorkspace func(maxSlots, experts int32, sorted, tiles *int32) int32
 	moeAlign     func(ids uintptr, slots, experts, tileRows int32, sorted, tiles, numTiles, s uintptr) int32
-	moeGateUp    func(dt int32, act, x, w13, ids, sorted, tiles, numTiles uintptr, tileRows, slots, experts, topk, hidden,
+	moeGateUp    func(dt int32, act, x, w13, w13Scales, ids, sorted, tiles, numTiles uintptr, tileRows, slots, experts, topk, hidden,
 		inter int32, b13 uintptr, clamped int32, alpha, limit float32, s uintptr) int32
-	moeDown func(dt int32, y, act, w2, weights, ids, sorted, tiles, numTiles uintptr, tileRows, slots, experts, topk,
+	moeDown func(dt int32, y, act, w2, w2Scales, weights, ids, sorted, tiles, numTiles uintptr, tileRows, slots, experts, topk,
 		hidden, inter int32, b2 uintptr, s uintptr) int32
 	moeSum func(dt int32, out, y, ids uintptr, rows, topk, hidden int32, shared, sharedGate uintptr, gateStride int32,
 		s uintptr) int32

@@ -20,6 +20,9 @@ type MoEArgs struct {
 	B13, B2      Ptr
 	Clamped      bool
 	Alpha, Limit float32
+	// W13Scales and W2Scales, when not 0, make the weights MXFP4: the weight pointers hold the
+	// packed codes, these the E8M0 scales (tile rows at most 4).
+	W13Scales, W2Scales Ptr
 }
 
 // MoERoute queues ids and weights [rows, topk] = the topk largest of softmax(logits [rows,
@@ -78,7 +81,7 @@ func (l *Lib) MoEAlign(a *MoEArgs, s Stream) error {
 // w13 [experts, 2*inter, hidden].
 func (l *Lib) MoEGateUp(dt DType, act, x, w13 Ptr, a *MoEArgs, s Stream) error {
 	return l.call("atomk_moe_gate_up", func() int32 {
-		return l.f.moeGateUp(int32(dt), uintptr(act), uintptr(x), uintptr(w13), uintptr(a.IDs), uintptr(a.Sorted), uintptr(a.Tiles),
+		return l.f.moeGateUp(int32(dt), uintptr(act), uintptr(x), uintptr(w13), uintptr(a.W13Scales), uintptr(a.IDs), uintptr(a.Sorted), uintptr(a.Tiles),
 			uintptr(a.NumTiles), int32(a.TileRows), int32(a.Slots), int32(a.Experts), int32(a.TopK), int32(a.Hidden),
 			int32(a.Inter), uintptr(a.B13), boolInt(a.Clamped), a.Alpha, a.Limit, uintptr(s))
 	})
@@ -88,7 +91,7 @@ func (l *Lib) MoEGateUp(dt DType, act, x, w13 Ptr, a *MoEArgs, s Stream) error {
 // [experts, hidden, inter].
 func (l *Lib) MoEDown(dt DType, y, act, w2 Ptr, a *MoEArgs, s Stream) error {
 	return l.call("atomk_moe_down", func() int32 {
-		return l.f.moeDown(int32(dt), uintptr(y), uintptr(act), uintptr(w2), uintptr(a.Weights), uintptr(a.IDs), uintptr(a.Sorted),
+		return l.f.moeDown(int32(dt), uintptr(y), uintptr(act), uintptr(w2), uintptr(a.W2Scales), uintptr(a.Weights), uintptr(a.IDs), uintptr(a.Sorted),
 			uintptr(a.Tiles), uintptr(a.NumTiles), int32(a.TileRows), int32(a.Slots), int32(a.Experts), int32(a.TopK),
 			int32(a.Hidden), int32(a.Inter), uintptr(a.B2), uintptr(s))
 	})

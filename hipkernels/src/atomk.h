@@ -317,12 +317,17 @@ int atomk_moe_align(const int32_t* ids, int slots, int experts, int tile_rows, i
  * with tile_rows 1 over every slot, e = ids[slot]. b13 [experts, 2*inter] (NULL: none) is added to gate
  * and up first; clamped selects gpt-oss's activation: g = min(gate, limit), u = clamp(up, ±limit),
  * act = (u + 1) * g * sigmoid(alpha * g). */
-int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const int32_t* ids, const int32_t* sorted,
-                      const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
-                      int hidden, int inter, const void* b13, int clamped, float alpha, float limit, void* stream);
+int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const uint8_t* w13_scales, const int32_t* ids,
+                      const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
+                      int experts, int topk, int hidden, int inter, const void* b13, int clamped, float alpha, float limit,
+                      void* stream);
 /* y[slot, :hidden] = weights[slot] * (act[slot] · down_eᵀ + b2[e]), w2 [experts, hidden, inter], b2
- * [experts, hidden] or NULL. */
-int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const float* weights, const int32_t* ids,
+ * [experts, hidden] or NULL.
+ * Both: with w*_scales not NULL the weight is MXFP4 (gpt-oss): w13 / w2 hold the packed E2M1 codes
+ * [experts, rows, k/2] (low nibble first) and w*_scales the E8M0 scales [experts, rows, k/32];
+ * hidden and inter whole blocks of 32, tile_rows 1 or 4 (ATOMK_ERR_UNSUPPORTED on 64-row tiles). */
+int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const uint8_t* w2_scales, const float* weights,
+                   const int32_t* ids,
                    const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
                    int experts, int topk, int hidden, int inter, const void* b2, void* stream);
 /* out[t] = Σ_j y[t*topk + j] over the token's experts in ascending id (ids [rows, topk]), plus

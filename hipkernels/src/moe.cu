@@ -40,6 +40,7 @@ constexpr int kMmaRows = 64;       // tile rows of the tensor-core kernel
 constexpr int kSkinnyThreads = 256;
 constexpr int kSkinnyWarps = kSkinnyThreads / ATOMK_WARP_SIZE;
 constexpr int kSumThreads = 128;
+constexpr int kMXBlock = 32;  // values one MXFP4 scale covers (16 bytes of codes)
 
 // Routes one row on one warp: lane l holds experts l, l + W, l + 2W, ...
 template <typename T>
@@ -238,15 +239,42 @@ template <typename T> struct MoEAct {
 // Otherwise: w = w2 [E, H, I], x = act, out = y [slots, H] times weights[slot].
 // DIRECT: no grouping (the smallest batches, whose slots rarely share an expert): block row
 // blockIdx.y is slot blockIdx.y alone, of expert ids[slot].
-template <typename T, bool GATE_UP, bool DIRECT>
+// The value of an E8M0 scale byte: 2^(s - 127) (s = 0 is the subnormal 2^-127; the loader refuses
+// 0xFF).
+__device__ __forceinline__ float e8m0(uint32_t s) { return s ? __uint_as_float(s << 23) : __uint_as_float(0x00400000u); }
+
+// Σ_q lut[code q] · x[q] over the CE nibbles of word w from nibble n0 (an MXFP4 block's codes,
+// low nibble first) and the CE values xf: the block's dot product before its scale.
+template <int CE>
+__device__ __forceinline__ float dot_fp4(uint32_t w, int n0, const float* xf, const float* lut, float acc) {
+#pragma unroll
+    for (int q = 0; q < CE; ++q) acc = fmaf(lut[(w >> (4 * (n0 + q))) & 0xFu], xf[q], acc);
+    return acc;
+}
+
+template <typename T, bool GATE_UP, bool DIRECT, bool MX>
 __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_kernel(T* __restrict__ out, const T* __restrict__ x,
-                                                                    const T* __restrict__ w, const float* __restrict__ weights,
+                                                                    const void* __restrict__ w,
+                                                                    const uint8_t* __restrict__ wscale, const float* __restrict__ weights,
                                                                     const int32_t* __restrict__ ids,
                                                                     const int32_t* __restrict__ sorted,
                                                                     const int32_t* __restrict__ tile_expert,
                                                                     const int32_t* __restrict__ num_tiles, int slots,
                                                                     int topk, int hidden, int inter, MoEAct<T> act) {
-    constexpr int R = kSkinnyWeightRows<GATE_UP>, U = 4, CE = Chunk<T>::N;
+    // U chunks of each weight row in flight: an MXFP4 chunk carries 4x the values of a 16-bit one.
+    constexpr int R = kSkinnyWeightRows<GATE_UP>, U = MX ? 1 : 4, CE = Chunk<T>::N;
+    // A 16-byte weight chunk holds CE values of T, or (MX) one MXFP4 block of 32 codes, whose x
+    // values are XC chunks of x.
+    constexpr int WE = MX ? kMXBlock : CE, XC = WE / CE;
+    __shared__ float lut[16];
+    if constexpr (MX) {
+        if (threadIdx.x < 16) {
+            const uint32_t m = threadIdx.x & 7u, ex = m >> 1;
+            const float mag = m < 2 ? 0.5f * (float)m : (float)(2 + (m & 1u)) * (float)(1u << (ex - 1)) * 0.5f;
+            lut[threadIdx.x] = threadIdx.x & 8u ? -mag : mag;
+        }
+        __syncthreads();
+    }
     ATOMK_PDL_ENTER();
     const int tile = blockIdx.y;
     if (!DIRECT && tile >= *num_tiles) return;
@@ -254,11 +282,12 @@ __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_ke
     const int e = DIRECT ? ids[tile] : tile_expert[tile];
     const int n_out = GATE_UP ? inter : hidden;  // output columns
     const int k = GATE_UP ? hidden : inter;
-    const int kc = k / CE;                       // chunks per row
+    const int kc = k / WE;                       // weight chunks per row
     constexpr int cols = GATE_UP ? R / 2 : R;     // output columns per warp
     const int col0 = (blockIdx.x * kSkinnyWarps + warp) * cols;
     if (col0 >= n_out) return;
     const uint4* wrow[R];
+    const uint8_t* srow[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         int row;
@@ -267,7 +296,14 @@ __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_ke
         else
             row = min(col0 + r, n_out - 1);
         const size_t rows_per_expert = GATE_UP ? 2 * (size_t)inter : (size_t)hidden;
-        wrow[r] = reinterpret_cast<const uint4*>(w + ((size_t)e * rows_per_expert + row) * k);
+        const size_t wr = (size_t)e * rows_per_expert + row;
+        if constexpr (MX) {
+            wrow[r] = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + wr * (k / 2));
+            srow[r] = wscale + wr * (k / kMXBlock);
+        } else {
+            wrow[r] = reinterpret_cast<const uint4*>(static_cast<const T*>(w) + wr * k);
+            srow[r] = nullptr;
+        }
     }
     int slot[kSkinnyRows];
     const uint4* xrow[kSkinnyRows];
@@ -288,12 +324,14 @@ __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_ke
     // per lane, which a batch-1 step (one slot a tile) needs to approach the copy bandwidth.
     for (int c0 = lane; c0 < kc; c0 += U * ATOMK_WARP_SIZE) {
         uint4 wv[U][R];
+        float sv[U][R];
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 const int c = c0 + u * ATOMK_WARP_SIZE;
                 wv[u][r] = c < kc ? load_stream(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+                if constexpr (MX) sv[u][r] = c < kc ? e8m0(srow[r][c]) : 0.f;
             }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -303,14 +341,36 @@ __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_ke
 #pragma unroll
             for (int i = 0; i < kSkinnyRows; ++i) {
                 if (i >= m) break;
-                float xf[CE];
-                Chunk<T>::unpack(load_cached(xrow[i] + c), xf);
+                if constexpr (MX) {
+                    // The block's 32 codes against its 32 x values, XC chunks of x, then its scale.
+                    float bs[R];
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    float wf[CE];
-                    Chunk<T>::unpack(wv[u][r], wf);
+                    for (int r = 0; r < R; ++r) bs[r] = 0.f;
+                    // Not unrolled: with the 4 slots of a tile, unrolled blocks spill registers.
+#pragma unroll 1
+                    for (int xc = 0; xc < XC; ++xc) {
+                        float xf[CE];
+                        Chunk<T>::unpack(load_cached(xrow[i] + c * XC + xc), xf);
+                        const int word = xc * CE / 8, n0 = xc * CE % 8;
 #pragma unroll
-                    for (int q = 0; q < CE; ++q) acc[i][r] = fmaf(xf[q], wf[q], acc[i][r]);
+                        for (int r = 0; r < R; ++r) {
+                            const uint4 v = wv[u][r];
+                            const uint32_t wd = word == 0 ? v.x : word == 1 ? v.y : word == 2 ? v.z : v.w;
+                            bs[r] = dot_fp4<CE>(wd, n0, xf, lut, bs[r]);
+                        }
+                    }
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[i][r] = fmaf(bs[r], sv[u][r], acc[i][r]);
+                } else {
+                    float xf[CE];
+                    Chunk<T>::unpack(load_cached(xrow[i] + c), xf);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        float wf[CE];
+                        Chunk<T>::unpack(wv[u][r], wf);
+#pragma unroll
+                        for (int q = 0; q < CE; ++q) acc[i][r] = fmaf(xf[q], wf[q], acc[i][r]);
+                    }
                 }
             }
         }
@@ -504,13 +564,16 @@ MoEAct<T> moe_act(const void* bias, int clamped, float alpha, float limit) {
 
 // Launches the gate_up (GATE_UP) or down GEMM of one call on the kernel its tile rows select.
 template <bool GATE_UP>
-int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w, const float* weights, const int32_t* ids,
+int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w, const uint8_t* wscale, const float* weights, const int32_t* ids,
              const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk, int hidden,
              int inter, const void* bias, int clamped, float alpha, float limit, void* stream) {
     if (int st = check_moe_shape(op, slots, experts, topk, hidden, inter, tile_rows)) return st;
     if (slots == 0) return ATOMK_OK;
     const int tiles = max_tiles(slots, experts, tile_rows);
     const int n_out = GATE_UP ? inter : hidden;
+    if (wscale && (hidden % kMXBlock || inter % kMXBlock || tile_rows == kMmaRows))
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: mxfp4 experts of hidden %d, width %d on %d-row tiles (whole "
+                          "blocks of %d, tiles of at most %d rows)", op, hidden, inter, tile_rows, kMXBlock, kSkinnyRows);
     if (tile_rows == kMmaRows) {
 #if defined(ATOMK_CUDA)
         if (!moe_mma_supported(dtype)) return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: dtype %d on 64-row tiles", op, dtype);
@@ -534,39 +597,39 @@ int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w,
     }
     const int cols_per_block = kSkinnyWarps * (GATE_UP ? kSkinnyWeightRows<true> / 2 : kSkinnyWeightRows<false>);
     const dim3 grid((n_out + cols_per_block - 1) / cols_per_block, tile_rows == 1 ? slots : tiles);
-    if (tile_rows == 1) {
-        ATOMK_DISPATCH(dtype, op,
-                       atomk_launch(moe_skinny_kernel<T, GATE_UP, true>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),
-                                    static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w), weights, ids,
-                                    sorted, tile_expert, num_tiles, slots, topk, hidden, inter,
-                                    moe_act<T, GATE_UP>(bias, clamped, alpha, limit)));
-    } else {
-        ATOMK_DISPATCH(dtype, op,
-                       atomk_launch(moe_skinny_kernel<T, GATE_UP, false>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),
-                                    static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w), weights, ids,
-                                    sorted, tile_expert, num_tiles, slots, topk, hidden, inter,
-                                    moe_act<T, GATE_UP>(bias, clamped, alpha, limit)));
-    }
+    const bool direct = tile_rows == 1, mx = wscale != nullptr;
+#define ATOMK_MOE_SKINNY(D, M)                                                                                        \
+    atomk_launch(moe_skinny_kernel<T, GATE_UP, D, M>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),          \
+                 static_cast<T*>(out), static_cast<const T*>(x), w, wscale, weights, ids, sorted, tile_expert,       \
+                 num_tiles, slots, topk, hidden, inter, moe_act<T, GATE_UP>(bias, clamped, alpha, limit))
+    ATOMK_DISPATCH(dtype, op,
+                   if (direct && mx) ATOMK_MOE_SKINNY(true, true);
+                   else if (direct) ATOMK_MOE_SKINNY(true, false);
+                   else if (mx) ATOMK_MOE_SKINNY(false, true);
+                   else ATOMK_MOE_SKINNY(false, false));
+#undef ATOMK_MOE_SKINNY
     ATOMK_LAUNCHED("moe_skinny_kernel");
     return ATOMK_OK;
 }
 
 }  // namespace
 
-int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const int32_t* ids, const int32_t* sorted,
-                      const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots, int experts, int topk,
-                      int hidden, int inter, const void* b13, int clamped, float alpha, float limit, void* stream) {
+int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, const uint8_t* w13_scales, const int32_t* ids,
+                      const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
+                      int experts, int topk, int hidden, int inter, const void* b13, int clamped, float alpha, float limit,
+                      void* stream) {
     if (clamped && !(alpha > 0.f && limit > 0.f))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_moe_gate_up: clamped SwiGLU with alpha %g, limit %g", (double)alpha,
                           (double)limit);
-    return moe_gemm<true>("atomk_moe_gate_up", dtype, act, x, w13, nullptr, ids, sorted, tile_expert, num_tiles, tile_rows,
+    return moe_gemm<true>("atomk_moe_gate_up", dtype, act, x, w13, w13_scales, nullptr, ids, sorted, tile_expert, num_tiles, tile_rows,
                           slots, experts, topk, hidden, inter, b13, clamped, alpha, limit, stream);
 }
 
-int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const float* weights, const int32_t* ids,
+int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const uint8_t* w2_scales, const float* weights,
+                   const int32_t* ids,
                    const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
                    int experts, int topk, int hidden, int inter, const void* b2, void* stream) {
-    return moe_gemm<false>("atomk_moe_down", dtype, y, act, w2, weights, ids, sorted, tile_expert, num_tiles, tile_rows,
+    return moe_gemm<false>("atomk_moe_down", dtype, y, act, w2, w2_scales, weights, ids, sorted, tile_expert, num_tiles, tile_rows,
                            slots, experts, topk, hidden, inter, b2, 0, 0.f, 0.f, stream);
 }
 

@@ -249,6 +249,7 @@ type Tensor struct {
 	dt    ops.DType
 	shape []int
 	fp8   *hipkernels.FP8Weight // a block-scaled FP8 weight (dt F8E4M3): codes at ptr, and scales
+	mx    *mxWeight             // an MXFP4 expert stack (dt U8): codes at ptr, and scales
 }
 
 // Shape returns the dimensions.
@@ -276,8 +277,11 @@ func (t *Tensor) elems() int { return t.rows() * t.cols() }
 // Weight copies an unquantized weight's checkpoint bytes to the device through the pinned
 // staging buffers, converting them to the compute dtype when they differ.
 func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
-	if d.Format == ops.BlockFP8 {
+	switch d.Format {
+	case ops.BlockFP8:
 		return b.fp8Weight(name, d, shape, raw)
+	case ops.MXFP4:
+		return b.mxfp4Weight(name, d, shape, raw)
 	}
 	dt, err := d.PlainDType()
 	if err != nil {

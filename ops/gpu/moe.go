@@ -14,6 +14,9 @@ import (
 // tokens. A token's output depends on its own slots only, so the chunking changes no result.
 const moeChunkSlots = 8192
 
+// mxMaxTileRows is the most tile rows MXFP4 experts take (the skinny kernel's).
+const mxMaxTileRows = 4
+
 // maxRouteGroups is the most expert groups the grouped router takes (a lane of its warp per
 // group; DeepSeek V2 and V3 have 8).
 const maxRouteGroups = 32
@@ -172,6 +175,10 @@ func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w ops.Expe
 	r, o, xt, gu, dn := route.(*moeRouting), out.(*Tensor), x.(*Tensor), w.W13.(*Tensor), w.W2.(*Tensor)
 	s := r.spec
 	h, inter := s.Hidden, s.Inter
+	mx := gu.mx != nil
+	if mx != (dn.mx != nil) || !mx && (gu.dt != b.dt || dn.dt != b.dt) {
+		shapeErr("MoEExperts", "w13 %v and w2 %v: both %v or both mxfp4", gu.dt, dn.dt, b.dt)
+	}
 	var b13, b2 hipkernels.Ptr
 	if w.B13 != nil {
 		bt := w.B13.(*Tensor)
@@ -212,10 +219,18 @@ func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w ops.Expe
 		n := min(r.chunk, r.rows-t0)
 		a := r.pass(t0, n)
 		off := hipkernels.Ptr(t0*h) * es
-		if !r.grouped {
+		realign := false
+		if mx && a.TileRows > mxMaxTileRows {
+			// MXFP4 experts run on the skinny kernel, which takes 4-row tiles.
+			a.TileRows, realign = mxMaxTileRows, true
+		}
+		if !r.grouped || realign {
 			b.must("MoEExperts", b.lib.MoEAlign(a, b.stream))
 		}
 		a.B13, a.B2 = b13, b2
+		if mx {
+			a.W13Scales, a.W2Scales = gu.mx.scales, dn.mx.scales
+		}
 		a.Clamped, a.Alpha, a.Limit = s.Activation == ops.ActSwiGLUClamped, s.Alpha, s.Limit
 		b.must("MoEExperts", b.lib.MoEGateUp(b.kdt, r.act.ptr, xt.ptr+off, gu.ptr, a, b.stream))
 		b.must("MoEExperts", b.lib.MoEDown(b.kdt, r.y.ptr, r.act.ptr, dn.ptr, a, b.stream))
