@@ -99,6 +99,7 @@ type fns struct {
 		hidden, inter int32, b2 uintptr, s uintptr) int32
 	moeSum func(dt int32, out, y, ids uintptr, rows, topk, hidden int32, shared, sharedGate uintptr, gateStride int32,
 		s uintptr) int32
+	dequantMXFP4    func(dt int32, out, codes, scales uintptr, n int64, s uintptr) int32
 	moeRouteGrouped func(dt int32, logits, bias, ids, weights uintptr, rows, experts, topk, scoring, groups,
 		topkGroups, renormalize int32, scale float32, s uintptr) int32
 
@@ -187,6 +188,7 @@ func (f *fns) table() []binding {
 		{&f.moeDown, "atomk_moe_down"},
 		{&f.moeSum, "atomk_moe_sum"},
 		{&f.moeRouteGrouped, "atomk_moe_route_grouped"},
+		{&f.dequantMXFP4, "atomk_dequant_mxfp4"},
 		{&f.mlaWriteKV, "atomk_mla_write_kv"},
 		{&f.mlaWorkspace, "atomk_mla_workspace"},
 		{&f.mlaAttention, "atomk_mla_attention"},

@@ -138,3 +138,10 @@ func (o *MoERouteGroupedArgs) scoring() int32 {
 	}
 	return 0
 }
+
+// DequantMXFP4 queues out[n] (dt) = the values of n MXFP4 codes and their scales.
+func (l *Lib) DequantMXFP4(dt DType, out, codes, scales Ptr, n int64, s Stream) error {
+	return l.call("atomk_dequant_mxfp4", func() int32 {
+		return l.f.dequantMXFP4(int32(dt), uintptr(out), uintptr(codes), uintptr(scales), n, uintptr(s))
+	})
+}

@@ -57,6 +57,12 @@ func newCost(c *models.Config) cost {
 		x.attnPerPair = 2 * heads * (2*r + rope) * float64(c.NumLayers)
 		sparse, shared, gated = c.DeepSeekSparse, float64(m.Intermediate*m.DeepSeek.SharedExperts), false
 	}
+	// MXFP4 experts (gpt-oss) are 4 bits a weight plus an 8-bit scale per 32; everything else
+	// stays in the checkpoint's 16-bit dtype.
+	expertElem := elem
+	if c.Quantization == "mxfp4" {
+		expertElem = 4.25 / 8
+	}
 	var perToken, routed float64 // matmul weights every token multiplies; all routed experts
 	for l := range c.NumLayers {
 		perToken += attn
@@ -75,18 +81,18 @@ func newCost(c *models.Config) cost {
 		}
 		routed += float64(m.NumExperts) * one
 		x.moe.sparseLayers++
-		x.moe.expertBytes = one * elem
+		x.moe.expertBytes = one * expertElem
 	}
 	norms := float64(c.NumLayers)*2*h + h
 	x.moe.experts, x.moe.topK = m.NumExperts, m.TopK
 	x.moe.sharedBytes = (perToken + lm + norms) * elem
-	x.matmulParams = perToken + lm + float64(x.moe.sparseLayers*m.TopK)*x.moe.expertBytes/elem
+	x.matmulParams = perToken + lm + float64(x.moe.sparseLayers*m.TopK)*x.moe.expertBytes/expertElem
 	x.weightBytes = x.moe.sharedBytes + x.moe.touchedBytes(x.moe.sparseLayers*m.TopK)
 	emb := lm
 	if c.TieEmbeddings {
 		emb = 0
 	}
-	x.ckptBytes = (perToken + lm + norms + routed + emb) * elem
+	x.ckptBytes = (perToken+lm+norms+emb)*elem + routed*expertElem
 	return x
 }
 

@@ -321,6 +321,9 @@ int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, cons
                       const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
                       int experts, int topk, int hidden, int inter, const void* b13, int clamped, float alpha, float limit,
                       void* stream);
+/* out[n] (dtype) = the n values of MXFP4 codes [n/2] and E8M0 scales [n/32], for the expert GEMMs
+ * of a batch too large for the skinny kernel (64-row tiles on 16-bit weights). */
+int atomk_dequant_mxfp4(int dtype, void* out, const uint8_t* codes, const uint8_t* scales, int64_t n, void* stream);
 /* y[slot, :hidden] = weights[slot] * (act[slot] · down_eᵀ + b2[e]), w2 [experts, hidden, inter], b2
  * [experts, hidden] or NULL.
  * Both: with w*_scales not NULL the weight is MXFP4 (gpt-oss): w13 / w2 hold the packed E2M1 codes

@@ -633,6 +633,42 @@ int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const ui
                            slots, experts, topk, hidden, inter, b2, 0, 0.f, 0.f, stream);
 }
 
+namespace {
+
+// Thread i expands MXFP4 block i (16 code bytes, one scale) into 32 values of T.
+template <typename T>
+__global__ void __launch_bounds__(256) mxfp4_dequant_kernel(T* __restrict__ out, const uint8_t* __restrict__ codes,
+                                                            const uint8_t* __restrict__ scales, int64_t blocks) {
+    ATOMK_PDL_ENTER();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= blocks) return;
+    const uint4 v = load_stream(reinterpret_cast<const uint4*>(codes) + i);
+    const float s = e8m0(scales[i]);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    T* o = out + i * kMXBlock;
+#pragma unroll
+    for (int q = 0; q < 32; ++q) {
+        const uint32_t c = (w[q / 8] >> (4 * (q % 8))) & 0xFu, m = c & 7u, ex = m >> 1;
+        const float mag = m < 2 ? 0.5f * (float)m : (float)(2 + (m & 1u)) * (float)(1u << (ex - 1)) * 0.5f;
+        o[q] = atomk_from_float<T>((c & 8u ? -mag : mag) * s);
+    }
+}
+
+}  // namespace
+
+int atomk_dequant_mxfp4(int dtype, void* out, const uint8_t* codes, const uint8_t* scales, int64_t n, void* stream) {
+    if (n < 0 || n % kMXBlock || !out || !codes || !scales)
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_dequant_mxfp4: %lld values (whole blocks of %d)", (long long)n, kMXBlock);
+    if (n == 0) return ATOMK_OK;
+    const int64_t blocks = n / kMXBlock;
+    if ((blocks + 255) / 256 > 0x7fffffff) return atomk_fail(ATOMK_ERR_INVALID, "atomk_dequant_mxfp4: %lld values", (long long)n);
+    ATOMK_DISPATCH(dtype, "atomk_dequant_mxfp4",
+                   atomk_launch(mxfp4_dequant_kernel<T>, dim3((unsigned)((blocks + 255) / 256)), dim3(256), 0,
+                                ATOMK_STREAM(stream), static_cast<T*>(out), codes, scales, blocks));
+    ATOMK_LAUNCHED("mxfp4_dequant_kernel");
+    return ATOMK_OK;
+}
+
 int atomk_moe_sum(int dtype, void* out, const void* y, const int32_t* ids, int rows, int topk, int hidden,
                   const void* shared, const void* shared_gate, int gate_stride, void* stream) {
     if (rows < 0 || topk < 1 || topk > ATOMK_MOE_MAX_TOPK || hidden < 8 || hidden % 8 ||

@@ -56,5 +56,22 @@ func (b *Backend) mxfp4Weight(name string, d ops.WeightDesc, shape []int, raw []
 	if err := b.copyBytes(scales, sc.Raw); err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
+	// The expansion scratch of the tensor-core expert kernels (16-bit activations only), sized
+	// at load so that nothing is allocated in a step.
+	if b.dt != ops.F32 {
+		if err := b.ensure(&b.mxScratch, e*n*k*b.dt.Size()); err != nil {
+			return nil, fmt.Errorf("weight %s: mxfp4 expansion scratch: %w", name, err)
+		}
+	}
 	return &Tensor{ptr: codes, dt: ops.U8, shape: []int{e, n, k}, mx: &mxWeight{scales: scales}}, nil
+}
+
+// expandMXFP4 queues w's values into the expansion scratch, in the compute dtype, and returns it.
+func (b *Backend) expandMXFP4(w *Tensor) hipkernels.Ptr {
+	n := int64(w.shape[0]) * int64(w.shape[1]) * int64(w.shape[2])
+	if b.mxScratch.size < int(n)*b.dt.Size() {
+		shapeErr("MoEExperts", "mxfp4 experts %v past the %d-byte expansion scratch", w.shape, b.mxScratch.size)
+	}
+	b.must("MoEExperts", b.lib.DequantMXFP4(b.kdt, b.mxScratch.ptr, w.ptr, w.mx.scales, n, b.stream))
+	return b.mxScratch.ptr
 }
