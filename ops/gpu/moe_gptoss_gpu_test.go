@@ -31,6 +31,7 @@ func TestMoEGptOss(t *testing.T) {
 		{"mxfp4 batch-1", 32, 4, 256, 128, 1, 7, false, true},
 		{"mxfp4 skinny tiles", 16, 4, 128, 64, 9, 7, false, true},
 		{"mxfp4 prefill expanded for tensor cores", 32, 4, 256, 96, 300, 7, false, true},
+		{"mxfp4 decode batch regrouped in 4-row tiles", 32, 4, 256, 96, 70, 7, false, true},
 	}
 	for _, dt := range testDTypes {
 		b, c := newGPU(t, dt), newCPU(t)
