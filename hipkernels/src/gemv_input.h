@@ -70,6 +70,21 @@ template <typename T> __device__ __forceinline__ void unpack8(const uint4& v, fl
     f[4] = c.x; f[5] = c.y; f[6] = d.x; f[7] = d.y;
 }
 
+// The floats of one 16-byte chunk (8 16-bit values or 4 floats).
+template <typename T> struct Chunk {
+    static constexpr int N = 16 / sizeof(T);
+    static __device__ __forceinline__ void unpack(const uint4& v, float f[N]) {
+        if constexpr (sizeof(T) == 4) {
+            f[0] = __uint_as_float(v.x);
+            f[1] = __uint_as_float(v.y);
+            f[2] = __uint_as_float(v.z);
+            f[3] = __uint_as_float(v.w);
+        } else {
+            unpack8<T>(v, f);
+        }
+    }
+};
+
 // acc += Σ xf[i] · w[i] over one chunk.
 template <typename T> __device__ __forceinline__ float dot8(const float xf[8], const uint4& w, float acc) {
     float wf[8];

@@ -346,18 +346,6 @@ __global__ void __launch_bounds__(kMergeThreads)
     }
 }
 
-// The floats of one 16-byte chunk of T (8 16-bit values or 4 floats).
-template <typename T> __device__ __forceinline__ void unpack16(const uint4& v, float* f) {
-    if constexpr (sizeof(T) == 4) {
-        f[0] = __uint_as_float(v.x);
-        f[1] = __uint_as_float(v.y);
-        f[2] = __uint_as_float(v.z);
-        f[3] = __uint_as_float(v.w);
-    } else {
-        unpack8<T>(v, f);
-    }
-}
-
 // out[t, h, j] = W_UV_h[j, :] · o_lat[t, h, :]: one block per (head, kUpWarps output columns,
 // kAbsorbRows tokens), a warp per column j, its lanes along the W_UV row in 16-byte chunks.
 template <typename T>
@@ -379,7 +367,7 @@ __global__ void __launch_bounds__(kUpWarps * ATOMK_WARP_SIZE)
     float acc[kAbsorbRows] = {};
     for (int c = lane; c * CE < kv_rank; c += ATOMK_WARP_SIZE) {
         float w[CE];
-        unpack16<T>(load_stream(wr + c), w);
+        Chunk<T>::unpack(load_stream(wr + c), w);
 #pragma unroll
         for (int r = 0; r < kAbsorbRows; ++r)
 #pragma unroll

@@ -72,25 +72,9 @@ __device__ __forceinline__ void route_row(const T* __restrict__ logits, int32_t*
     int my_id = 0;
     float my_w = 0.f;
     for (int j = 0; j < topk; ++j) {
-        float bv = 0.f;
-        int bi = -1;
-#pragma unroll
-        for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-            const int e = lane + i * ATOMK_WARP_SIZE;
-            if (e < experts && !(taken >> i & 1u) && ranks_before(p[i], e, bv, bi)) {
-                bv = p[i];
-                bi = e;
-            }
-        }
-#pragma unroll
-        for (int m = ATOMK_WARP_SIZE / 2; m > 0; m /= 2) {
-            const float ov = ATOMK_SHFL_XOR(bv, m);
-            const int oi = ATOMK_SHFL_XOR(bi, m);
-            if (ranks_before(ov, oi, bv, bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        float bv;
+        int bi;
+        warp_best(p, taken, experts, &bv, &bi);
         if (bi % ATOMK_WARP_SIZE == lane) taken |= 1u << (bi / ATOMK_WARP_SIZE);
         if (lane == j) {
             my_id = bi;
@@ -190,20 +174,6 @@ __global__ void __launch_bounds__(kAlignThreads) moe_route_align_kernel(const T*
 // half empty); down, whose rows are short (K = I), four.
 template <bool GATE_UP> constexpr int kSkinnyWeightRows = GATE_UP ? 2 : 4;
 
-// The floats of one 16-byte chunk (8 16-bit values or 4 floats).
-template <typename T> struct Chunk {
-    static constexpr int N = 16 / sizeof(T);
-    static __device__ __forceinline__ void unpack(const uint4& v, float f[N]) {
-        if constexpr (sizeof(T) == 4) {
-            f[0] = __uint_as_float(v.x);
-            f[1] = __uint_as_float(v.y);
-            f[2] = __uint_as_float(v.z);
-            f[3] = __uint_as_float(v.w);
-        } else {
-            unpack8<T>(v, f);
-        }
-    }
-};
 
 // The experts' activation and biases (gpt-oss's; none for the others): b13 [E, 2I] (each
 // expert's gate biases, then its up biases) added to gate|up before the activation, b2 [E, H]

@@ -13,4 +13,33 @@ __device__ __forceinline__ bool ranks_before(float v, int i, float u, int j) {
     return i < j;  // equal, or a NaN: the lower id
 }
 
+// The best candidate not yet taken of a warp whose lane l holds experts l, l + W, l + 2W, ... in
+// v (bit i of taken: the lane's expert l + iW is taken), by ranks_before: every lane gets its
+// score in *bv and its id in *bi.
+template <int N>
+__device__ __forceinline__ void warp_best(const float (&v)[N], uint32_t taken, int experts, float* bv, int* bi) {
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE;
+    float best = 0.f;
+    int id = -1;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        const int e = lane + i * ATOMK_WARP_SIZE;
+        if (e < experts && !(taken >> i & 1u) && ranks_before(v[i], e, best, id)) {
+            best = v[i];
+            id = e;
+        }
+    }
+#pragma unroll
+    for (int m = ATOMK_WARP_SIZE / 2; m > 0; m /= 2) {
+        const float ov = ATOMK_SHFL_XOR(best, m);
+        const int oi = ATOMK_SHFL_XOR(id, m);
+        if (ranks_before(ov, oi, best, id)) {
+            best = ov;
+            id = oi;
+        }
+    }
+    *bv = best;
+    *bi = id;
+}
+
 #endif  // ATOMK_MOE_RANK_H

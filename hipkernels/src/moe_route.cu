@@ -119,25 +119,9 @@ __global__ void __launch_bounds__(kThreads)
     int my_id = 0;
     float my_w = 0.f;
     for (int j = 0; j < topk; ++j) {
-        float bv = 0.f;
-        int bi = -1;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int e = lane + i * ATOMK_WARP_SIZE;
-            if (e < experts && !(taken >> i & 1u) && ranks_before(choice[i], e, bv, bi)) {
-                bv = choice[i];
-                bi = e;
-            }
-        }
-#pragma unroll
-        for (int m = ATOMK_WARP_SIZE / 2; m > 0; m /= 2) {
-            const float ov = ATOMK_SHFL_XOR(bv, m);
-            const int oi = ATOMK_SHFL_XOR(bi, m);
-            if (ranks_before(ov, oi, bv, bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        float bv;
+        int bi;
+        warp_best(choice, taken, experts, &bv, &bi);
         // The winner's unbiased score, from the lane that holds it.
         float mine = 0.f;
 #pragma unroll
