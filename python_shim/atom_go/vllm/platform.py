@@ -39,8 +39,9 @@ class AtomGoConfigError(ValueError):
     """A vLLM setting atom-go cannot honour."""
 
 
-# The --quantization names atom-go serves from the checkpoint itself.
-SERVED_QUANTIZATION = ("fp8", "compressed-tensors", "mxfp4")
+# The --quantization names atom-go serves from the checkpoint itself (vLLM names a gpt-oss
+# checkpoint's quant_method mxfp4 gpt_oss_mxfp4).
+SERVED_QUANTIZATION = ("fp8", "compressed-tensors", "mxfp4", "gpt_oss_mxfp4")
 
 # The --kv-cache-dtype values passed through to atom-go (the executor adds --kv-cache-dtype).
 KV_CACHE_DTYPES = ("auto", None, "fp8", "fp8_e4m3")
