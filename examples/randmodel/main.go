@@ -71,6 +71,12 @@ var shapes = map[string]shape{
 		KVHeads: 16, HeadDim: 192, Vocab: 102400, MaxPos: 163840, Theta: 10000,
 		MoE: &moeShape{Experts: 64, TopK: 6, Inter: 1408},
 		MLA: &mlaShape{KVRank: 512, Nope: 128, Rope: 64, V: 128, DenseLayers: 1, Shared: 2}},
+	// DeepSeek-V3's widths with 8 layers, 3 of them dense (issue 31's FP8 benchmark with
+	// --dtype fp8-block: about 56 GB, one GPU).
+	"deepseek-v3-l8": {Arch: "DeepseekV3ForCausalLM", Hidden: 7168, Intermediate: 18432, Layers: 8, Heads: 128,
+		KVHeads: 128, HeadDim: 192, Vocab: 129280, MaxPos: 163840, Theta: 10000,
+		MoE: &moeShape{Experts: 256, TopK: 8, Inter: 2048},
+		MLA: &mlaShape{QRank: 1536, KVRank: 512, Nope: 128, Rope: 64, V: 128, DenseLayers: 3, Shared: 1, V3: true}},
 	// gpt-oss (issue 33; gptoss.go): 20b 3.6B of 20.9B parameters active a token, 120b 5.1B of
 	// 116.8B; experts of intermediate_size, top-4.
 	"gpt-oss-20b": {Arch: gptOssArch, Hidden: 2880, Intermediate: 2880, Layers: 24, Heads: 64, KVHeads: 8, HeadDim: 64,
