@@ -23,16 +23,7 @@ func TestSpecOnGPU(t *testing.T) {
 			want := runAll(t, newTestEngine(t, model, gpuCfg), specRequests(prompts, params))
 			e := newTestEngine(t, model, withSpec(gpuCfg))
 			got := runAll(t, e, specRequests(prompts, params))
-			same := 0
-			for i := range prompts {
-				if equalIDs(want[i][0].TokenIDs, got[i][0].TokenIDs) {
-					same++
-				} else {
-					t.Logf("request %d: plain %v, speculative %v", i, want[i][0].TokenIDs, got[i][0].TokenIDs)
-				}
-			}
-			t.Logf("%d of %d greedy outputs identical", same, len(prompts))
-			require.GreaterOrEqual(t, same, len(prompts)*3/4)
+			requireMostlySame(t, want, got)
 			seeded := func(i int) SamplingParams {
 				p := DefaultSamplingParams()
 				p.MaxTokens, p.IgnoreEOS, p.Temperature = 16, true, 0.5
@@ -50,6 +41,23 @@ func TestSpecOnGPU(t *testing.T) {
 			require.Zero(t, st.KVBlocksUsed)
 		})
 	}
+}
+
+// requireMostlySame requires at least three quarters of the plain and the speculative greedy
+// outputs to be token-identical (bf16 near ties may flip between the prefill kernels of a verify
+// chunk and the decode kernels), logging the others.
+func requireMostlySame(t *testing.T, want, got [][]Output) {
+	t.Helper()
+	same := 0
+	for i := range want {
+		if equalIDs(want[i][0].TokenIDs, got[i][0].TokenIDs) {
+			same++
+		} else {
+			t.Logf("request %d: plain %v, speculative %v", i, want[i][0].TokenIDs, got[i][0].TokenIDs)
+		}
+	}
+	t.Logf("%d of %d greedy outputs identical", same, len(want))
+	require.GreaterOrEqual(t, same, len(want)*3/4)
 }
 
 func equalIDs(a, b []int32) bool {
@@ -79,16 +87,7 @@ func TestSpecDraftModelOnGPU(t *testing.T) {
 		t.Run(draft, func(t *testing.T) {
 			e := newTestEngine(t, model, withDraft(draft, 3, gpuCfg))
 			got := runAll(t, e, specRequests(prompts, params))
-			same := 0
-			for i := range prompts {
-				if equalIDs(want[i][0].TokenIDs, got[i][0].TokenIDs) {
-					same++
-				} else {
-					t.Logf("request %d: plain %v, speculative %v", i, want[i][0].TokenIDs, got[i][0].TokenIDs)
-				}
-			}
-			t.Logf("%d of %d greedy outputs identical", same, len(prompts))
-			require.GreaterOrEqual(t, same, len(prompts)*3/4)
+			requireMostlySame(t, want, got)
 			seeded := func(i int) SamplingParams {
 				p := DefaultSamplingParams()
 				p.MaxTokens, p.IgnoreEOS, p.Temperature = 16, true, 0.7
@@ -124,16 +123,7 @@ func TestSpecMTPOnGPU(t *testing.T) {
 		c.SpeculativeConfig = `{"method": "deepseek_mtp", "num_speculative_tokens": 2}`
 	})
 	got := runAll(t, e, specRequests(prompts, params))
-	same := 0
-	for i := range prompts {
-		if equalIDs(want[i][0].TokenIDs, got[i][0].TokenIDs) {
-			same++
-		} else {
-			t.Logf("request %d: plain %v, speculative %v", i, want[i][0].TokenIDs, got[i][0].TokenIDs)
-		}
-	}
-	t.Logf("%d of %d greedy outputs identical", same, len(prompts))
-	require.GreaterOrEqual(t, same, len(prompts)*3/4)
+	requireMostlySame(t, want, got)
 	st := e.Stats()
 	t.Logf("mtp: %d of %d drafts accepted, %d verify steps", st.SpecNumAcceptedTokens, st.SpecNumDraftTokens, st.SpecNumDrafts)
 	require.Positive(t, st.SpecNumDraftTokens)

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"math"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/atom-go/atom/models"
-	"github.com/atom-go/atom/ops"
-	"github.com/atom-go/atom/ops/cpu"
 )
 
 // TestDeepSeekShapes: deepseek-v2-lite has V2-Lite's published 15.7B parameters, and a tiny
@@ -56,19 +53,7 @@ func TestDeepSeekShapes(t *testing.T) {
 				require.Equal(t, 8, c.MoE.DeepSeek.Groups)
 				require.InDelta(t, 2.5, c.MoE.DeepSeek.Scale, 1e-9)
 			}
-			be := cpu.New(1)
-			defer be.Close()
-			model, err := models.Load(ck, be, models.Options{MaxTokens: 8, MaxSeqs: 1})
-			require.NoError(t, err)
-			cache, err := model.NewKVCache(4, 4)
-			require.NoError(t, err)
-			meta := &ops.AttnMetadata{Positions: []int32{0, 1, 2}, SlotMapping: []int32{0, 1, 2}, QueryStart: []int32{0, 3},
-				SeqLens: []int32{3}, BlockTables: []int32{0}, BlockTableStride: 1}
-			logits := make([]float32, s.Vocab)
-			be.ReadRows(model.Logits(model.Forward([]int32{1, 2, 3}, meta, cache), []int32{2}), logits)
-			for i, v := range logits {
-				require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "logit %d = %v", i, v)
-			}
+			requireFiniteLogits(t, ck, s.Vocab)
 		})
 	}
 }

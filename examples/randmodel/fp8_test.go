@@ -9,7 +9,6 @@ import (
 
 	"github.com/atom-go/atom/models"
 	"github.com/atom-go/atom/ops"
-	"github.com/atom-go/atom/ops/cpu"
 )
 
 // TestFP8Checkpoints: --dtype fp8-block and fp8-tensor write tiny dense and MoE checkpoints
@@ -51,19 +50,7 @@ func TestFP8Checkpoints(t *testing.T) {
 			lm, err := ck.Tensor("model.embed_tokens.weight")
 			require.NoError(t, err)
 			require.Equal(t, ops.BF16, lm.DType)
-			be := cpu.New(1)
-			defer be.Close()
-			model, err := models.Load(ck, be, models.Options{MaxTokens: 8, MaxSeqs: 1})
-			require.NoError(t, err)
-			cache, err := model.NewKVCache(4, 4)
-			require.NoError(t, err)
-			meta := &ops.AttnMetadata{Positions: []int32{0, 1, 2}, SlotMapping: []int32{0, 1, 2}, QueryStart: []int32{0, 3},
-				SeqLens: []int32{3}, BlockTables: []int32{0}, BlockTableStride: 1}
-			logits := make([]float32, s.Vocab)
-			be.ReadRows(model.Logits(model.Forward([]int32{1, 2, 3}, meta, cache), []int32{2}), logits)
-			for i, v := range logits {
-				require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "logit %d = %v", i, v)
-			}
+			requireFiniteLogits(t, ck, s.Vocab)
 		})
 	}
 	require.ErrorContains(t, write(tiny("llama3-8b"), t.TempDir(), "fp8-channel", 1<<20, 1), "unsupported dtype fp8-channel")

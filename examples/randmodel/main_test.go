@@ -116,19 +116,7 @@ func TestMoEShapes(t *testing.T) {
 			require.Equal(t, s.Arch, ck.Config.Architecture)
 			require.Equal(t, m.Experts, ck.Config.MoE.NumExperts)
 			require.Equal(t, m.TopK, ck.Config.MoE.TopK)
-			be := cpu.New(1)
-			defer be.Close()
-			model, err := models.Load(ck, be, models.Options{MaxTokens: 8, MaxSeqs: 1})
-			require.NoError(t, err)
-			cache, err := model.NewKVCache(4, 4)
-			require.NoError(t, err)
-			meta := &ops.AttnMetadata{Positions: []int32{0, 1, 2}, SlotMapping: []int32{0, 1, 2}, QueryStart: []int32{0, 3},
-				SeqLens: []int32{3}, BlockTables: []int32{0}, BlockTableStride: 1}
-			logits := make([]float32, s.Vocab)
-			be.ReadRows(model.Logits(model.Forward([]int32{1, 2, 3}, meta, cache), []int32{2}), logits)
-			for i, v := range logits {
-				require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "logit %d = %v", i, v)
-			}
+			requireFiniteLogits(t, ck, s.Vocab)
 		})
 	}
 }
@@ -173,21 +161,28 @@ func TestGptOssShapes(t *testing.T) {
 			if dtype == "mxfp4" {
 				require.Equal(t, "mxfp4", ck.Config.Quantization)
 			}
-			be := cpu.New(1)
-			defer be.Close()
-			model, err := models.Load(ck, be, models.Options{MaxTokens: 8, MaxSeqs: 1})
-			require.NoError(t, err)
-			cache, err := model.NewKVCache(4, 4)
-			require.NoError(t, err)
-			meta := &ops.AttnMetadata{Positions: []int32{0, 1, 2}, SlotMapping: []int32{0, 1, 2}, QueryStart: []int32{0, 3},
-				SeqLens: []int32{3}, BlockTables: []int32{0}, BlockTableStride: 1}
-			logits := make([]float32, s.Vocab)
-			be.ReadRows(model.Logits(model.Forward([]int32{1, 2, 3}, meta, cache), []int32{2}), logits)
-			for i, v := range logits {
-				require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "logit %d = %v", i, v)
-			}
+			requireFiniteLogits(t, ck, s.Vocab)
 		})
 	}
 	require.ErrorContains(t, write(shapes["llama3-1b"], t.TempDir(), "mxfp4", 1<<20, 1), "gpt-oss's expert format")
 	require.ErrorContains(t, write(shapes["gpt-oss-20b"], t.TempDir(), "fp8-block", 1<<20, 1), "not fp8-block")
+}
+
+// requireFiniteLogits loads ck on the cpu, runs a 3-token prompt and requires every one of the
+// vocab logits of its last token to be finite.
+func requireFiniteLogits(t *testing.T, ck *models.Checkpoint, vocab int) {
+	t.Helper()
+	be := cpu.New(1)
+	defer be.Close()
+	model, err := models.Load(ck, be, models.Options{MaxTokens: 8, MaxSeqs: 1})
+	require.NoError(t, err)
+	cache, err := model.NewKVCache(4, 4)
+	require.NoError(t, err)
+	meta := &ops.AttnMetadata{Positions: []int32{0, 1, 2}, SlotMapping: []int32{0, 1, 2}, QueryStart: []int32{0, 3},
+		SeqLens: []int32{3}, BlockTables: []int32{0}, BlockTableStride: 1}
+	logits := make([]float32, vocab)
+	be.ReadRows(model.Logits(model.Forward([]int32{1, 2, 3}, meta, cache), []int32{2}), logits)
+	for i, v := range logits {
+		require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "logit %d = %v", i, v)
+	}
 }

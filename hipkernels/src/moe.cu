@@ -49,24 +49,7 @@ __device__ __forceinline__ void route_row(const T* __restrict__ logits, int32_t*
     const int lane = threadIdx.x % ATOMK_WARP_SIZE;
     const T* lr = logits + (size_t)row * experts;
     float p[kMaxExpertsPerLane];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-        const int e = lane + i * ATOMK_WARP_SIZE;
-        p[i] = e < experts ? atomk_to_float(lr[e]) : -INFINITY;
-        mx = fmaxf(mx, p[i]);
-    }
-    mx = atomk_warp_max(mx);
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-        const int e = lane + i * ATOMK_WARP_SIZE;
-        p[i] = e < experts ? expf(p[i] - mx) : 0.f;
-        s += p[i];
-    }
-    s = atomk_warp_sum(s);
-#pragma unroll
-    for (int i = 0; i < kMaxExpertsPerLane; ++i) p[i] /= s;
+    warp_softmax(lr, experts, p);
 
     uint32_t taken = 0;
     int my_id = 0;

@@ -1,4 +1,5 @@
-// moe_rank.h: the order of router candidates shared by the MoE routers (moe.cu, moe_route.cu).
+// moe_rank.h: the warp-wide steps the MoE routers share (moe.cu, moe_route.cu): the softmax of a
+// row of logits, the order of candidates and the choice of the best one.
 #ifndef ATOMK_MOE_RANK_H
 #define ATOMK_MOE_RANK_H
 
@@ -11,6 +12,31 @@ __device__ __forceinline__ bool ranks_before(float v, int i, float u, int j) {
     if (v > u) return true;
     if (u > v) return false;
     return i < j;  // equal, or a NaN: the lower id
+}
+
+// p = softmax in float32 of the experts logits lr (lane l holds experts l, l + W, ...; slots past
+// experts get 0): the softmax router's scores, and DeepSeek-V2's.
+template <typename T, int N>
+__device__ __forceinline__ void warp_softmax(const T* __restrict__ lr, int experts, float (&p)[N]) {
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        const int e = lane + i * ATOMK_WARP_SIZE;
+        p[i] = e < experts ? atomk_to_float(lr[e]) : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+    mx = atomk_warp_max(mx);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        const int e = lane + i * ATOMK_WARP_SIZE;
+        p[i] = e < experts ? expf(p[i] - mx) : 0.f;
+        s += p[i];
+    }
+    s = atomk_warp_sum(s);
+#pragma unroll
+    for (int i = 0; i < N; ++i) p[i] /= s;
 }
 
 // The best candidate not yet taken of a warp whose lane l holds experts l, l + W, l + 2W, ... in

@@ -49,24 +49,7 @@ __global__ void __launch_bounds__(kThreads)
             score[i] = e < experts ? 1.f / (1.f + expf(-atomk_to_float(lr[e]))) : 0.f;
         }
     } else {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int e = lane + i * ATOMK_WARP_SIZE;
-            score[i] = e < experts ? atomk_to_float(lr[e]) : -INFINITY;
-            mx = fmaxf(mx, score[i]);
-        }
-        mx = atomk_warp_max(mx);
-        float s = 0.f;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int e = lane + i * ATOMK_WARP_SIZE;
-            score[i] = e < experts ? expf(score[i] - mx) : 0.f;
-            s += score[i];
-        }
-        s = atomk_warp_sum(s);
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) score[i] /= s;
+        warp_softmax(lr, experts, score);
     }
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
