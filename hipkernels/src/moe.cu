@@ -32,7 +32,6 @@
 namespace {
 
 constexpr int kRouteThreads = 128;  // one warp per token row
-constexpr int kMaxExpertsPerLane = ATOMK_MOE_MAX_EXPERTS / ATOMK_WARP_SIZE;
 constexpr int kAlignThreads = 1024;
 constexpr int kRouteAlignRows = kAlignThreads / ATOMK_WARP_SIZE;  // rows one route-and-group launch takes
 constexpr int kSkinnyRows = 4;     // tile rows of the skinny kernel
@@ -42,13 +41,13 @@ constexpr int kSkinnyWarps = kSkinnyThreads / ATOMK_WARP_SIZE;
 constexpr int kSumThreads = 128;
 constexpr int kMXBlock = 32;  // values one MXFP4 scale covers (16 bytes of codes)
 
-// Routes one row on one warp: lane l holds experts l, l + W, l + 2W, ...
-template <typename T>
+// Routes one row on one warp: lane l holds experts l, l + W, l + 2W, ... (N of them).
+template <typename T, int N>
 __device__ __forceinline__ void route_row(const T* __restrict__ logits, int32_t* __restrict__ ids,
                                           float* __restrict__ weights, int row, int experts, int topk, int renormalize) {
     const int lane = threadIdx.x % ATOMK_WARP_SIZE;
     const T* lr = logits + (size_t)row * experts;
-    float p[kMaxExpertsPerLane];
+    float p[N];
     warp_softmax(lr, experts, p);
 
     uint32_t taken = 0;
@@ -76,13 +75,13 @@ __device__ __forceinline__ void route_row(const T* __restrict__ logits, int32_t*
     }
 }
 
-template <typename T>
+template <typename T, int N>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const T* __restrict__ logits, int32_t* __restrict__ ids,
                                                                   float* __restrict__ weights, int rows, int experts,
                                                                   int topk, int renormalize) {
     ATOMK_PDL_ENTER();
     const int row = blockIdx.x * (kRouteThreads / ATOMK_WARP_SIZE) + threadIdx.x / ATOMK_WARP_SIZE;
-    if (row < rows) route_row(logits, ids, weights, row, experts, topk, renormalize);
+    if (row < rows) route_row<T, N>(logits, ids, weights, row, experts, topk, renormalize);
 }
 
 // The most tiles `slots` slots over `experts` experts can fill in runs padded to `tile` rows: every
@@ -135,7 +134,7 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const int32_t*
 
 // Decode batches (rows <= kRouteAlignRows) route and group in one launch: a warp per row, then
 // the block groups the slots it wrote.
-template <typename T>
+template <typename T, int N>
 __global__ void __launch_bounds__(kAlignThreads) moe_route_align_kernel(const T* __restrict__ logits, int32_t* ids,
                                                                         float* __restrict__ weights, int rows, int experts,
                                                                         int topk, int renormalize, int tile,
@@ -144,7 +143,7 @@ __global__ void __launch_bounds__(kAlignThreads) moe_route_align_kernel(const T*
                                                                         int32_t* __restrict__ num_tiles) {
     ATOMK_PDL_ENTER();
     const int warp = threadIdx.x / ATOMK_WARP_SIZE;
-    if (warp < rows) route_row(logits, ids, weights, warp, experts, topk, renormalize);
+    if (warp < rows) route_row<T, N>(logits, ids, weights, warp, experts, topk, renormalize);
     __syncthreads();
     align_block(ids, rows * topk, experts, tile, sorted, tile_expert, num_tiles);
 }
@@ -214,8 +213,12 @@ __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_ke
                                                                     const int32_t* __restrict__ tile_expert,
                                                                     const int32_t* __restrict__ num_tiles, int slots,
                                                                     int topk, int hidden, int inter, MoEAct<T> act) {
-    // U chunks of each weight row in flight: an MXFP4 chunk carries 4x the values of a 16-bit one.
-    constexpr int R = kSkinnyWeightRows<GATE_UP>, U = MX ? 1 : 4, CE = Chunk<T>::N;
+    // U chunks of each weight row in flight: an MXFP4 chunk carries 4x the values of a 16-bit
+    // one, so a 4-slot tile takes one at a time (registers); a single slot (DIRECT) has the
+    // registers for 4, which its pure weight stream needs to keep enough bytes in flight.
+    // SR: the slots a block multiplies (DIRECT: one).
+    constexpr int R = kSkinnyWeightRows<GATE_UP>, U = MX && !DIRECT ? 1 : 4, CE = Chunk<T>::N;
+    constexpr int SR = DIRECT ? 1 : kSkinnyRows;
     // A 16-byte weight chunk holds CE values of T, or (MX) one MXFP4 block of 32 codes, whose x
     // values are XC chunks of x.
     constexpr int WE = MX ? kMXBlock : CE, XC = WE / CE;
@@ -258,19 +261,19 @@ __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_ke
             srow[r] = nullptr;
         }
     }
-    int slot[kSkinnyRows];
-    const uint4* xrow[kSkinnyRows];
+    int slot[SR];
+    const uint4* xrow[SR];
     int m = 0;  // real slots of the tile (they come first)
 #pragma unroll
-    for (int i = 0; i < kSkinnyRows; ++i) {
+    for (int i = 0; i < SR; ++i) {
         slot[i] = DIRECT ? (i == 0 ? tile : slots) : sorted[tile * kSkinnyRows + i];
         if (slot[i] < slots) m = i + 1;
         const int xr = slot[i] < slots ? (GATE_UP ? slot[i] / topk : slot[i]) : 0;
         xrow[i] = reinterpret_cast<const uint4*>(x + (size_t)xr * k);
     }
-    float acc[kSkinnyRows][R];
+    float acc[SR][R];
 #pragma unroll
-    for (int i = 0; i < kSkinnyRows; ++i)
+    for (int i = 0; i < SR; ++i)
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
     // U chunks of each of the R rows are loaded before any is used: U·R 16-byte loads in flight
@@ -292,7 +295,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_ke
             if (c >= kc) break;
             // Unpacked where used (cheap shifts) rather than held: registers decide occupancy.
 #pragma unroll
-            for (int i = 0; i < kSkinnyRows; ++i) {
+            for (int i = 0; i < SR; ++i) {
                 if (i >= m) break;
                 if constexpr (MX) {
                     // The block's 32 codes against its 32 x values, XC chunks of x, then its scale.
@@ -329,7 +332,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, GATE_UP ? 3 : 2) moe_skinny_ke
         }
     }
 #pragma unroll
-    for (int i = 0; i < kSkinnyRows; ++i) {
+    for (int i = 0; i < SR; ++i) {
         if (i >= m) break;
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[i][r] = atomk_warp_sum(acc[i][r]);
@@ -452,10 +455,11 @@ int atomk_moe_route(int dtype, const void* logits, int32_t* ids, float* weights,
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_moe_route: %d rows, top-%d of %d experts", rows, topk, experts);
     if (rows == 0) return ATOMK_OK;
     const int per_block = kRouteThreads / ATOMK_WARP_SIZE;
-    ATOMK_DISPATCH(dtype, "atomk_moe_route",
-                   atomk_launch(moe_route_kernel<T>, dim3((rows + per_block - 1) / per_block), dim3(kRouteThreads), 0,
-                                ATOMK_STREAM(stream), static_cast<const T*>(logits), ids, weights, rows, experts, topk,
-                                renormalize));
+    ATOMK_DISPATCH(dtype, "atomk_moe_route", with_experts_per_lane(experts, [&](auto n) {
+                       atomk_launch(moe_route_kernel<T, decltype(n)::value>, dim3((rows + per_block - 1) / per_block),
+                                    dim3(kRouteThreads), 0, ATOMK_STREAM(stream), static_cast<const T*>(logits), ids,
+                                    weights, rows, experts, topk, renormalize);
+                   }));
     ATOMK_LAUNCHED("moe_route_kernel");
     return ATOMK_OK;
 }
@@ -471,10 +475,11 @@ int atomk_moe_route_align(int dtype, const void* logits, int32_t* ids, float* we
     if (rows < 0 || experts < 1 || experts > ATOMK_MOE_MAX_EXPERTS || topk < 1 || topk > ATOMK_MOE_MAX_TOPK || topk > experts)
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_moe_route_align: %d rows, top-%d of %d experts", rows, topk, experts);
     if (int st = check_moe_shape("atomk_moe_route_align", rows * topk, experts, topk, 8, 8, tile_rows)) return st;
-    ATOMK_DISPATCH(dtype, "atomk_moe_route_align",
-                   atomk_launch(moe_route_align_kernel<T>, dim3(1), dim3(kAlignThreads), 0, ATOMK_STREAM(stream),
-                                static_cast<const T*>(logits), ids, weights, rows, experts, topk, renormalize, tile_rows,
-                                sorted, tile_expert, num_tiles));
+    ATOMK_DISPATCH(dtype, "atomk_moe_route_align", with_experts_per_lane(experts, [&](auto n) {
+                       atomk_launch(moe_route_align_kernel<T, decltype(n)::value>, dim3(1), dim3(kAlignThreads), 0,
+                                    ATOMK_STREAM(stream), static_cast<const T*>(logits), ids, weights, rows, experts,
+                                    topk, renormalize, tile_rows, sorted, tile_expert, num_tiles);
+                   }));
     ATOMK_LAUNCHED("moe_route_align_kernel");
     return ATOMK_OK;
 }

@@ -12,7 +12,6 @@
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kPerLane = ATOMK_MOE_MAX_EXPERTS / ATOMK_WARP_SIZE;
 constexpr int kMaxGroups = 32;
 
 // The best and second best of (a1, a2) and (b1, b2), each ordered.
@@ -25,7 +24,8 @@ __device__ __forceinline__ void top2_merge(float& a1, float& a2, float b1, float
     }
 }
 
-template <typename T>
+// Lane l holds experts l, l + W, l + 2W, ... (N of them, with_experts_per_lane).
+template <typename T, int N>
 __global__ void __launch_bounds__(kThreads)
     moe_route_grouped_kernel(const T* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
                              float* __restrict__ weights, int rows, int experts, int topk, int scoring, int groups,
@@ -35,16 +35,16 @@ __global__ void __launch_bounds__(kThreads)
     if (row >= rows) return;
     const int lane = threadIdx.x % ATOMK_WARP_SIZE;
     const T* lr = logits + (size_t)row * experts;
-    float score[kPerLane], choice[kPerLane];
+    float score[N], choice[N];
     if (scoring == 2) {  // top-k of the logits themselves, softmax over the k afterwards
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
+        for (int i = 0; i < N; ++i) {
             const int e = lane + i * ATOMK_WARP_SIZE;
             score[i] = e < experts ? atomk_to_float(lr[e]) : -INFINITY;
         }
     } else if (scoring == 1) {
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
+        for (int i = 0; i < N; ++i) {
             const int e = lane + i * ATOMK_WARP_SIZE;
             score[i] = e < experts ? 1.f / (1.f + expf(-atomk_to_float(lr[e]))) : 0.f;
         }
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads)
         warp_softmax(lr, experts, score);
     }
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
+    for (int i = 0; i < N; ++i) {
         const int e = lane + i * ATOMK_WARP_SIZE;
         choice[i] = e < experts ? score[i] + (bias ? bias[e] : 0.f) : -INFINITY;
     }
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int g = 0; g < groups; ++g) {
             float b1 = -INFINITY, b2 = -INFINITY;
 #pragma unroll
-            for (int i = 0; i < kPerLane; ++i) {
+            for (int i = 0; i < N; ++i) {
                 const int e = lane + i * ATOMK_WARP_SIZE;
                 if (e < experts && e / per == g) top2_merge(b1, b2, choice[i], -INFINITY);
             }
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kThreads)
             chosen |= 1u << bi;
         }
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
+        for (int i = 0; i < N; ++i) {
             const int e = lane + i * ATOMK_WARP_SIZE;
             if (e < experts && !(chosen >> (e / per) & 1u)) choice[i] = -INFINITY;
         }
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kThreads)
         // The winner's unbiased score, from the lane that holds it.
         float mine = 0.f;
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i)
+        for (int i = 0; i < N; ++i)
             if (i == bi / ATOMK_WARP_SIZE) mine = score[i];
         const float w = ATOMK_SHFL(mine, bi % ATOMK_WARP_SIZE);
         if (bi % ATOMK_WARP_SIZE == lane) taken |= 1u << (bi / ATOMK_WARP_SIZE);
@@ -153,10 +153,12 @@ extern "C" int atomk_moe_route_grouped(int dtype, const void* logits, const floa
                           rows, topk, experts, scoring, topk_groups, groups, (double)scale);
     if (rows == 0) return ATOMK_OK;
     const int per_block = kThreads / ATOMK_WARP_SIZE;
-    ATOMK_DISPATCH(dtype, "atomk_moe_route_grouped",
-                   atomk_launch(moe_route_grouped_kernel<T>, dim3((rows + per_block - 1) / per_block), dim3(kThreads),
-                                0, ATOMK_STREAM(stream), static_cast<const T*>(logits), bias, ids, weights, rows,
-                                experts, topk, scoring, groups, topk_groups, renormalize, scale));
+    ATOMK_DISPATCH(dtype, "atomk_moe_route_grouped", with_experts_per_lane(experts, [&](auto n) {
+                       atomk_launch(moe_route_grouped_kernel<T, decltype(n)::value>,
+                                    dim3((rows + per_block - 1) / per_block), dim3(kThreads), 0, ATOMK_STREAM(stream),
+                                    static_cast<const T*>(logits), bias, ids, weights, rows, experts, topk, scoring,
+                                    groups, topk_groups, renormalize, scale);
+                   }));
     ATOMK_LAUNCHED("moe_route_grouped_kernel");
     return ATOMK_OK;
 }
