@@ -130,17 +130,21 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2)
         // addresses position 8*warp + l%8, columns k0 + 8(l/8): b[0], b[1] are the B fragment
         // of k step k0, b[2], b[3] of k0 + 16. Of Q: row l%16, columns k + 8(l/16) give the A
         // fragment of the k step at k.
-        float s[4] = {0.f, 0.f, 0.f, 0.f};
+        // Two accumulators, one per k step of a pair: two chains of dependent MMAs, not one.
+        float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
         const T* krow = kt + (8 * warp + lane % 8) * ld + 8 * (lane / 8);
         const T* qrow = qs + (lane % 16) * ld + 8 * (lane / 16);
+#pragma unroll 2
         for (int k0 = 0; k0 < width; k0 += 32) {
-            uint32_t b[4], a[4];
+            uint32_t b[4], a[4], a2[4];
             ldmatrix_x4(b, krow + k0);
             ldmatrix_x4(a, qrow + k0);
+            ldmatrix_x4(a2, qrow + k0 + 16);
             Mma<T>::run(s, a, b[0], b[1]);
-            ldmatrix_x4(a, qrow + k0 + 16);
-            Mma<T>::run(s, a, b[2], b[3]);
+            Mma<T>::run(s2, a2, b[2], b[3]);
         }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[i] += s2[i];
         {
             const int p = base + 8 * warp + 2 * c;
             float* sr = ss + g * kTcScoreLd + 8 * warp + 2 * c;
