@@ -1,4 +1,6 @@
-// mla_tc.h: the tensor-core MLA attention kernel (CUDA, 16-bit types), included by mla.cu.
+// mla_tc.h: the tensor-core MLA attention kernel (CUDA, 16-bit types), included by mla.cu after
+// its kMaxRank and mla_split_range; its tile constants and width rules are read by the launch
+// code on both vendors (mla_splits, mla_use_tc).
 //
 // A block takes up to 16 query heads of one token (rows of the m16n8k16 A operand; rows past
 // the token's heads are zeros) over one split of its context, walking it in tiles of kTcTile
@@ -26,13 +28,10 @@
 #ifndef ATOMK_MLA_TC_H
 #define ATOMK_MLA_TC_H
 
-#if defined(ATOMK_CUDA)
-
 #include <math.h>
 #include <stdint.h>
 
 #include "atomk_internal.h"
-#include "atomk_mma.h"
 
 namespace {
 
@@ -59,11 +58,34 @@ inline size_t mla_tc_smem(int dim) {
 // each of the four warps).
 inline bool mla_tc_fits(int dim) { return dim % 8 == 0; }
 
+}  // namespace
+
+#if defined(ATOMK_CUDA)
+
+#include "atomk_mma.h"
+
+namespace {
+
 template <typename T>
 __global__ void __launch_bounds__(kTcWarps * 32, 2)
     mla_attend_tc_kernel(const T* qlat, const T* cache, const int32_t* token_seq, const int32_t* positions,
                          const int32_t* block_tables, int table_stride, int heads, int kv_rank, int rope_dim,
                          int block_size, float scale, T* olat, float* part_acc, float* part_m, float* part_l) {
+    // With split contexts (small decode batches) the split's first kTcMinSplit latent rows go
+    // to L2 while the kernels before finish: the batch metadata is uploaded before the step's
+    // kernels, and this step's cache rows are written through L2, where a prefetch can not make
+    // a later load stale.
+    if (gridDim.z > 1) {
+        int b, e;
+        mla_split_range(positions[blockIdx.x] + 1, blockIdx.z, gridDim.z, kTcTile, &b, &e);
+        const int dim = kv_rank + rope_dim, lines = (dim * (int)sizeof(T) + 127) / 128;
+        const int32_t* tb = block_tables + (int64_t)token_seq[blockIdx.x] * table_stride;
+        for (int i = threadIdx.x; i < min(e - b, kTcMinSplit) * lines; i += blockDim.x) {
+            const int p = b + i / lines;
+            const T* row = cache + ((int64_t)tb[p / block_size] * block_size + p % block_size) * dim;
+            atomk_prefetch_l2(reinterpret_cast<const char*>(row) + 128 * (i % lines));
+        }
+    }
     ATOMK_PDL_ENTER();
     extern __shared__ __align__(16) unsigned char mla_tc_smem_buf[];
     constexpr int NT = kMaxRank / 8 / kTcWarps;  // n tiles of O per warp, at most
