@@ -112,9 +112,9 @@ __device__ __forceinline__ void prefetch_rows(const T* p, int rows, int64_t stri
 }
 
 // q_lat[t, h, :kv_rank] = Σ_j q[t, h, j] · W_UK_h[j, :] and q_lat[t, h, kv_rank:] = q_pe[t, h]:
-// one block per (head, kAbsorbCols columns of W_UK_h, kAbsorbRows tokens). Thread (row group
-// tid / P, piece tid % P) reads 16-byte piece P of the block's columns in rows tid / P + R·i
-// (R row groups), all its loads issued before the first is used; the row groups' partial sums
+// one block per (head, kAbsorbCols columns of W_UK_h, kAbsorbRows tokens). Thread tid reads
+// 16-byte piece tid % P of the block's columns (P pieces) in rows tid / P + R·i (R row groups),
+// all its loads issued before the first is used; the row groups' partial sums
 // are added by shuffles within a warp, then through shared memory. At decode batches the grid
 // is heads x kv_rank/64 blocks streaming W_UK once, its slices fetched into L2 first.
 template <typename T>
