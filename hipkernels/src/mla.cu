@@ -27,16 +27,15 @@ namespace {
 constexpr int kWriteThreads = 128;
 constexpr int kAbsorbRows = 8;       // token rows of one absorb or up block
 constexpr int kAbsorbCols = 64;      // W_UK columns of one absorb block
-constexpr int kAbsorbSplit = 4;      // thread groups of an absorb block, each over a quarter of the nope rows
-constexpr int kAbsorbThreads = kAbsorbCols * kAbsorbSplit;
-constexpr int kAbsorbUnroll = 8;     // W_UK rows an absorb thread loads at once
+constexpr int kAbsorbThreads = 256;
 constexpr int kUpWarps = 8;          // W_UV rows (output columns) of one up block, a warp each
 constexpr int kTile = 16;            // context positions an attention block loads at once
 constexpr int kMaxRank = 512;        // kv_rank: an attention thread keeps kv_rank/16 accumulators
 constexpr int kMaxLatent = 640;      // kv_rank + rope_dim: q and a tile of latents in shared memory
 constexpr int kMaxNope = 256;
 constexpr int kMaxSplits = 64;
-constexpr int kMergeThreads = 128;
+constexpr int kMergeCols = 64;    // o_lat columns of one merge block, a thread each
+constexpr int kMergeUnroll = 8;   // split partitions a merge thread loads at once
 constexpr size_t kChunkBytes = 64u << 20;  // q_lat and o_lat of one chunk of tokens
 
 // Heads per attention block: 16 (each of 16 threads of a head scores one position of a tile),
@@ -101,21 +100,45 @@ __global__ void __launch_bounds__(kWriteThreads)
     rotate_rope(in + kv_rank, out + kv_rank, rope_dim, interleaved, pos, inv_freq, attn_factor);
 }
 
+// Fetches into L2 the `bytes` bytes from p on of each of `rows` rows `stride` elements apart, a
+// 128-byte line per thread of the block: a weight slice, before ATOMK_PDL_ENTER (no kernel of
+// the step writes kv_b_proj, or the FP8 expansion writes it through L2, where a prefetch can not
+// make a later load stale), so that its stream overlaps the kernels before.
+template <typename T>
+__device__ __forceinline__ void prefetch_rows(const T* p, int rows, int64_t stride, int bytes) {
+    const int lines = (bytes + 127) / 128;
+    for (int i = threadIdx.x; i < rows * lines; i += blockDim.x)
+        atomk_prefetch_l2(reinterpret_cast<const char*>(p + (i / lines) * stride) + 128 * (i % lines));
+}
+
 // q_lat[t, h, :kv_rank] = Σ_j q[t, h, j] · W_UK_h[j, :] and q_lat[t, h, kv_rank:] = q_pe[t, h]:
-// one block per (head, kAbsorbCols columns of W_UK_h, kAbsorbRows tokens). Its kAbsorbSplit
-// thread groups each take a quarter of the nope rows (coalesced along a row), their partial
-// sums are added through shared memory. At decode batches the grid is heads x kv_rank/64 blocks
-// streaming W_UK once, spread over the GPU.
+// one block per (head, kAbsorbCols columns of W_UK_h, kAbsorbRows tokens). Thread tid reads
+// 16-byte piece tid % P of the block's columns (P pieces) in rows tid / P + R·i (R row groups),
+// all its loads issued before the first is used; the row groups' partial sums
+// are added by shuffles within a warp, then through shared memory. At decode batches the grid
+// is heads x kv_rank/64 blocks streaming W_UK once, its slices fetched into L2 first.
 template <typename T>
 __global__ void __launch_bounds__(kAbsorbThreads)
     mla_absorb_kernel(const T* q, const T* kvb, T* qlat, int tokens, int heads, int kv_rank, int nope, int rope_dim,
                       int vdim) {
+    constexpr int CE = 16 / sizeof(T), P = kAbsorbCols / CE, R = kAbsorbThreads / P, J = kMaxNope / R;
+    constexpr int W = kAbsorbThreads / ATOMK_WARP_SIZE;
+    const int h = blockIdx.x, c0 = blockIdx.y * kAbsorbCols, t0 = blockIdx.z * kAbsorbRows;
+    const T* wk = kvb + (int64_t)h * (nope + vdim) * kv_rank + c0;
+    prefetch_rows(wk, nope, kv_rank, min(kAbsorbCols, kv_rank - c0) * (int)sizeof(T));
     ATOMK_PDL_ENTER();
     __shared__ float qs[kAbsorbRows][kMaxNope];
-    __shared__ float part[kAbsorbSplit][kAbsorbRows][kAbsorbCols];
-    const int h = blockIdx.x, c = blockIdx.y * kAbsorbCols + threadIdx.x % kAbsorbCols;
-    const int grp = threadIdx.x / kAbsorbCols, t0 = blockIdx.z * kAbsorbRows;
+    __shared__ float part[W][kAbsorbRows][kAbsorbCols];
     const int rows = min(kAbsorbRows, tokens - t0), qk = nope + rope_dim, dim = kv_rank + rope_dim;
+    const int pc = threadIdx.x % P, rg = threadIdx.x / P;
+    const bool col_ok = c0 + pc * CE < kv_rank;  // kv_rank is a multiple of 32: whole pieces
+    uint4 w[J];
+#pragma unroll
+    for (int i = 0; i < J; ++i) {
+        const int j = rg + R * i;
+        w[i] = col_ok && j < nope ? load_stream(reinterpret_cast<const uint4*>(wk + (int64_t)j * kv_rank + pc * CE))
+                                  : make_uint4(0, 0, 0, 0);
+    }
     for (int i = threadIdx.x; i < kAbsorbRows * nope; i += blockDim.x) {
         const int r = i / nope;
         qs[r][i % nope] = r < rows ? atomk_to_float(q[((int64_t)(t0 + r) * heads + h) * qk + i % nope]) : 0.f;
@@ -126,42 +149,45 @@ __global__ void __launch_bounds__(kAbsorbThreads)
             qlat[((int64_t)(t0 + r) * heads + h) * dim + kv_rank + d] = q[((int64_t)(t0 + r) * heads + h) * qk + nope + d];
         }
     __syncthreads();
-    const T* wk = kvb + (int64_t)h * (nope + vdim) * kv_rank;
-    const int per = (nope + kAbsorbSplit - 1) / kAbsorbSplit, j0 = grp * per, j1 = min(nope, j0 + per);
-    float acc[kAbsorbRows] = {};
-    if (c < kv_rank)
-        for (int j = j0; j < j1; j += kAbsorbUnroll) {
-            // kAbsorbUnroll loads in flight before they are used: the weight streams at decode sizes.
-            float w[kAbsorbUnroll];
+    float acc[kAbsorbRows][CE] = {};
 #pragma unroll
-            for (int u = 0; u < kAbsorbUnroll; ++u)
-                w[u] = j + u < j1 ? atomk_to_float(wk[(int64_t)(j + u) * kv_rank + c]) : 0.f;
+    for (int i = 0; i < J; ++i) {
+        const int j = rg + R * i;
+        if (j >= nope) break;
+        float wf[CE];
+        Chunk<T>::unpack(w[i], wf);
 #pragma unroll
-            for (int u = 0; u < kAbsorbUnroll; ++u) {
-                if (j + u >= j1) break;
+        for (int r = 0; r < kAbsorbRows; ++r) {
+            const float qv = qs[r][j];
 #pragma unroll
-                for (int r = 0; r < kAbsorbRows; ++r) acc[r] = fmaf(qs[r][j + u], w[u], acc[r]);
-            }
+            for (int e = 0; e < CE; ++e) acc[r][e] = fmaf(qv, wf[e], acc[r][e]);
         }
+    }
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
 #pragma unroll
-    for (int r = 0; r < kAbsorbRows; ++r) part[grp][r][threadIdx.x % kAbsorbCols] = acc[r];
+    for (int r = 0; r < kAbsorbRows; ++r)
+#pragma unroll
+        for (int e = 0; e < CE; ++e) {
+#pragma unroll
+            for (int o = P; o < ATOMK_WARP_SIZE; o *= 2) acc[r][e] += ATOMK_SHFL_XOR(acc[r][e], o);
+            if (lane < P) part[warp][r][pc * CE + e] = acc[r][e];
+        }
     __syncthreads();
-    // Thread i adds up (row i / kAbsorbCols, column i % kAbsorbCols) over the groups.
     for (int i = threadIdx.x; i < kAbsorbRows * kAbsorbCols; i += blockDim.x) {
-        const int r = i / kAbsorbCols, cc = blockIdx.y * kAbsorbCols + i % kAbsorbCols;
+        const int r = i / kAbsorbCols, cc = c0 + i % kAbsorbCols;
         if (r >= rows || cc >= kv_rank) continue;
         float sum = 0.f;
 #pragma unroll
-        for (int g = 0; g < kAbsorbSplit; ++g) sum += part[g][r][i % kAbsorbCols];
+        for (int g = 0; g < W; ++g) sum += part[g][r][i % kAbsorbCols];
         qlat[((int64_t)(t0 + r) * heads + h) * dim + cc] = atomk_from_float<T>(sum);
     }
 }
 
 // The context positions [*begin, *end) of split `split` of `splits` over n positions: whole
-// tiles, the last split taking what is left.
-__device__ __forceinline__ void mla_split_range(int n, int split, int splits, int* begin, int* end) {
+// tiles of `tile` positions, the last split taking what is left (trailing splits may be empty).
+__device__ __forceinline__ void mla_split_range(int n, int split, int splits, int tile, int* begin, int* end) {
     int chunk = (n + splits - 1) / splits;
-    chunk = (chunk + kTile - 1) / kTile * kTile;
+    chunk = (chunk + tile - 1) / tile * tile;
     *begin = min(n, split * chunk);
     *end = min(n, *begin + chunk);
 }
@@ -205,7 +231,7 @@ __global__ void __launch_bounds__(G * 16)
     const int n = positions[t] + 1;
     const int32_t* table = block_tables + (int64_t)token_seq[t] * table_stride;
     int begin, end;
-    mla_split_range(n, split, splits, &begin, &end);
+    mla_split_range(n, split, splits, kTile, &begin, &end);
 
     for (int gg = 0; gg < G; ++gg) {
         const int hh = h0 + gg;
@@ -310,11 +336,12 @@ __global__ void __launch_bounds__(G * 16)
     }
 }
 
-// Merges the splits of one (token, head): o_lat = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s. The
-// first warp turns the splits' maxima and sums into one weight each, then every thread sums its
-// columns over the splits.
+// Merges the splits of one (token, head) over kMergeCols columns of o_lat:
+// o_lat = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s. The first warp turns the splits' maxima
+// and sums into one weight each, then every thread sums its column over the splits, its loads
+// issued kMergeUnroll at a time. A batch-1 decode is heads x kv_rank/kMergeCols blocks.
 template <typename T>
-__global__ void __launch_bounds__(kMergeThreads)
+__global__ void __launch_bounds__(kMergeCols)
     mla_merge_kernel(const float* part_acc, const float* part_m, const float* part_l, T* olat, int heads, int kv_rank,
                      int splits) {
     ATOMK_PDL_ENTER();
@@ -338,40 +365,60 @@ __global__ void __launch_bounds__(kMergeThreads)
         for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) wsh[s] *= inv;
     }
     __syncthreads();
-    const float* acc = part_acc + row * splits * kv_rank;
-    for (int c = threadIdx.x; c < kv_rank; c += blockDim.x) {
-        float o = 0.f;
-        for (int s = 0; s < splits; ++s) o = fmaf(wsh[s], acc[(int64_t)s * kv_rank + c], o);
-        olat[row * kv_rank + c] = atomk_from_float<T>(o);
+    const int c = blockIdx.z * kMergeCols + threadIdx.x;
+    if (c >= kv_rank) return;
+    const float* acc = part_acc + row * splits * kv_rank + c;
+    float o = 0.f;
+    int s = 0;
+    for (; s + kMergeUnroll <= splits; s += kMergeUnroll) {
+        float a[kMergeUnroll];
+#pragma unroll
+        for (int u = 0; u < kMergeUnroll; ++u) a[u] = acc[(int64_t)(s + u) * kv_rank];
+#pragma unroll
+        for (int u = 0; u < kMergeUnroll; ++u) o = fmaf(wsh[s + u], a[u], o);
     }
+    for (; s < splits; ++s) o = fmaf(wsh[s], acc[(int64_t)s * kv_rank], o);
+    olat[row * kv_rank + c] = atomk_from_float<T>(o);
 }
 
 // out[t, h, j] = W_UV_h[j, :] · o_lat[t, h, :]: one block per (head, kUpWarps output columns,
-// kAbsorbRows tokens), a warp per column j, its lanes along the W_UV row in 16-byte chunks.
+// kAbsorbRows tokens), a warp per column j, its lanes along the W_UV row in 16-byte chunks, all
+// loaded (the block's rows first fetched into L2) before o_lat is read.
 template <typename T>
 __global__ void __launch_bounds__(kUpWarps * ATOMK_WARP_SIZE)
     mla_up_kernel(const T* olat, const T* kvb, T* out, int tokens, int heads, int kv_rank, int nope, int vdim) {
-    constexpr int CE = 16 / sizeof(T);
+    constexpr int CE = 16 / sizeof(T), U = kMaxRank / CE / ATOMK_WARP_SIZE;  // chunks of a lane, at most
+    const int h = blockIdx.x, t0 = blockIdx.z * kAbsorbRows, rows = min(kAbsorbRows, tokens - t0);
+    const int warp = threadIdx.x / ATOMK_WARP_SIZE, lane = threadIdx.x % ATOMK_WARP_SIZE;
+    const int j = blockIdx.y * kUpWarps + warp;
+    const T* wv = kvb + ((int64_t)h * (nope + vdim) + nope + blockIdx.y * kUpWarps) * kv_rank;
+    prefetch_rows(wv, min(kUpWarps, vdim - blockIdx.y * kUpWarps), kv_rank, kv_rank * (int)sizeof(T));
     ATOMK_PDL_ENTER();
     __shared__ float os[kAbsorbRows][kMaxRank];
-    const int h = blockIdx.x, t0 = blockIdx.z * kAbsorbRows, rows = min(kAbsorbRows, tokens - t0);
+    const uint4* wr = reinterpret_cast<const uint4*>(wv + (int64_t)warp * kv_rank);
+    uint4 w[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int c = lane + ATOMK_WARP_SIZE * u;
+        w[u] = j < vdim && c * CE < kv_rank ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
+    }
     for (int i = threadIdx.x; i < kAbsorbRows * kv_rank; i += blockDim.x) {
         const int r = i / kv_rank;
         os[r][i % kv_rank] = r < rows ? atomk_to_float(olat[((int64_t)(t0 + r) * heads + h) * kv_rank + i % kv_rank]) : 0.f;
     }
     __syncthreads();
-    const int warp = threadIdx.x / ATOMK_WARP_SIZE, lane = threadIdx.x % ATOMK_WARP_SIZE;
-    const int j = blockIdx.y * kUpWarps + warp;
     if (j >= vdim) return;
-    const uint4* wr = reinterpret_cast<const uint4*>(kvb + ((int64_t)h * (nope + vdim) + nope + j) * kv_rank);
     float acc[kAbsorbRows] = {};
-    for (int c = lane; c * CE < kv_rank; c += ATOMK_WARP_SIZE) {
-        float w[CE];
-        Chunk<T>::unpack(load_stream(wr + c), w);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int c = lane + ATOMK_WARP_SIZE * u;
+        if (c * CE >= kv_rank) break;
+        float wf[CE];
+        Chunk<T>::unpack(w[u], wf);
 #pragma unroll
         for (int r = 0; r < kAbsorbRows; ++r)
 #pragma unroll
-            for (int q = 0; q < CE; ++q) acc[r] = fmaf(os[r][c * CE + q], w[q], acc[r]);
+            for (int q = 0; q < CE; ++q) acc[r] = fmaf(os[r][c * CE + q], wf[q], acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < kAbsorbRows; ++r) acc[r] = atomk_warp_sum(acc[r]);
@@ -393,15 +440,46 @@ int check_mla(const char* name, int tokens, int heads, int kv_rank, int nope, in
     return ATOMK_OK;
 }
 
-// The splits of the context for a batch of tokens: enough blocks for about two per
-// multiprocessor, each split at least 64 positions of the context bound.
-int mla_splits(int tokens, int heads, int g, int max_ctx) {
-    const int blocks = tokens * ((heads + g - 1) / g);
+}  // namespace
+
+#include "mla_tc.h"
+
+namespace {
+
+// Whether a launch of element size elem over latents of width dim runs the tensor-core kernel
+// (mla_tc.h): CUDA, 16-bit types, whole 16-byte pieces per cache row. The others (float32, HIP)
+// run mla_attend_kernel.
+bool mla_use_tc(int elem, int dim) {
+#if defined(ATOMK_CUDA)
+    return elem == 2 && mla_tc_fits(dim);
+#else
+    (void)elem;
+    (void)dim;
+    return false;
+#endif
+}
+
+// The splits of the context for a batch of tokens. mla_attend_kernel: enough blocks for about
+// two per multiprocessor, each split at least 64 positions of the context bound. The
+// tensor-core kernel: as many as keep the grid within one wave of two blocks per
+// multiprocessor (a second, partial wave would double the step), each split at least
+// kTcMinSplit positions of the bound.
+int mla_splits(int tokens, int heads, bool tc, int g, int max_ctx) {
     const int want = 2 * atomk_sm_count();
-    if (blocks >= want || max_ctx <= 64) return 1;
-    int s = (want + blocks - 1) / blocks;
-    const int by_ctx = (max_ctx + 63) / 64;
-    if (s > by_ctx) s = by_ctx;
+    int s;
+    if (tc) {
+        const int blocks = tokens * ((heads + kTcHeads - 1) / kTcHeads);
+        s = want / blocks;
+        const int by_ctx = (max_ctx + kTcMinSplit - 1) / kTcMinSplit;
+        if (s > by_ctx) s = by_ctx;
+        if (s < 1) s = 1;
+    } else {
+        const int blocks = tokens * ((heads + g - 1) / g);
+        if (blocks >= want || max_ctx <= 64) return 1;
+        s = (want + blocks - 1) / blocks;
+        const int by_ctx = (max_ctx + 63) / 64;
+        if (s > by_ctx) s = by_ctx;
+    }
     return s > kMaxSplits ? kMaxSplits : s;
 }
 
@@ -444,28 +522,34 @@ int launch_mla(void* out, const void* q, const void* kvb, const void* cache, con
                int kv_rank, int nope, int rope_dim, int vdim, int block_size, float scale, int max_ctx,
                unsigned char* work, size_t work_size, gpuStream_t s) {
     constexpr int G = heads_per_block<T>();
+    const int dim = kv_rank + rope_dim;
+    const bool tc = mla_use_tc(sizeof(T), dim);
     const int chunk = mla_chunk(tokens, heads, kv_rank, rope_dim, sizeof(T));
-    const int splits = mla_splits(chunk, heads, G, max_ctx);
+    const int splits = mla_splits(chunk, heads, tc, G, max_ctx);
     const MLAWork w = mla_work(chunk, heads, kv_rank, rope_dim, sizeof(T), splits);
     if (work_size < w.total)
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_mla_attention: workspace of %zu bytes, %zu needed", work_size,
                           w.total);
-    const int dim = kv_rank + rope_dim;
-    const size_t smem = (size_t)G * (dim + kQPad) * sizeof(T) + (size_t)kTile * (dim + kTilePad) * sizeof(T) +
-                        (size_t)G * kTile * sizeof(float);
     T* qlat = reinterpret_cast<T*>(work + w.qlat);
     T* olat = reinterpret_cast<T*>(work + w.olat);
     float* pacc = reinterpret_cast<float*>(work + w.acc);
     float* pm = reinterpret_cast<float*>(work + w.m);
     float* pl = reinterpret_cast<float*>(work + w.l);
-    if (smem > 48 * 1024) {
+    const size_t smem = (size_t)G * (dim + kQPad) * sizeof(T) + (size_t)kTile * (dim + kTilePad) * sizeof(T) +
+                        (size_t)G * kTile * sizeof(float);
 #if defined(ATOMK_CUDA)
+    if constexpr (sizeof(T) == 2) {
+        if (tc)
+            ATOMK_RT(cudaFuncSetAttribute(mla_attend_tc_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)mla_tc_smem(dim)));
+    }
+    if (!tc && smem > 48 * 1024)
         ATOMK_RT(cudaFuncSetAttribute(mla_attend_kernel<T, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 #else
+    if (smem > 48 * 1024)
         ATOMK_RT(hipFuncSetAttribute((const void*)mla_attend_kernel<T, G>, hipFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)smem));
 #endif
-    }
     const T* qt = static_cast<const T*>(q);
     const T* wt = static_cast<const T*>(kvb);
     T* ot = static_cast<T*>(out);
@@ -476,13 +560,29 @@ int launch_mla(void* out, const void* q, const void* kvb, const void* cache, con
                      dim3(kAbsorbThreads), 0, s, qt + (int64_t)t0 * heads * (nope + rope_dim),
                      wt, qlat, n, heads, kv_rank, nope, rope_dim, vdim);
         ATOMK_LAUNCHED("mla_absorb_kernel");
-        atomk_launch(mla_attend_kernel<T, G>, dim3(n, (heads + G - 1) / G, splits), dim3(G * 16), smem, s,
-                     (const T*)qlat, static_cast<const T*>(cache), token_seq + t0, positions + t0, block_tables,
-                     table_stride, heads, kv_rank, rope_dim, block_size, scale, olat, pacc, pm, pl);
-        ATOMK_LAUNCHED("mla_attend_kernel");
+        bool launched = false;
+#if defined(ATOMK_CUDA)
+        if constexpr (sizeof(T) == 2) {
+            if (tc) {
+                atomk_launch(mla_attend_tc_kernel<T>, dim3(n, (heads + kTcHeads - 1) / kTcHeads, splits),
+                             dim3(kTcWarps * 32), mla_tc_smem(dim), s, (const T*)qlat, static_cast<const T*>(cache),
+                             token_seq + t0, positions + t0, block_tables, table_stride, heads, kv_rank, rope_dim,
+                             block_size, scale, olat, pacc, pm, pl);
+                ATOMK_LAUNCHED("mla_attend_tc_kernel");
+                launched = true;
+            }
+        }
+#endif
+        if (!launched) {
+            atomk_launch(mla_attend_kernel<T, G>, dim3(n, (heads + G - 1) / G, splits), dim3(G * 16), smem, s,
+                         (const T*)qlat, static_cast<const T*>(cache), token_seq + t0, positions + t0, block_tables,
+                         table_stride, heads, kv_rank, rope_dim, block_size, scale, olat, pacc, pm, pl);
+            ATOMK_LAUNCHED("mla_attend_kernel");
+        }
         if (splits > 1) {
-            atomk_launch(mla_merge_kernel<T>, dim3(n, heads), dim3(kMergeThreads), 0, s, (const float*)pacc,
-                         (const float*)pm, (const float*)pl, olat, heads, kv_rank, splits);
+            atomk_launch(mla_merge_kernel<T>, dim3(n, heads, (kv_rank + kMergeCols - 1) / kMergeCols),
+                         dim3(kMergeCols), 0, s, (const float*)pacc, (const float*)pm, (const float*)pl, olat, heads,
+                         kv_rank, splits);
             ATOMK_LAUNCHED("mla_merge_kernel");
         }
         atomk_launch(mla_up_kernel<T>, dim3(heads, (vdim + kUpWarps - 1) / kUpWarps, row_blocks),
@@ -519,7 +619,8 @@ int atomk_mla_workspace(int dtype, int tokens, int heads, int kv_rank, int rope_
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_mla_workspace: dtype %d", dtype);
     const int elem = elem_size(dtype), g = elem == 4 ? 8 : 16;
     const int chunk = mla_chunk(tokens > 0 ? tokens : 1, heads, kv_rank, rope_dim, elem);
-    *bytes = mla_work(chunk, heads, kv_rank, rope_dim, elem, mla_splits(chunk, heads, g, max_ctx)).total;
+    const int splits = mla_splits(chunk, heads, mla_use_tc(elem, kv_rank + rope_dim), g, max_ctx);
+    *bytes = mla_work(chunk, heads, kv_rank, rope_dim, elem, splits).total;
     return ATOMK_OK;
 }
 
