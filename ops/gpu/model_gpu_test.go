@@ -49,10 +49,12 @@ type reference struct {
 // float32 pass is 0.0000).
 func logprobTolerance(dt ops.DType, moe, grouped, gptOss bool) float64 {
 	switch {
-	case dt == ops.BF16 && gptOss:
+	case dt == ops.BF16 && (gptOss || grouped):
+		// The group-limited routers of the DeepSeek testdata sit on near ties between whole
+		// groups: bf16 rounding anywhere before them (the attention's probabilities rounded to
+		// 16 bits for the tensor cores, as FlashMLA does) can swap a group, and greedy tokens
+		// with reference margins up to ~0.8 with it. float32 runs hold these models exactly.
 		return 1.0
-	case dt == ops.BF16 && grouped:
-		return 0.75
 	case dt == ops.BF16 && moe:
 		return 0.5
 	case dt == ops.BF16:
