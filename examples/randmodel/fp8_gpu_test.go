@@ -46,7 +46,7 @@ func TestFP8BlockModelGPU(t *testing.T) {
 		meta.BlockTables = append(meta.BlockTables, int32(b))
 	}
 	logits := func(be ops.Backend) []float32 {
-		m, err := models.Load(ck, be, models.Options{MaxTokens: n, MaxSeqs: 1})
+		m, err := models.Load(ck, be, models.Options{MaxTokens: n, MaxSeqs: n})
 		require.NoError(t, err)
 		cache, err := m.NewKVCache(n/bs, bs)
 		require.NoError(t, err)
