@@ -85,7 +85,7 @@ type fns struct {
 	gemvFP8 func(dt int32, out, x, w, scales, bias uintptr, m, n, k, stride, blockN, blockK, scaleStride int32,
 		s uintptr) int32
 	dequantFP8 func(dt int32, out, w, scales uintptr, n, k, stride, blockN, blockK, scaleStride int32, s uintptr) int32
-	quantFP8   func(dt int32, codes, scales, x uintptr, m, k, stride, group int32, s uintptr) int32
+	quantFP8   func(dt int32, codes, scales, x uintptr, m, k, stride int32, s uintptr) int32
 	gemmFP8    func(h, s uintptr, dt int32, out, x, act, w, scales, bias uintptr, m, n, k, stride, blockN, blockK,
 		scaleStride int32) int32
 

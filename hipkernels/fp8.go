@@ -10,18 +10,13 @@ type FP8Weight struct {
 	ScaleStride    int
 }
 
-// FP8ScaleStride is the scale row stride the FP8 GEMM takes for a block-scaled weight:
-// ceil(k/blockK) rounded up to 4 (cuBLASLt's 128x128 block scales come in 16-byte rows). A
-// per-channel weight's scales, one a row, are contiguous (stride 1).
+// FP8ScaleStride is the scale row stride the FP8 GEMM takes: ceil(k/blockK) rounded up to 4
+// (cuBLASLt's 128x128 block scales come in 16-byte rows).
 func FP8ScaleStride(k, blockK int) int { return ((k+blockK-1)/blockK + 3) / 4 * 4 }
 
 // FP8ActBytes is the size of the activation buffer GemmFP8 quantizes m rows of width k into:
-// the codes in rows of k rounded up to 16 bytes, then at most a float32 scale per row and 128
-// columns.
+// the codes in rows of k rounded up to 16 bytes, then a float32 scale per row and 128 columns.
 func FP8ActBytes(m, k int) int { return m*((k+15)/16*16) + 4*m*((k+127)/128) }
-
-// FP8ActGroupRow asks QuantFP8 for one scale a row.
-const FP8ActGroupRow = 0
 
 // GemvFP8 queues out[m, N] = x[m, K] · wᵀ (+ bias[N]; 0: none), the weight read at one byte an
 // element.
@@ -41,18 +36,16 @@ func (l *Lib) DequantFP8(dt DType, out Ptr, w *FP8Weight, s Stream) error {
 }
 
 // QuantFP8 queues the activations' FP8 quantization (atomk_quant_fp8): codes [m, k rounded up to
-// 16] of x [m, k], and a scale per row and group of 128 columns (group 128: scales [ceil(k/128),
-// m]) or per row (FP8ActGroupRow: scales [m]).
-func (l *Lib) QuantFP8(dt DType, codes, scales, x Ptr, m, k, group int, s Stream) error {
+// 16] and scales [ceil(k/128), m] of x [m, k], one scale a row and 128 columns.
+func (l *Lib) QuantFP8(dt DType, codes, scales, x Ptr, m, k int, s Stream) error {
 	return l.call("atomk_quant_fp8", func() int32 {
 		return l.f.quantFP8(int32(dt), uintptr(codes), uintptr(scales), uintptr(x), int32(m), int32(k), int32((k+15)/16*16),
-			int32(group), uintptr(s))
+			uintptr(s))
 	})
 }
 
 // GemmFP8 queues out[m, N] = x[m, K] · wᵀ (+ bias[N]; 0: none) on the tensor cores in FP8: x
-// quantized into act (FP8ActBytes(m, K)), then the GEMM with both operands' scales (128x128
-// weight blocks: per row and 128 columns of x; per-channel weights: per row of x). An error with
+// quantized into act (FP8ActBytes(m, K)), then the block-scaled GEMM. An error with
 // StatusUnsupported (nothing queued) means this build, weight or shape has no such GEMM.
 func (l *Lib) GemmFP8(h Blas, s Stream, dt DType, out, x, act Ptr, w *FP8Weight, bias Ptr, m int) error {
 	return l.call("atomk_gemm_fp8", func() int32 {

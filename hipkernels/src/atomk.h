@@ -288,21 +288,17 @@ int atomk_gemv_fp8(int dtype, void* out, const void* x, const uint8_t* w, const 
 int atomk_dequant_fp8(int dtype, void* out, const uint8_t* w, const float* scales, int n, int k, int w_stride, int block_n,
                       int block_k, int scale_stride, void* stream);
 /* The activations' FP8 quantization (dtype F16 or BF16; CUDA builds): for each row r of x [m, k] and
- * group g of its columns (group 128: 128 columns, scales [ceil(k/128), m] with scales[g * m + r]; group
- * 0: the whole row, scales [m]), s = max(amax of the group, 1e-10) / 448 and codes[r, c] = e4m3(x[r, c]
- * / s), rounded to nearest even and saturated; rows stride = k rounded up to 16 bytes apart, the codes
- * past k zero. */
-int atomk_quant_fp8(int dtype, uint8_t* codes, float* scales, const void* x, int m, int k, int stride, int group,
-                    void* stream);
+ * group g of 128 columns, s = max(amax of the group, 1e-10) / 448, scales[g * m + r] = s (so scales is
+ * [ceil(k/128), m]) and codes[r, c] = e4m3(x[r, c] / s), rounded to nearest even and saturated; rows
+ * stride = k rounded up to 16 bytes apart, the codes past k zero. */
+int atomk_quant_fp8(int dtype, uint8_t* codes, float* scales, const void* x, int m, int k, int stride, void* stream);
 /* out[m, n] = x[m, k] · wᵀ (+ bias[n]) on the tensor cores in FP8 (CUDA builds, Hopper's cuBLASLt):
- * atomk_quant_fp8 of x into act, then cuBLASLt's FP8 GEMM of the codes with both operands' scales,
- * accumulated in float. act holds m * w_stride code bytes followed by the activations' float scales
- * (at most ceil(k/128) * m). Two recipes: 128x128 weight blocks with scale_stride = ceil(k/128)
- * rounded up to 4, the activations scaled per 128 columns (DeepSeek-V3's); or one weight scale a row
- * (per-channel: block_n 1, block_k = w_stride, scale_stride 1), the activations scaled per row.
- * dtype F16 or BF16, out, act, w and scales 16-byte aligned. Elsewhere, and where cuBLASLt has no
- * algorithm for the shape (asked once per shape), ATOMK_ERR_UNSUPPORTED with nothing queued: the
- * caller then takes atomk_dequant_fp8 and atomk_gemm. */
+ * atomk_quant_fp8 of x into act, then cuBLASLt's block-scaled GEMM of the codes with both operands'
+ * scales, accumulated in float. act holds m * w_stride code bytes followed by the ceil(k/128) * m
+ * float scales. Needs 128x128 blocks with scale_stride = ceil(k/128) rounded up to 4, dtype F16 or
+ * BF16 and 16-byte aligned out, act, w and scales; elsewhere, and where cuBLASLt has no algorithm
+ * for the shape (asked once per shape), ATOMK_ERR_UNSUPPORTED with nothing queued: the caller then
+ * takes atomk_dequant_fp8 and atomk_gemm. */
 int atomk_gemm_fp8(void* handle, void* stream, int dtype, void* out, const void* x, void* act, const uint8_t* w,
                    const float* scales, const void* bias, int m, int n, int k, int w_stride, int block_n, int block_k,
                    int scale_stride);

@@ -38,15 +38,13 @@ int atomk_fail(int status, const char* fmt, ...) __attribute__((format(printf, 2
 
 #define ATOMK_STREAM(s) static_cast<gpuStream_t>(s)
 
-// cuBLASLt's FP8 GEMM with scales (blas.cu; CUDA on Hopper): out[m,n] (dtype F16 or BF16) =
-// Σ_k codes[m,k] · w[n,k] times their scales, codes and w e4m3 rows of k bytes (a multiple of
-// 16). Block-scaled (rows false): act_scales [ceil(k/128), m], one per 128 of a row of codes;
-// w_scales [ceil(n/128), ceil(k/128)] in rows ceil(k/128) rounded up to 4 apart. Row-wise (rows
-// true): act_scales [m] and w_scales [n], one a row. run false: only makes the plan
-// (ATOMK_ERR_UNSUPPORTED, nothing queued, where the library has no algorithm for the shape;
-// remembered per shape); true: queues the GEMM.
-int atomk_blas_fp8(void* handle, void* stream, int dtype, void* out, const uint8_t* codes, const float* act_scales,
-                   const uint8_t* w, const float* w_scales, int m, int n, int k, bool rows, bool run);
+// cuBLASLt's block-scaled FP8 GEMM (blas.cu; CUDA on Hopper): out[m,n] (dtype F16 or BF16) =
+// Σ_k (codes[m,k] · act_scales[k/128, m]) (w[n,k] · w_scales[n/128, k/128]), codes and w e4m3 rows
+// of k bytes (a multiple of 16), act_scales [ceil(k/128), m], w_scales rows ceil(k/128) rounded up
+// to 4 apart. run false: only makes the plan (ATOMK_ERR_UNSUPPORTED, nothing queued, where the
+// library has no algorithm for the shape; remembered per shape); true: queues the GEMM.
+int atomk_blas_fp8_block(void* handle, void* stream, int dtype, void* out, const uint8_t* codes, const float* act_scales,
+                         const uint8_t* w, const float* w_scales, int m, int n, int k, bool run);
 
 // Whether kernels are launched with programmatic dependent launch: on CUDA devices of compute
 // capability 9.0 and later (read once per process).

@@ -184,22 +184,19 @@ int make_plan(Blas* h, int dtype, int m, int n, int k, Plan* out) {
 }
 
 #if defined(ATOMK_CUDA)
-// FP8 plans are keyed apart from the 16-bit ones of the same shape, row-wise ones apart again.
-constexpr int kFp8PlanKey = 8, kFp8RowsKey = 4;
+// FP8 plans are keyed apart from the 16-bit ones of the same shape.
+constexpr int kFp8PlanKey = 8;
 
-// Builds the plan of the FP8 GEMM in make_plan's terms: A = the weight codes (k×n, transposed:
-// FP8 takes only this "TN" form), B = the activation codes (k×m). Block-scaled: A's scales are
-// its 128x128 blocks', B's one per 128 of a column; row-wise (OUTER_VEC): one per weight row (n)
-// and one per activation row (m). The scale pointers are set before the heuristic, as at every
-// call. The output may be a view a whole number of rows into a buffer: the algorithm must take
-// 16-byte aligned C and D (the heuristic assumes 256 otherwise).
-int make_fp8_plan(Blas* h, int dtype, int m, int n, int k, bool rows, const float* a_scales, const float* b_scales,
-                  Plan* out) {
+// Builds the plan of the block-scaled FP8 GEMM in make_plan's terms: A = the weight codes (k×n,
+// transposed: FP8 takes only this "TN" form) with its 128x128 block scales, B = the activation
+// codes (k×m) with one scale per 128 of a column. The scale pointers are set before the
+// heuristic, as at every call. The output may be a view a whole number of rows into a buffer:
+// the algorithm must take 16-byte aligned C and D (the heuristic assumes 256 otherwise).
+int make_fp8_plan(Blas* h, int dtype, int m, int n, int k, const float* a_scales, const float* b_scales, Plan* out) {
     Plan p;
     const LtDataType t = dtype == ATOMK_F16 ? LT_R_16F : LT_R_16BF;
     const LtOp ta = LT_OP_T, tb = LT_OP_N;
-    const int32_t amode = rows ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-    const int32_t bmode = rows ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    const int32_t amode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, bmode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     LT(LtMatmulDescCreate(&p.desc, LT_COMPUTE_32F, LT_R_32F));
     LT(LtMatmulDescSetAttribute(p.desc, LT_DESC_TRANSA, &ta, sizeof ta));
     LT(LtMatmulDescSetAttribute(p.desc, LT_DESC_TRANSB, &tb, sizeof tb));
@@ -223,8 +220,8 @@ int make_fp8_plan(Blas* h, int dtype, int m, int n, int k, bool rows, const floa
     LtPrefDestroy(pref);
     if (s != LT_OK || found == 0) {
         destroy_plan(p);
-        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "cuBLASLt has no %s FP8 algorithm (status %d) for m=%d n=%d k=%d "
-                          "dtype=%d", rows ? "row-wise" : "block-scaled", (int)s, m, n, k, dtype);
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "cuBLASLt has no block-scaled FP8 algorithm (status %d) for m=%d n=%d k=%d "
+                          "dtype=%d", (int)s, m, n, k, dtype);
     }
     p.algo = result.algo;
     *out = p;
@@ -234,27 +231,27 @@ int make_fp8_plan(Blas* h, int dtype, int m, int n, int k, bool rows, const floa
 
 }  // namespace
 
-int atomk_blas_fp8(void* handle, void* stream, int dtype, void* out, const uint8_t* codes, const float* act_scales,
-                   const uint8_t* w, const float* w_scales, int m, int n, int k, bool rows, bool run) {
+int atomk_blas_fp8_block(void* handle, void* stream, int dtype, void* out, const uint8_t* codes, const float* act_scales,
+                         const uint8_t* w, const float* w_scales, int m, int n, int k, bool run) {
 #if defined(ATOMK_CUDA)
     Blas* h = static_cast<Blas*>(handle);
     if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_fp8: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
-    const uint64_t key = plan_key(dtype | kFp8PlanKey | (rows ? kFp8RowsKey : 0), m, n, k);
+    const uint64_t key = plan_key(dtype | kFp8PlanKey, m, n, k);
     auto it = h->plans.find(key);
     if (it == h->plans.end()) {
         // A shape without a plan is remembered as one without a descriptor, so the heuristic
         // runs once per shape either way.
         Plan p;
-        const int st = make_fp8_plan(h, dtype, m, n, k, rows, w_scales, act_scales, &p);
+        const int st = make_fp8_plan(h, dtype, m, n, k, w_scales, act_scales, &p);
         h->plans.emplace(key, st == ATOMK_OK ? p : Plan());
         if (st != ATOMK_OK) return ATOMK_ERR_UNSUPPORTED;  // the message says why
         it = h->plans.find(key);
     }
     Plan& p = it->second;
     if (!p.desc)
-        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "cuBLASLt has no %s FP8 algorithm for m=%d n=%d k=%d dtype=%d",
-                          rows ? "row-wise" : "block-scaled", m, n, k, dtype);
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "cuBLASLt has no block-scaled FP8 algorithm for m=%d n=%d k=%d dtype=%d",
+                          m, n, k, dtype);
     if (!run) return ATOMK_OK;
     LtStatus s = LtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales);
     if (s == LT_OK)
@@ -267,8 +264,8 @@ int atomk_blas_fp8(void* handle, void* stream, int dtype, void* out, const uint8
         return atomk_fail(ATOMK_ERR_BLAS, "fp8 matmul m=%d n=%d k=%d dtype=%d: status %d", m, n, k, dtype, (int)s);
     return ATOMK_OK;
 #else
-    (void)handle, (void)stream, (void)out, (void)codes, (void)act_scales, (void)w, (void)w_scales, (void)rows, (void)run;
-    return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm_fp8: no FP8 GEMM with scales in hipBLASLt here (m=%d n=%d k=%d "
+    (void)handle, (void)stream, (void)out, (void)codes, (void)act_scales, (void)w, (void)w_scales, (void)run;
+    return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm_fp8: no block-scaled FP8 GEMM in hipBLASLt here (m=%d n=%d k=%d "
                       "dtype=%d)", m, n, k, dtype);
 #endif
 }

@@ -198,28 +198,7 @@ int check_fp8(const char* op, int m, int n, int k, int kp, int bn, int bk, int s
 #if defined(ATOMK_CUDA)
 constexpr int kQuantGroup = 128;  // activation columns one scale covers (cuBLASLt's VEC128)
 constexpr float kQuantEps = 1e-10f;  // the smallest amax a group is scaled for (an all-zero group)
-constexpr int kQuantRowThreads = 256;
 static_assert(ATOMK_WARP_SIZE * 4 == kQuantGroup, "a warp quantizes one group, 4 elements a lane");
-
-// The 4 elements at p as floats (in a row of a multiple of 8 elements, 4 are all inside or all
-// past its end).
-template <typename T>
-__device__ __forceinline__ void load4(const T* p, float f[4]) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) f[j] = atomk_to_float(p[j]);
-}
-
-__device__ __forceinline__ float amax4(const float f[4]) {
-    return fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3])));
-}
-
-// The e4m3 codes of f / s, rounded to nearest even and saturated, packed little-endian.
-__device__ __forceinline__ uint32_t e4m3x4(const float f[4], float s) {
-    uint32_t q = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) q |= (uint32_t)__nv_cvt_float_to_fp8(f[j] / s, __NV_SATFINITE, __NV_E4M3) << (8 * j);
-    return q;
-}
 
 // codes[r, :] = e4m3(x[r, :] / s) and scales[g, r] = s = max(amax of the group, eps) / 448 for
 // each group g of 128 columns of row r: one warp a group. Codes past k up to the stride are zero.
@@ -233,39 +212,21 @@ __global__ void __launch_bounds__(256) quant_fp8_kernel(uint8_t* __restrict__ co
     if (idx >= m * groups) return;
     const int row = idx / groups, g = idx % groups, col = g * kQuantGroup + 4 * lane;
     float f[4] = {0.f, 0.f, 0.f, 0.f};
-    if (col < k) load4(x + (size_t)row * k + col, f);
-    const float s = fmaxf(atomk_warp_max(amax4(f)), kQuantEps) / 448.f;
-    if (col < stride) *reinterpret_cast<uint32_t*>(codes + (size_t)row * stride + col) = e4m3x4(f, s);
-    if (lane == 0) scales[(size_t)g * m + row] = s;
-}
-
-// The same with one scale a row (scales[r]; cuBLASLt's OUTER_VEC): a block a row, which reads
-// the row twice (its amax, then the codes; the second pass hits the cache).
-template <typename T>
-__global__ void __launch_bounds__(kQuantRowThreads) quant_fp8_rows_kernel(uint8_t* __restrict__ codes,
-                                                                          float* __restrict__ scales,
-                                                                          const T* __restrict__ x, int k, int stride) {
-    __shared__ float part[kQuantRowThreads / ATOMK_WARP_SIZE];
-    ATOMK_PDL_ENTER();
-    const int row = blockIdx.x, lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
-    const T* xr = x + (size_t)row * k;
-    float amax = 0.f, f[4];
-    for (int c = 4 * threadIdx.x; c < k; c += 4 * kQuantRowThreads) {
-        load4(xr + c, f);
-        amax = fmaxf(amax, amax4(f));
-    }
-    amax = atomk_warp_max(amax);
-    if (lane == 0) part[warp] = amax;
-    __syncthreads();
+    if (col < k) {  // k % 8 == 0: a lane's 4 elements are all inside k or all past it
+        const T* p = x + (size_t)row * k + col;
 #pragma unroll
-    for (int w = 0; w < kQuantRowThreads / ATOMK_WARP_SIZE; ++w) amax = fmaxf(amax, part[w]);
-    const float s = fmaxf(amax, kQuantEps) / 448.f;
-    for (int c = 4 * threadIdx.x; c < stride; c += 4 * kQuantRowThreads) {
-        f[0] = f[1] = f[2] = f[3] = 0.f;
-        if (c < k) load4(xr + c, f);
-        *reinterpret_cast<uint32_t*>(codes + (size_t)row * stride + c) = e4m3x4(f, s);
+        for (int j = 0; j < 4; ++j) f[j] = atomk_to_float(p[j]);
     }
-    if (threadIdx.x == 0) scales[row] = s;
+    const float amax = atomk_warp_max(fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3]))));
+    const float s = fmaxf(amax, kQuantEps) / 448.f;
+    if (col < stride) {
+        uint32_t q = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            q |= (uint32_t)__nv_cvt_float_to_fp8(f[j] / s, __NV_SATFINITE, __NV_E4M3) << (8 * j);
+        *reinterpret_cast<uint32_t*>(codes + (size_t)row * stride + col) = q;
+    }
+    if (lane == 0) scales[(size_t)g * m + row] = s;
 }
 #endif
 
@@ -323,19 +284,9 @@ int atomk_dequant_fp8(int dtype, void* out, const uint8_t* w, const float* scale
     return ATOMK_OK;
 }
 
-int atomk_quant_fp8(int dtype, uint8_t* codes, float* scales, const void* x, int m, int k, int stride, int group,
-                    void* stream) {
+int atomk_quant_fp8(int dtype, uint8_t* codes, float* scales, const void* x, int m, int k, int stride, void* stream) {
     if (int st = check_quant("atomk_quant_fp8", dtype, m, k, stride)) return st;
-    if (group != 128 && group != 0)
-        return atomk_fail(ATOMK_ERR_INVALID, "atomk_quant_fp8: group %d (128, or 0 for a scale a row)", group);
 #if defined(ATOMK_CUDA)
-    if (group == 0) {
-        ATOMK_DISPATCH(dtype, "atomk_quant_fp8",
-                       atomk_launch(quant_fp8_rows_kernel<T>, dim3(m), dim3(kQuantRowThreads), 0, ATOMK_STREAM(stream),
-                                    codes, scales, static_cast<const T*>(x), k, stride));
-        ATOMK_LAUNCHED("quant_fp8_rows_kernel");
-        return ATOMK_OK;
-    }
     const int groups = (k + kQuantGroup - 1) / kQuantGroup, threads = 256;
     const dim3 grid((unsigned)(((size_t)m * groups + threads / ATOMK_WARP_SIZE - 1) / (threads / ATOMK_WARP_SIZE)));
     ATOMK_DISPATCH(dtype, "atomk_quant_fp8",
@@ -354,20 +305,19 @@ int atomk_gemm_fp8(void* handle, void* stream, int dtype, void* out, const void*
     if (!handle || !out || !x || !act || !w || !scales)
         return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_fp8: null handle or operand");
     const int groups = (k + 127) / 128;
-    const bool blocks = block_n == 128 && block_k == 128 && scale_stride == (groups + 3) / 4 * 4;
-    const bool rows = block_n == 1 && block_k == w_stride && scale_stride == 1;  // per-channel
-    if (!(blocks || rows) || (uintptr_t)out % 16 || (uintptr_t)act % 16 || (uintptr_t)w % 16 || (uintptr_t)scales % 16)
+    if (block_n != 128 || block_k != 128 || scale_stride != (groups + 3) / 4 * 4 || (uintptr_t)out % 16 ||
+        (uintptr_t)act % 16 || (uintptr_t)w % 16 || (uintptr_t)scales % 16)
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm_fp8: %dx%d blocks, scale rows %d apart, out %p, act %p, w %p, "
-                          "scales %p (the FP8 GEMM takes 128x128 blocks with scale rows ceil(k/128) rounded up to 4 "
-                          "apart, or one scale a row in [1, w_stride] blocks, and 16-byte aligned operands)", block_n,
-                          block_k, scale_stride, out, act, (const void*)w, (const void*)scales);
+                          "scales %p (the FP8 GEMM takes 128x128 blocks, scale rows ceil(k/128) rounded up to 4 apart, "
+                          "16-byte aligned operands)", block_n, block_k, scale_stride, out, act, (const void*)w,
+                          (const void*)scales);
     uint8_t* codes = static_cast<uint8_t*>(act);
     float* act_scales = reinterpret_cast<float*>(codes + (size_t)m * w_stride);
     // The plan first: where cuBLASLt has none, nothing is queued and the caller dequantizes.
-    if (int st = atomk_blas_fp8(handle, stream, dtype, out, codes, act_scales, w, scales, m, n, w_stride, rows, false))
+    if (int st = atomk_blas_fp8_block(handle, stream, dtype, out, codes, act_scales, w, scales, m, n, w_stride, false))
         return st;
-    if (int st = atomk_quant_fp8(dtype, codes, act_scales, x, m, k, w_stride, rows ? 0 : 128, stream)) return st;
-    if (int st = atomk_blas_fp8(handle, stream, dtype, out, codes, act_scales, w, scales, m, n, w_stride, rows, true))
+    if (int st = atomk_quant_fp8(dtype, codes, act_scales, x, m, k, w_stride, stream)) return st;
+    if (int st = atomk_blas_fp8_block(handle, stream, dtype, out, codes, act_scales, w, scales, m, n, w_stride, true))
         return st;
     if (bias) return atomk_add_bias(dtype, out, bias, m, n, stream);
     return ATOMK_OK;

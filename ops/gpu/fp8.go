@@ -57,9 +57,6 @@ func (b *Backend) fp8Weight(name string, d ops.WeightDesc, shape []int, raw [][]
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
 	sstride := hipkernels.FP8ScaleStride(k, bk)
-	if d.Format == ops.ChannelFP8 {
-		sstride = 1
-	}
 	scales, err := b.alloc(4 * srows * sstride)
 	if err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
@@ -149,14 +146,13 @@ func (b *Backend) linearFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkerne
 		x.ptr+hipkernels.Ptr(done*w.K)*es, b.fp8Scratch.ptr, bias, m-done, w.N, w.K))
 }
 
-// gemmFP8 queues the FP8 GEMM of the first rows of x it can serve and returns how many: all m
-// for 16-bit activations and 128x128-block or per-channel weights, else none, or fewer where the
-// library has no FP8 GEMM for the shape (said once in the log). The quantized activations go into the scratch, which the GEMM's fallback alone uses
+// gemmFP8 queues the FP8 GEMM of the first rows of x it can serve and returns how many: all m,
+// or fewer where the library has no FP8 GEMM for the dtype, blocks or shape (said once in the
+// log). The quantized activations go into the scratch, which the GEMM's fallback alone uses
 // otherwise: as many rows a call as their codes fit.
 func (b *Backend) gemmFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkernels.Ptr, m int) int {
 	per := b.fp8Scratch.size / hipkernels.FP8ActBytes(1, w.K)
-	blocks, channels := w.BlockN == 128 && w.BlockK == 128, w.BlockN == 1 && w.BlockK == w.Stride
-	if b.dt == ops.F32 || !blocks && !channels || per < 1 {
+	if b.dt == ops.F32 || w.BlockN != 128 || w.BlockK != 128 || per < 1 {
 		return 0
 	}
 	es := hipkernels.Ptr(b.dt.Size())

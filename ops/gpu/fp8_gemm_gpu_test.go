@@ -20,19 +20,15 @@ import (
 // 3 mantissa bits leave each within 2⁻⁴ of itself (about 2.5% RMS on normal values).
 const fp8ActTolerance = 5e-2
 
-// fp8QuantRef quantizes the rows of x [m, k] as atomk_quant_fp8 does (per row and group of 128
-// columns, or of the whole row for group hipkernels.FP8ActGroupRow: s = max(amax, 1e-10) / 448,
-// codes e4m3(x / s)): the codes [m, k rounded up to 16], the scales [groups, m], and x as the GEMM
-// sees it (each code times its scale).
-func fp8QuantRef(x []float32, m, k, group int) (codes []byte, scales, seen []float32) {
-	if group == hipkernels.FP8ActGroupRow {
-		group = k
-	}
-	kp, groups := (k+15)/16*16, (k+group-1)/group
+// fp8QuantRef quantizes the rows of x [m, k] as atomk_quant_fp8 does (per row and 128 columns,
+// s = max(amax, 1e-10) / 448, codes e4m3(x / s)): the codes [m, k rounded up to 16], the scales
+// [ceil(k/128), m], and x as the GEMM sees it (each code times its scale).
+func fp8QuantRef(x []float32, m, k int) (codes []byte, scales, seen []float32) {
+	kp, groups := (k+15)/16*16, (k+127)/128
 	codes, scales, seen = make([]byte, m*kp), make([]float32, groups*m), make([]float32, m*k)
 	for r := range m {
 		for g := range groups {
-			lo, hi := r*k+g*group, r*k+min(k, g*group+group)
+			lo, hi := r*k+g*128, r*k+min(k, g*128+128)
 			var amax float32
 			for _, v := range x[lo:hi] {
 				amax = max(amax, float32(math.Abs(float64(v))))
@@ -59,15 +55,12 @@ func readBytes(t *testing.T, b *Backend, p hipkernels.Ptr, n int) []byte {
 	return append([]byte(nil), hipkernels.HostBytes(host, n)...)
 }
 
-// TestQuantFP8: the activation quantization, per 128 columns and per row, against fp8QuantRef,
-// value for value (codes compared decoded, so that a signed zero equals zero; the padding of each
-// row must be zero).
+// TestQuantFP8: the activation quantization against fp8QuantRef, value for value (codes
+// compared decoded, so that a signed zero equals zero; the padding of each row must be zero).
 func TestQuantFP8(t *testing.T) {
 	for _, dt := range []ops.DType{ops.BF16, ops.F16} {
 		b := newGPU(t, dt)
-		for _, sh := range []struct{ m, k, group int }{{1, 8, 128}, {3, 136, 128}, {17, 320, 128}, {5, 1544, 128}, {64, 4096, 128},
-			{1, 8, hipkernels.FP8ActGroupRow}, {3, 136, hipkernels.FP8ActGroupRow}, {5, 1544, hipkernels.FP8ActGroupRow},
-			{64, 14336, hipkernels.FP8ActGroupRow}} {
+		for _, sh := range []struct{ m, k int }{{1, 8}, {3, 136}, {17, 320}, {5, 1544}, {64, 4096}} {
 			vals := randVals(dt, sh.m*sh.k, 2)
 			for c := range min(sh.k, 128) { // an all-zero group: the eps scale, zero codes
 				vals[c] = 0
@@ -75,18 +68,15 @@ func TestQuantFP8(t *testing.T) {
 			vals[len(vals)-1] = roundTo(dt, 300) // an outlier: its group's other codes get small
 			x := activation(b, vals, sh.m, sh.k)
 			kp, groups := (sh.k+15)/16*16, (sh.k+127)/128
-			if sh.group == hipkernels.FP8ActGroupRow {
-				groups = 1
-			}
 			codes, err := b.alloc(sh.m * kp)
 			require.NoError(t, err)
 			scales, err := b.alloc(4 * groups * sh.m)
 			require.NoError(t, err)
 			require.NoError(t, b.lib.Memset(codes, 0x7f, sh.m*kp, b.stream)) // NaN codes: every one must be written
-			require.NoError(t, b.lib.QuantFP8(b.kdt, codes, scales, x.g.ptr, sh.m, sh.k, sh.group, b.stream))
+			require.NoError(t, b.lib.QuantFP8(b.kdt, codes, scales, x.g.ptr, sh.m, sh.k, b.stream))
 			gotCodes, gotScales := readBytes(t, b, codes, sh.m*kp), readBytes(t, b, scales, 4*groups*sh.m)
-			wantCodes, wantScales, _ := fp8QuantRef(vals, sh.m, sh.k, sh.group)
-			name := fmt.Sprintf("QuantFP8 m=%d k=%d group %d", sh.m, sh.k, sh.group)
+			wantCodes, wantScales, _ := fp8QuantRef(vals, sh.m, sh.k)
+			name := fmt.Sprintf("QuantFP8 m=%d k=%d", sh.m, sh.k)
 			for i, w := range wantScales {
 				require.Equalf(t, w, math.Float32frombits(binary.LittleEndian.Uint32(gotScales[4*i:])), "%s (%v): scale %d (group %d, row %d)",
 					name, dt, i, i/sh.m, i%sh.m)
@@ -100,10 +90,9 @@ func TestQuantFP8(t *testing.T) {
 	}
 }
 
-// fp8GEMMWant is the cpu's Linear of x [m, k] as the FP8 GEMM sees it (fp8QuantRef's values
-// for the group the weight's recipe quantizes x in).
-func fp8GEMMWant(c *cpu.Backend, w, bias ops.Tensor, x []float32, m, k, n, group int) []float32 {
-	_, _, seen := fp8QuantRef(x, m, k, group)
+// fp8GEMMWant is the cpu's Linear of x [m, k] as the FP8 GEMM sees it (fp8QuantRef's values).
+func fp8GEMMWant(c *cpu.Backend, w, bias ops.Tensor, x []float32, m, k, n int) []float32 {
+	_, _, seen := fp8QuantRef(x, m, k)
 	out := c.Buffer(m, n)
 	c.Linear(out, cpu.FromFloat32(seen, m, k), w, bias)
 	return out.(*cpu.Tensor).Float32()
@@ -151,7 +140,7 @@ func TestLinearFP8GEMM(t *testing.T) {
 					require.Falsef(t, b.fp8Unsupported, "the library has no FP8 GEMM for n=%d k=%d m=%d (the log says why)", sh.n, sh.k, m)
 					got := read(b, out.g)
 					name := fmt.Sprintf("LinearFP8GEMM n=%d k=%d m=%d bias %v", sh.n, sh.k, m, withBias)
-					compare(t, name, dt, got, fp8GEMMWant(c, w.c, cb, vals, m, sh.k, sh.n, 128))
+					compare(t, name, dt, got, fp8GEMMWant(c, w.c, cb, vals, m, sh.k, sh.n))
 					c.Linear(out.c, x.c, w.c, cb)
 					compareFP8Act(t, name, dt, got, out.c.Float32())
 				}
@@ -205,7 +194,7 @@ func BenchmarkLinearFP8GEMM(bb *testing.B) {
 		benchDevice(bb, b, fmt.Sprintf("bf16/m=%d", m), func() { b.Linear(out, x, w16, nil) }, tflops)
 		if m >= 256 {
 			benchDevice(bb, b, fmt.Sprintf("quant/m=%d", m), func() {
-				b.must("QuantFP8", b.lib.QuantFP8(b.kdt, b.fp8Scratch.ptr, b.fp8Scratch.ptr+hipkernels.Ptr(m*k), xp, m, k, 128, b.stream))
+				b.must("QuantFP8", b.lib.QuantFP8(b.kdt, b.fp8Scratch.ptr, b.fp8Scratch.ptr+hipkernels.Ptr(m*k), xp, m, k, b.stream))
 			}, nil)
 			benchDevice(bb, b, fmt.Sprintf("dequant+bf16/m=%d", m), func() {
 				b.must("DequantFP8", b.lib.DequantFP8(b.kdt, b.fp8Scratch.ptr, wf, b.stream))

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/atom-go/atom/hipkernels"
 	"github.com/atom-go/atom/ops"
 	"github.com/atom-go/atom/ops/cpu"
 )
@@ -75,11 +74,8 @@ func TestLinearFP8(t *testing.T) {
 }
 
 // TestLinearFP8Channel: per-channel FP8 weights (compressed-tensors' "channel" and "tensor"
-// strategies, one scale a row) against the cpu's exact dequantized Linear: up to 16 rows (and in
-// float32) on the skinny kernel and the dequantize-then-GEMM path; above, in 16 bits, the FP8 GEMM
-// with the activations quantized per row, held to the dtype's limit against the cpu's Linear of
-// the activations so quantized and to fp8ActTolerance against the exact one. K = 120 is not whole
-// 16-byte chunks.
+// strategies, one scale a row) on the skinny kernel and the dequantize-then-GEMM path, against
+// the cpu's exact dequantized Linear; K = 120 is not whole 16-byte chunks.
 func TestLinearFP8Channel(t *testing.T) {
 	for _, dt := range testDTypes {
 		b, c := newGPU(t, dt), newCPU(t)
@@ -98,20 +94,12 @@ func TestLinearFP8Channel(t *testing.T) {
 			require.NoError(t, err)
 			ct, err := c.Weight("w", d, []int{sh.n, sh.k}, codes)
 			require.NoError(t, err)
-			for _, m := range []int{1, 3, 9, 16, 17, 64, 300} {
-				vals := randVals(dt, m*sh.k, 1)
-				x := activation(b, vals, m, sh.k)
+			for _, m := range []int{1, 3, 9, 16, 17, 64} {
+				x := activation(b, randVals(dt, m*sh.k, 1), m, sh.k)
 				out := output(b, c, m, sh.n)
 				b.Linear(out.g, x.g, g, nil)
 				c.Linear(out.c, x.c, ct, nil)
-				got, name := read(b, out.g), fmt.Sprintf("LinearFP8Channel n=%d k=%d m=%d", sh.n, sh.k, m)
-				if m <= fp8MaxGemvRows || dt == ops.F32 {
-					compare(t, name, dt, got, out.c.Float32())
-					continue
-				}
-				require.Falsef(t, b.fp8Unsupported, "the library has no row-wise FP8 GEMM for n=%d k=%d m=%d (the log says why)", sh.n, sh.k, m)
-				compareFP8Act(t, name, dt, got, out.c.Float32())
-				compare(t, name, dt, got, fp8GEMMWant(c, ct, nil, vals, m, sh.k, sh.n, hipkernels.FP8ActGroupRow))
+				compare(t, fmt.Sprintf("LinearFP8Channel n=%d k=%d m=%d", sh.n, sh.k, m), dt, read(b, out.g), out.c.Float32())
 			}
 		}
 	}
@@ -137,7 +125,7 @@ func TestLinearSwiGLUFP8(t *testing.T) {
 				for i := range a {
 					a[i] = roundTo(dt, a[i])
 				}
-				want = fp8GEMMWant(c, w.c, nil, a, m, k, n, 128)
+				want = fp8GEMMWant(c, w.c, nil, a, m, k, n)
 			}
 			compare(t, fmt.Sprintf("LinearSwiGLUFP8 m=%d", m), dt, read(b, out.g), want)
 		}
