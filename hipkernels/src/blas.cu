@@ -264,7 +264,14 @@ int atomk_blas_fp8_block(void* handle, void* stream, int dtype, void* out, const
         return atomk_fail(ATOMK_ERR_BLAS, "fp8 matmul m=%d n=%d k=%d dtype=%d: status %d", m, n, k, dtype, (int)s);
     return ATOMK_OK;
 #else
-    (void)handle, (void)stream, (void)out, (void)codes, (void)act_scales, (void)w, (void)w_scales, (void)run;
+    (void)handle;
+    (void)stream;
+    (void)out;
+    (void)codes;
+    (void)act_scales;
+    (void)w;
+    (void)w_scales;
+    (void)run;
     return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm_fp8: no block-scaled FP8 GEMM in hipBLASLt here (m=%d n=%d k=%d "
                       "dtype=%d)", m, n, k, dtype);
 #endif
