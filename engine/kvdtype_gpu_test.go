@@ -11,9 +11,9 @@ import (
 
 // TestFP8KVCacheOnTheGPUMachine: until the gpu backend holds an fp8 KV cache, --device auto
 // with --kv-cache-dtype fp8 serves on the cpu (the gpu refuses with ErrUnsupportedKVCache), as
-// do the per-tensor fp8 and fp8-expert checkpoints the gpu has no kernels for; the same
-// checkpoints with the default cache still take the gpu where it serves them (llama-fp8's
-// block-scaled weights do; llama-bf16 and DeepSeek's bf16 checkpoints do).
+// do the fp8-expert checkpoints the gpu has no kernels for; the same checkpoints with the
+// default cache still take the gpu where it serves them (llama-fp8's block-scaled and
+// llama-fp8-tensor's per-tensor weights do; llama-bf16 and DeepSeek's bf16 checkpoints do).
 func TestFP8KVCacheOnTheGPUMachine(t *testing.T) {
 	for _, tc := range []struct {
 		model, kv string
@@ -21,7 +21,7 @@ func TestFP8KVCacheOnTheGPUMachine(t *testing.T) {
 	}{
 		{"llama-bf16", "fp8", true},
 		{"llama-bf16", "auto", false},
-		{"llama-fp8-tensor", "auto", true},
+		{"llama-fp8-tensor", "auto", false},
 		{"qwen3_moe-fp8", "auto", true},
 		{"llama-fp8", "fp8_e4m3", true},
 		{"llama-fp8", "auto", false},

@@ -82,9 +82,12 @@ type fns struct {
 		sinks, s uintptr) int32
 
 	// block-scaled FP8 weights (fp8.cu)
-	gemvFP8 func(dt int32, out, x, w, scales, bias uintptr, m, n, k, stride, blockN, blockK, scaleCols int32,
+	gemvFP8 func(dt int32, out, x, w, scales, bias uintptr, m, n, k, stride, blockN, blockK, scaleStride int32,
 		s uintptr) int32
-	dequantFP8 func(dt int32, out, w, scales uintptr, n, k, stride, blockN, blockK, scaleCols int32, s uintptr) int32
+	dequantFP8 func(dt int32, out, w, scales uintptr, n, k, stride, blockN, blockK, scaleStride int32, s uintptr) int32
+	quantFP8   func(dt int32, codes, scales, x uintptr, m, k, stride int32, s uintptr) int32
+	gemmFP8    func(h, s uintptr, dt int32, out, x, act, w, scales, bias uintptr, m, n, k, stride, blockN, blockK,
+		scaleStride int32) int32
 
 	// mixture of experts (moe.cu)
 	moeRoute      func(dt int32, logits, ids, weights uintptr, rows, experts, topk, renormalize int32, s uintptr) int32
@@ -179,6 +182,8 @@ func (f *fns) table() []binding {
 		{&f.prefillAttention, "atomk_prefill_attention"},
 		{&f.gemvFP8, "atomk_gemv_fp8"},
 		{&f.dequantFP8, "atomk_dequant_fp8"},
+		{&f.quantFP8, "atomk_quant_fp8"},
+		{&f.gemmFP8, "atomk_gemm_fp8"},
 		{&f.moeRoute, "atomk_moe_route"},
 		{&f.moeRouteAlign, "atomk_moe_route_align"},
 		{&f.moeTileRows, "atomk_moe_tile_rows"},

@@ -30,7 +30,7 @@ const LibraryName = "libatomk.so"
 const EnvLibrary = "ATOM_GO_KERNELS"
 
 // ABIVersion is the atomk ABI these bindings were written against.
-const ABIVersion = 6
+const ABIVersion = 7
 
 // DType is an element type as the kernels number them (the same numbers as ops.DType).
 type DType int32

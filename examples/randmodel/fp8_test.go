@@ -11,22 +11,25 @@ import (
 	"github.com/atom-go/atom/ops"
 )
 
+// tinyShape is shape name at widths a test runs in moments: hidden 256 and intermediate 384
+// (whole 128x128 FP8 blocks), 2 layers, 4 experts of which 2 are active.
+func tinyShape(name string) shape {
+	s := shapes[name]
+	s.Hidden, s.Intermediate, s.Layers, s.Heads, s.KVHeads, s.HeadDim, s.Vocab = 256, 384, 2, 4, 2, 64, 128
+	if s.MoE != nil {
+		m := *s.MoE
+		m.Experts, m.TopK = 4, 2
+		if m.Inter > 0 { // Mixtral's experts are intermediate_size wide
+			m.Inter = 256
+		}
+		s.MoE = &m
+	}
+	return s
+}
+
 // TestFP8Checkpoints: --dtype fp8-block and fp8-tensor write tiny dense and MoE checkpoints
 // that load (through their quantization_config) and run on the cpu.
 func TestFP8Checkpoints(t *testing.T) {
-	tiny := func(name string) shape {
-		s := shapes[name]
-		s.Hidden, s.Intermediate, s.Layers, s.Heads, s.KVHeads, s.HeadDim, s.Vocab = 256, 384, 2, 4, 2, 64, 128
-		if s.MoE != nil {
-			m := *s.MoE
-			m.Experts, m.TopK = 4, 2
-			if m.Inter > 0 { // Mixtral's experts are intermediate_size wide
-				m.Inter = 256
-			}
-			s.MoE = &m
-		}
-		return s
-	}
 	for _, tc := range []struct {
 		shape, dtype, quant string
 	}{
@@ -37,7 +40,7 @@ func TestFP8Checkpoints(t *testing.T) {
 		{"mixtral-8x7b", "fp8-tensor", "compressed-tensors"},
 	} {
 		t.Run(tc.shape+" "+tc.dtype, func(t *testing.T) {
-			s := tiny(tc.shape)
+			s := tinyShape(tc.shape)
 			dir := filepath.Join(t.TempDir(), "m")
 			require.NoError(t, write(s, dir, tc.dtype, 1<<20, 1))
 			ck, err := models.OpenCheckpoint(dir)
@@ -53,7 +56,7 @@ func TestFP8Checkpoints(t *testing.T) {
 			requireFiniteLogits(t, ck, s.Vocab)
 		})
 	}
-	require.ErrorContains(t, write(tiny("llama3-8b"), t.TempDir(), "fp8-channel", 1<<20, 1), "unsupported dtype fp8-channel")
+	require.ErrorContains(t, write(tinyShape("llama3-8b"), t.TempDir(), "fp8-channel", 1<<20, 1), "unsupported dtype fp8-channel")
 }
 
 // TestQuantizeFP8: each block's scale is its amax / 448 and its codes dequantize to within

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define ATOMK_ABI_VERSION 6
+#define ATOMK_ABI_VERSION 7
 
 /* Element types; the numbers match ops.DType in Go. */
 enum { ATOMK_F32 = 0, ATOMK_F16 = 1, ATOMK_BF16 = 2 };
@@ -278,15 +278,30 @@ int atomk_gemm_norm_summed(void* handle, void* stream, int dtype, int wdtype, vo
                            int count, float eps, const void* w, const void* bias, int m, int n, int k, int* fused);
 
 /* Block-scaled FP8 weights (fp8.cu): w float8_e4m3fn [n, k], rows w_stride bytes apart (k rounded up to
- * 16, the padding zero), scales float32 [ceil(n/block_n), scale_cols = ceil(k/block_k)], element (r, c) =
- * float(w[r, c]) * scales[r/block_n, c/block_k]; k a multiple of 8, block_k of 16. out[m, n] = x[m, k] ·
- * wᵀ (+ bias[n]) with the weight read at one byte an element (decode batches; m above 8 takes several
- * passes). */
+ * 16, the padding zero), scales float32 [ceil(n/block_n), ceil(k/block_k)] in rows scale_stride >=
+ * ceil(k/block_k) floats apart, element (r, c) = float(w[r, c]) * scales[r/block_n, c/block_k]; k a
+ * multiple of 8, block_k of 16. out[m, n] = x[m, k] · wᵀ (+ bias[n]) with the weight read at one byte an
+ * element (decode batches; m above 8 takes several passes). */
 int atomk_gemv_fp8(int dtype, void* out, const void* x, const uint8_t* w, const float* scales, const void* bias, int m, int n,
-                   int k, int w_stride, int block_n, int block_k, int scale_cols, void* stream);
+                   int k, int w_stride, int block_n, int block_k, int scale_stride, void* stream);
 /* out[n, k] (dtype) = the dequantized weight, for a GEMM of a larger batch. */
 int atomk_dequant_fp8(int dtype, void* out, const uint8_t* w, const float* scales, int n, int k, int w_stride, int block_n,
-                      int block_k, int scale_cols, void* stream);
+                      int block_k, int scale_stride, void* stream);
+/* The activations' FP8 quantization (dtype F16 or BF16; CUDA builds): for each row r of x [m, k] and
+ * group g of 128 columns, s = max(amax of the group, 1e-10) / 448, scales[g * m + r] = s (so scales is
+ * [ceil(k/128), m]) and codes[r, c] = e4m3(x[r, c] / s), rounded to nearest even and saturated; rows
+ * stride = k rounded up to 16 bytes apart, the codes past k zero. */
+int atomk_quant_fp8(int dtype, uint8_t* codes, float* scales, const void* x, int m, int k, int stride, void* stream);
+/* out[m, n] = x[m, k] · wᵀ (+ bias[n]) on the tensor cores in FP8 (CUDA builds, Hopper's cuBLASLt):
+ * atomk_quant_fp8 of x into act, then cuBLASLt's block-scaled GEMM of the codes with both operands'
+ * scales, accumulated in float. act holds m * w_stride code bytes followed by the ceil(k/128) * m
+ * float scales. Needs 128x128 blocks with scale_stride = ceil(k/128) rounded up to 4, dtype F16 or
+ * BF16 and 16-byte aligned out, act, w and scales; elsewhere, and where cuBLASLt has no algorithm
+ * for the shape (asked once per shape), ATOMK_ERR_UNSUPPORTED with nothing queued: the caller then
+ * takes atomk_dequant_fp8 and atomk_gemm. */
+int atomk_gemm_fp8(void* handle, void* stream, int dtype, void* out, const void* x, void* act, const uint8_t* w,
+                   const float* scales, const void* bias, int m, int n, int k, int w_stride, int block_n, int block_k,
+                   int scale_stride);
 
 /* Mixture of experts (moe.cu): vLLM's fused_moe as five launches with no host round trip.
  * A "slot" is one (token, chosen expert) pair, numbered token * topk + j. */

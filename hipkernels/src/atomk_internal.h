@@ -38,6 +38,14 @@ int atomk_fail(int status, const char* fmt, ...) __attribute__((format(printf, 2
 
 #define ATOMK_STREAM(s) static_cast<gpuStream_t>(s)
 
+// cuBLASLt's block-scaled FP8 GEMM (blas.cu; CUDA on Hopper): out[m,n] (dtype F16 or BF16) =
+// Σ_k (codes[m,k] · act_scales[k/128, m]) (w[n,k] · w_scales[n/128, k/128]), codes and w e4m3 rows
+// of k bytes (a multiple of 16), act_scales [ceil(k/128), m], w_scales rows ceil(k/128) rounded up
+// to 4 apart. run false: only makes the plan (ATOMK_ERR_UNSUPPORTED, nothing queued, where the
+// library has no algorithm for the shape; remembered per shape); true: queues the GEMM.
+int atomk_blas_fp8_block(void* handle, void* stream, int dtype, void* out, const uint8_t* codes, const float* act_scales,
+                         const uint8_t* w, const float* w_scales, int m, int n, int k, bool run);
+
 // Whether kernels are launched with programmatic dependent launch: on CUDA devices of compute
 // capability 9.0 and later (read once per process).
 bool atomk_pdl_enabled();

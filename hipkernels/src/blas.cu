@@ -183,7 +183,99 @@ int make_plan(Blas* h, int dtype, int m, int n, int k, Plan* out) {
     return ATOMK_OK;
 }
 
+#if defined(ATOMK_CUDA)
+// FP8 plans are keyed apart from the 16-bit ones of the same shape.
+constexpr int kFp8PlanKey = 8;
+
+// Builds the plan of the block-scaled FP8 GEMM in make_plan's terms: A = the weight codes (k×n,
+// transposed: FP8 takes only this "TN" form) with its 128x128 block scales, B = the activation
+// codes (k×m) with one scale per 128 of a column. The scale pointers are set before the
+// heuristic, as at every call. The output may be a view a whole number of rows into a buffer:
+// the algorithm must take 16-byte aligned C and D (the heuristic assumes 256 otherwise).
+int make_fp8_plan(Blas* h, int dtype, int m, int n, int k, const float* a_scales, const float* b_scales, Plan* out) {
+    Plan p;
+    const LtDataType t = dtype == ATOMK_F16 ? LT_R_16F : LT_R_16BF;
+    const LtOp ta = LT_OP_T, tb = LT_OP_N;
+    const int32_t amode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, bmode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    LT(LtMatmulDescCreate(&p.desc, LT_COMPUTE_32F, LT_R_32F));
+    LT(LtMatmulDescSetAttribute(p.desc, LT_DESC_TRANSA, &ta, sizeof ta));
+    LT(LtMatmulDescSetAttribute(p.desc, LT_DESC_TRANSB, &tb, sizeof tb));
+    LT(LtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode, sizeof amode));
+    LT(LtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof bmode));
+    LT(LtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scales, sizeof a_scales));
+    LT(LtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scales, sizeof b_scales));
+    LT(LtLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, k));
+    LT(LtLayoutCreate(&p.b, CUDA_R_8F_E4M3, k, m, k));
+    LT(LtLayoutCreate(&p.c, t, n, m, n));
+    LtPref pref = nullptr;
+    LT(LtPrefCreate(&pref));
+    size_t ws = kWorkspaceBytes;
+    const uint32_t align = 16;
+    LtStatus s = LtPrefSetAttribute(pref, LT_PREF_WORKSPACE, &ws, sizeof ws);
+    if (s == LT_OK) s = LtPrefSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof align);
+    if (s == LT_OK) s = LtPrefSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof align);
+    LtHeuristic result;
+    int found = 0;
+    if (s == LT_OK) s = LtAlgoGetHeuristic(h->lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    LtPrefDestroy(pref);
+    if (s != LT_OK || found == 0) {
+        destroy_plan(p);
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "cuBLASLt has no block-scaled FP8 algorithm (status %d) for m=%d n=%d k=%d "
+                          "dtype=%d", (int)s, m, n, k, dtype);
+    }
+    p.algo = result.algo;
+    *out = p;
+    return ATOMK_OK;
+}
+#endif
+
 }  // namespace
+
+int atomk_blas_fp8_block(void* handle, void* stream, int dtype, void* out, const uint8_t* codes, const float* act_scales,
+                         const uint8_t* w, const float* w_scales, int m, int n, int k, bool run) {
+#if defined(ATOMK_CUDA)
+    Blas* h = static_cast<Blas*>(handle);
+    if (m <= 0 || n <= 0 || k <= 0 || m >= (1 << 20) || n >= (1 << 20) || k >= (1 << 20))
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_fp8: shape m=%d n=%d k=%d outside (0, 2^20)", m, n, k);
+    const uint64_t key = plan_key(dtype | kFp8PlanKey, m, n, k);
+    auto it = h->plans.find(key);
+    if (it == h->plans.end()) {
+        // A shape without a plan is remembered as one without a descriptor, so the heuristic
+        // runs once per shape either way.
+        Plan p;
+        const int st = make_fp8_plan(h, dtype, m, n, k, w_scales, act_scales, &p);
+        h->plans.emplace(key, st == ATOMK_OK ? p : Plan());
+        if (st != ATOMK_OK) return ATOMK_ERR_UNSUPPORTED;  // the message says why
+        it = h->plans.find(key);
+    }
+    Plan& p = it->second;
+    if (!p.desc)
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "cuBLASLt has no block-scaled FP8 algorithm for m=%d n=%d k=%d dtype=%d",
+                          m, n, k, dtype);
+    if (!run) return ATOMK_OK;
+    LtStatus s = LtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales);
+    if (s == LT_OK)
+        s = LtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &act_scales, sizeof act_scales);
+    const float alpha = 1.f, beta = 0.f;
+    if (s == LT_OK)
+        s = LtMatmul(h->lt, p.desc, &alpha, w, p.a, codes, p.b, &beta, out, p.c, out, p.c, &p.algo, h->workspace,
+                     kWorkspaceBytes, ATOMK_STREAM(stream));
+    if (s != LT_OK)
+        return atomk_fail(ATOMK_ERR_BLAS, "fp8 matmul m=%d n=%d k=%d dtype=%d: status %d", m, n, k, dtype, (int)s);
+    return ATOMK_OK;
+#else
+    (void)handle;
+    (void)stream;
+    (void)out;
+    (void)codes;
+    (void)act_scales;
+    (void)w;
+    (void)w_scales;
+    (void)run;
+    return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm_fp8: no block-scaled FP8 GEMM in hipBLASLt here (m=%d n=%d k=%d "
+                      "dtype=%d)", m, n, k, dtype);
+#endif
+}
 
 extern "C" {
 

@@ -5,10 +5,14 @@
 // of codes (16 elements, inside one scale block since bk is a multiple of 16), widens them in
 // registers, multiplies them with the activations in float and applies the block's scale once
 // per chunk. The activations are not quantized (weight-only: the exact dequantized-weight model,
-// which the cpu reference computes). Larger batches dequantize the weight into a 16-bit scratch
-// and take the BLAS GEMM (correct; a tensor-core FP8 GEMM is the fast path still to come).
+// which the cpu reference computes). Larger batches of 16-bit activations with 128x128 blocks
+// run on the tensor cores in FP8 (CUDA: cuBLASLt's block-scaled GEMM, DeepSeek-V3's recipe): the
+// activations are quantized per row and 128 columns (e4m3 codes, a float32 scale each), then the
+// GEMM applies both operands' scales per 128-deep slice of k. Elsewhere (HIP, other blocks, no
+// cuBLASLt algorithm) the weight is dequantized into a 16-bit scratch for the BLAS GEMM.
 #include <stdint.h>
 
+#include "atomk_internal.h"
 #include "atomk_vec.h"
 #include "gemv_input.h"
 
@@ -83,7 +87,7 @@ __device__ __forceinline__ void load_x16(const T* row, int c, int k, float f[16]
 // out[i, row] = Σ_k x[i, k] · float(w[row, k]) · scale[row/bn, k/bk] (+ bias[row]) for the M rows
 // of x; each warp takes kFp8Rows weight rows, its lanes the 16-element chunks of k. The codes'
 // rows are kp bytes apart (k rounded up to 16, zero-padded), bk16 = bk/16 chunks a scale block,
-// sc the scale columns. Each chunk's codes are widened once and each x chunk loaded once per
+// the scale rows sc floats apart. Each chunk's codes are widened once and each x chunk loaded once per
 // step: at 8 rows of x the conversions would otherwise cost more than the multiplications.
 template <typename T, int M>
 __global__ void __launch_bounds__(kFp8Threads) gemv_fp8_kernel(T* __restrict__ out, const T* __restrict__ x,
@@ -184,18 +188,66 @@ __global__ void dequant_fp8_kernel(T* __restrict__ out, const uint8_t* __restric
 
 int check_fp8(const char* op, int m, int n, int k, int kp, int bn, int bk, int sc) {
     if (m < 0 || n < 1 || k < 8 || k % 8 || kp != (k + 15) / 16 * 16 || bn < 1 || bk < 16 || bk % 16 ||
-        sc != (k + bk - 1) / bk)
-        return atomk_fail(ATOMK_ERR_INVALID, "%s: m %d, n %d, k %d (row stride %d), blocks %dx%d, %d scale columns (k must be "
-                          "a multiple of 8, the stride k rounded up to 16, the block's k a multiple of 16)", op, m, n, k, kp,
-                          bn, bk, sc);
+        sc < (k + bk - 1) / bk)
+        return atomk_fail(ATOMK_ERR_INVALID, "%s: m %d, n %d, k %d (row stride %d), blocks %dx%d, scale rows %d apart (k "
+                          "must be a multiple of 8, the stride k rounded up to 16, the block's k a multiple of 16, the scale "
+                          "rows at least ceil(k / block k) apart)", op, m, n, k, kp, bn, bk, sc);
     return ATOMK_OK;
+}
+
+#if defined(ATOMK_CUDA)
+constexpr int kQuantGroup = 128;  // activation columns one scale covers (cuBLASLt's VEC128)
+constexpr float kQuantEps = 1e-10f;  // the smallest amax a group is scaled for (an all-zero group)
+static_assert(ATOMK_WARP_SIZE * 4 == kQuantGroup, "a warp quantizes one group, 4 elements a lane");
+
+// codes[r, :] = e4m3(x[r, :] / s) and scales[g, r] = s = max(amax of the group, eps) / 448 for
+// each group g of 128 columns of row r: one warp a group. Codes past k up to the stride are zero.
+// The scales are row-contiguous per group (cuBLASLt's VEC128 layout for the B operand).
+template <typename T>
+__global__ void __launch_bounds__(256) quant_fp8_kernel(uint8_t* __restrict__ codes, float* __restrict__ scales,
+                                                        const T* __restrict__ x, int m, int k, int stride, int groups) {
+    ATOMK_PDL_ENTER();
+    const int lane = threadIdx.x % ATOMK_WARP_SIZE;
+    const int idx = blockIdx.x * (blockDim.x / ATOMK_WARP_SIZE) + threadIdx.x / ATOMK_WARP_SIZE;
+    if (idx >= m * groups) return;
+    const int row = idx / groups, g = idx % groups, col = g * kQuantGroup + 4 * lane;
+    float f[4] = {0.f, 0.f, 0.f, 0.f};
+    if (col < k) {  // k % 8 == 0: a lane's 4 elements are all inside k or all past it
+        const T* p = x + (size_t)row * k + col;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) f[j] = atomk_to_float(p[j]);
+    }
+    const float amax = atomk_warp_max(fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3]))));
+    const float s = fmaxf(amax, kQuantEps) / 448.f;
+    if (col < stride) {
+        uint32_t q = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            q |= (uint32_t)__nv_cvt_float_to_fp8(f[j] / s, __NV_SATFINITE, __NV_E4M3) << (8 * j);
+        *reinterpret_cast<uint32_t*>(codes + (size_t)row * stride + col) = q;
+    }
+    if (lane == 0) scales[(size_t)g * m + row] = s;
+}
+#endif
+
+int check_quant(const char* op, int dtype, int m, int k, int stride) {
+    if (m < 1 || k < 8 || k % 8 || stride != (k + 15) / 16 * 16)
+        return atomk_fail(ATOMK_ERR_INVALID, "%s: m %d, k %d, stride %d (k must be a multiple of 8, the stride k rounded "
+                          "up to 16)", op, m, k, stride);
+    if (dtype != ATOMK_BF16 && dtype != ATOMK_F16)
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: dtype %d (16-bit activations only)", op, dtype);
+#if !defined(ATOMK_CUDA)
+    return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: FP8 activations need the CUDA build", op);
+#else
+    return ATOMK_OK;
+#endif
 }
 
 }  // namespace
 
 int atomk_gemv_fp8(int dtype, void* out, const void* x, const uint8_t* w, const float* scales, const void* bias, int m, int n,
-                   int k, int w_stride, int block_n, int block_k, int scale_cols, void* stream) {
-    if (int st = check_fp8("atomk_gemv_fp8", m, n, k, w_stride, block_n, block_k, scale_cols)) return st;
+                   int k, int w_stride, int block_n, int block_k, int scale_stride, void* stream) {
+    if (int st = check_fp8("atomk_gemv_fp8", m, n, k, w_stride, block_n, block_k, scale_stride)) return st;
     const dim3 grid((n + kFp8Warps * kFp8Rows - 1) / (kFp8Warps * kFp8Rows));
     for (int i0 = 0; i0 < m; i0 += kFp8MaxM) {
         const int mm = m - i0 < kFp8MaxM ? m - i0 : kFp8MaxM;
@@ -204,16 +256,16 @@ int atomk_gemv_fp8(int dtype, void* out, const void* x, const uint8_t* w, const 
             const T* xi = static_cast<const T*>(x) + (size_t)i0 * k;
             if (mm == 1)
                 atomk_launch(gemv_fp8_kernel<T, 1>, grid, dim3(kFp8Threads), 0, ATOMK_STREAM(stream), o, xi, w, scales,
-                             static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_cols);
+                             static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_stride);
             else if (mm <= 2)
                 atomk_launch(gemv_fp8_kernel<T, 2>, grid, dim3(kFp8Threads), 0, ATOMK_STREAM(stream), o, xi, w, scales,
-                             static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_cols);
+                             static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_stride);
             else if (mm <= 4)
                 atomk_launch(gemv_fp8_kernel<T, 4>, grid, dim3(kFp8Threads), 0, ATOMK_STREAM(stream), o, xi, w, scales,
-                             static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_cols);
+                             static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_stride);
             else
                 atomk_launch(gemv_fp8_kernel<T, kFp8MaxM>, grid, dim3(kFp8Threads), 0, ATOMK_STREAM(stream), o, xi, w,
-                             scales, static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_cols);
+                             scales, static_cast<const T*>(bias), mm, n, k, w_stride, block_n, block_k / 16, scale_stride);
         });
         ATOMK_LAUNCHED("gemv_fp8_kernel");
     }
@@ -221,13 +273,52 @@ int atomk_gemv_fp8(int dtype, void* out, const void* x, const uint8_t* w, const 
 }
 
 int atomk_dequant_fp8(int dtype, void* out, const uint8_t* w, const float* scales, int n, int k, int w_stride, int block_n,
-                      int block_k, int scale_cols, void* stream) {
-    if (int st = check_fp8("atomk_dequant_fp8", 0, n, k, w_stride, block_n, block_k, scale_cols)) return st;
+                      int block_k, int scale_stride, void* stream) {
+    if (int st = check_fp8("atomk_dequant_fp8", 0, n, k, w_stride, block_n, block_k, scale_stride)) return st;
     const int threads = 256;
     ATOMK_DISPATCH(dtype, "atomk_dequant_fp8",
                    atomk_launch(dequant_fp8_kernel<T>, dim3(atomk_grid((size_t)n * (w_stride / 16), threads)), dim3(threads),
                                 0, ATOMK_STREAM(stream), static_cast<T*>(out), w, scales, n, k, w_stride, block_n,
-                                block_k / 16, scale_cols));
+                                block_k / 16, scale_stride));
     ATOMK_LAUNCHED("dequant_fp8_kernel");
+    return ATOMK_OK;
+}
+
+int atomk_quant_fp8(int dtype, uint8_t* codes, float* scales, const void* x, int m, int k, int stride, void* stream) {
+    if (int st = check_quant("atomk_quant_fp8", dtype, m, k, stride)) return st;
+#if defined(ATOMK_CUDA)
+    const int groups = (k + kQuantGroup - 1) / kQuantGroup, threads = 256;
+    const dim3 grid((unsigned)(((size_t)m * groups + threads / ATOMK_WARP_SIZE - 1) / (threads / ATOMK_WARP_SIZE)));
+    ATOMK_DISPATCH(dtype, "atomk_quant_fp8",
+                   atomk_launch(quant_fp8_kernel<T>, grid, dim3(threads), 0, ATOMK_STREAM(stream), codes, scales,
+                                static_cast<const T*>(x), m, k, stride, groups));
+    ATOMK_LAUNCHED("quant_fp8_kernel");
+#endif
+    return ATOMK_OK;
+}
+
+int atomk_gemm_fp8(void* handle, void* stream, int dtype, void* out, const void* x, void* act, const uint8_t* w,
+                   const float* scales, const void* bias, int m, int n, int k, int w_stride, int block_n, int block_k,
+                   int scale_stride) {
+    if (int st = check_fp8("atomk_gemm_fp8", m, n, k, w_stride, block_n, block_k, scale_stride)) return st;
+    if (int st = check_quant("atomk_gemm_fp8", dtype, m, k, w_stride)) return st;
+    if (!handle || !out || !x || !act || !w || !scales)
+        return atomk_fail(ATOMK_ERR_INVALID, "atomk_gemm_fp8: null handle or operand");
+    const int groups = (k + 127) / 128;
+    if (block_n != 128 || block_k != 128 || scale_stride != (groups + 3) / 4 * 4 || (uintptr_t)out % 16 ||
+        (uintptr_t)act % 16 || (uintptr_t)w % 16 || (uintptr_t)scales % 16)
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "atomk_gemm_fp8: %dx%d blocks, scale rows %d apart, out %p, act %p, w %p, "
+                          "scales %p (the FP8 GEMM takes 128x128 blocks, scale rows ceil(k/128) rounded up to 4 apart, "
+                          "16-byte aligned operands)", block_n, block_k, scale_stride, out, act, (const void*)w,
+                          (const void*)scales);
+    uint8_t* codes = static_cast<uint8_t*>(act);
+    float* act_scales = reinterpret_cast<float*>(codes + (size_t)m * w_stride);
+    // The plan first: where cuBLASLt has none, nothing is queued and the caller dequantizes.
+    if (int st = atomk_blas_fp8_block(handle, stream, dtype, out, codes, act_scales, w, scales, m, n, w_stride, false))
+        return st;
+    if (int st = atomk_quant_fp8(dtype, codes, act_scales, x, m, k, w_stride, stream)) return st;
+    if (int st = atomk_blas_fp8_block(handle, stream, dtype, out, codes, act_scales, w, scales, m, n, w_stride, true))
+        return st;
+    if (bias) return atomk_add_bias(dtype, out, bias, m, n, stream);
     return ATOMK_OK;
 }

@@ -68,8 +68,11 @@ type Backend struct {
 	// mxScratch holds an expanded MXFP4 expert stack for the tensor-core expert kernels of a
 	// large batch (sized at load).
 	mxScratch devBuf
-	// fp8Scratch holds a dequantized FP8 weight for the GEMM of a large batch (sized at load).
-	fp8Scratch devBuf
+	// fp8Scratch holds a dequantized FP8 weight for the 16-bit GEMM of a large batch, or the
+	// quantized activations of the FP8 GEMM (sized at load); fp8Unsupported: the library lacked
+	// an FP8 GEMM once (logged).
+	fp8Scratch     devBuf
+	fp8Unsupported bool
 
 	bound     *bound             // step inputs the ops read instead of uploading (graphs)
 	capturing bool               // a graph capture is open on the stream
@@ -251,7 +254,7 @@ type Tensor struct {
 	ptr   hipkernels.Ptr
 	dt    ops.DType
 	shape []int
-	fp8   *hipkernels.FP8Weight // a block-scaled FP8 weight (dt F8E4M3): codes at ptr, and scales
+	fp8   *hipkernels.FP8Weight // an FP8 weight (dt F8E4M3; per-channel as [1, K] blocks): codes at ptr, and scales
 	mx    *mxWeight             // an MXFP4 expert stack (dt U8): codes at ptr, and scales
 }
 
@@ -281,7 +284,7 @@ func (t *Tensor) elems() int { return t.rows() * t.cols() }
 // staging buffers, converting them to the compute dtype when they differ.
 func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
 	switch d.Format {
-	case ops.BlockFP8:
+	case ops.BlockFP8, ops.ChannelFP8:
 		return b.fp8Weight(name, d, shape, raw)
 	case ops.MXFP4:
 		return b.mxfp4Weight(name, d, shape, raw)

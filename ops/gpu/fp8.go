@@ -2,41 +2,53 @@ package gpu
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
+	"strconv"
 
 	"github.com/atom-go/atom/hipkernels"
 	"github.com/atom-go/atom/ops"
 )
 
 // fp8MaxGemvRows is the largest batch whose Linear streams the FP8 codes through the skinny
-// kernel (in passes of 8 rows); larger ones dequantize the weight into the scratch and run the
-// BLAS GEMM, where a pass over the codes per 8 rows would read more than the 16-bit copy.
+// kernel (in passes of 8 rows); larger ones run the tensor-core FP8 GEMM, where a pass over the
+// codes per 8 rows would read more than the GEMM does.
 const fp8MaxGemvRows = 16
 
-// fp8Weight uploads a block-scaled FP8 weight [N, K] as it is stored, one byte an element, with
-// its float32 scales; the dequantization scratch grows to the largest such weight now, so that
-// no allocation happens inside a graph capture.
+// fp8Weight uploads an FP8 weight [N, K] as it is stored, one byte an element, with its float32
+// scales in rows padded to the GEMM's stride; the scratch (a dequantized weight, or the FP8
+// GEMM's quantized activations) grows to the largest such weight now, so that no allocation
+// happens inside a graph capture. A per-channel (or per-tensor) weight, one scale a row, is a
+// block-scaled one of [1, K rounded up to 16] blocks: the kernels' chunks never cross a block.
 func (b *Backend) fp8Weight(name string, d ops.WeightDesc, shape []int, raw [][]byte) (ops.Tensor, error) {
 	sc := d.Scales
 	if len(shape) != 2 {
 		return nil, fmt.Errorf("weight %s: %w: %v weight of shape %v (the gpu serves fp8 Linear weights, not fp8 experts yet)",
 			name, ops.ErrUnsupportedWeight, d.Format, shape)
 	}
-	if d.DType != ops.F8E4M3 || sc == nil || sc.DType != ops.F32 || len(sc.Block) != 2 || len(sc.Shape) != 2 {
+	if d.DType != ops.F8E4M3 || sc == nil || sc.DType != ops.F32 || len(sc.Block) != 2 {
 		return nil, fmt.Errorf("weight %s: %w: %v of %v without float32 [2]-block scales", name, ops.ErrUnsupportedWeight, d.Format, d.DType)
 	}
 	n, k, bn, bk := shape[0], shape[1], sc.Block[0], sc.Block[1]
+	want := []int{(n + bn - 1) / bn, (k + bk - 1) / bk}
+	if d.Format == ops.ChannelFP8 {
+		if bn != 1 || bk != k {
+			return nil, fmt.Errorf("weight %s: per-channel fp8 [%d, %d] in %dx%d blocks (want 1x%d)", name, n, k, bn, bk, k)
+		}
+		want, bk = []int{n}, (k+15)/16*16
+	}
 	if n < 1 || k < 8 || k%8 != 0 || bn < 1 || bk < 16 || bk%16 != 0 {
 		return nil, fmt.Errorf("weight %s: %w: [%d, %d] in %dx%d blocks (the gpu fp8 kernels need K in multiples of 8 and "+
 			"the block's K in multiples of 16)", name, ops.ErrUnsupportedWeight, n, k, bn, bk)
 	}
-	if want := []int{(n + bn - 1) / bn, (k + bk - 1) / bk}; !slices.Equal(sc.Shape, want) {
+	if !slices.Equal(sc.Shape, want) {
 		return nil, fmt.Errorf("weight %s: scales %v for [%d, %d] in %dx%d blocks (want %v)", name, sc.Shape, n, k, bn, bk, want)
 	}
+	srows, scols := (n+bn-1)/bn, (k+bk-1)/bk
 	if got := partsLen(raw); got != n*k {
 		return nil, fmt.Errorf("weight %s: %d fp8 bytes for [%d, %d]", name, got, n, k)
 	}
-	if got, want := partsLen(sc.Raw), 4*sc.Shape[0]*sc.Shape[1]; got != want {
+	if got, want := partsLen(sc.Raw), 4*srows*scols; got != want {
 		return nil, fmt.Errorf("weight %s: %d scale bytes (want %d)", name, got, want)
 	}
 	stride := (k + 15) / 16 * 16 // whole 16-byte chunks a row: the kernels' loads
@@ -44,21 +56,23 @@ func (b *Backend) fp8Weight(name string, d ops.WeightDesc, shape []int, raw [][]
 	if err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
-	scales, err := b.alloc(4 * sc.Shape[0] * sc.Shape[1])
+	sstride := hipkernels.FP8ScaleStride(k, bk)
+	scales, err := b.alloc(4 * srows * sstride)
 	if err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
 	if err := b.copyRows(codes, raw, k, stride); err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
-	if err := b.copyRows(scales, sc.Raw, 4*sc.Shape[1], 4*sc.Shape[1]); err != nil {
+	if err := b.copyRows(scales, sc.Raw, 4*scols, 4*sstride); err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
 	if err := b.ensure(&b.fp8Scratch, n*k*b.dt.Size()); err != nil {
 		return nil, fmt.Errorf("weight %s: dequantization scratch: %w", name, err)
 	}
 	return &Tensor{ptr: codes, dt: ops.F8E4M3, shape: []int{n, k},
-		fp8: &hipkernels.FP8Weight{Codes: codes, Scales: scales, N: n, K: k, Stride: stride, BlockN: bn, BlockK: bk}}, nil
+		fp8: &hipkernels.FP8Weight{Codes: codes, Scales: scales, N: n, K: k, Stride: stride, BlockN: bn, BlockK: bk,
+			ScaleStride: sstride}}, nil
 }
 
 // copyRows queues the rows of width bytes in parts to dst, stride bytes apart (the padding
@@ -115,12 +129,46 @@ func partsLen(parts [][]byte) int {
 }
 
 // linearFP8 is Linear of a block-scaled FP8 weight: the skinny kernel over the codes for decode
-// batches, else the weight dequantized into the scratch and the GEMM.
+// batches, else the tensor-core FP8 GEMM, or where the library has none the weight dequantized
+// into the scratch and the 16-bit GEMM.
 func (b *Backend) linearFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkernels.Ptr, m int) {
 	if m <= fp8MaxGemvRows {
 		b.must("Linear", b.lib.GemvFP8(b.kdt, o.ptr, x.ptr, w, bias, m, b.stream))
 		return
 	}
+	done := b.gemmFP8(o, x, w, bias, m)
+	if done == m {
+		return
+	}
+	es := hipkernels.Ptr(b.dt.Size())
 	b.must("Linear", b.lib.DequantFP8(b.kdt, b.fp8Scratch.ptr, w, b.stream))
-	b.must("Linear", b.lib.GemmBias(b.blas, b.stream, b.kdt, b.kdt, o.ptr, x.ptr, b.fp8Scratch.ptr, bias, m, w.N, w.K))
+	b.must("Linear", b.lib.GemmBias(b.blas, b.stream, b.kdt, b.kdt, o.ptr+hipkernels.Ptr(done*w.N)*es,
+		x.ptr+hipkernels.Ptr(done*w.K)*es, b.fp8Scratch.ptr, bias, m-done, w.N, w.K))
+}
+
+// gemmFP8 queues the FP8 GEMM of the first rows of x it can serve and returns how many: all m,
+// or fewer where the library has no FP8 GEMM for the dtype, blocks or shape (said once in the
+// log). The quantized activations go into the scratch, which the GEMM's fallback alone uses
+// otherwise: as many rows a call as their codes fit.
+func (b *Backend) gemmFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkernels.Ptr, m int) int {
+	per := b.fp8Scratch.size / hipkernels.FP8ActBytes(1, w.K)
+	if b.dt == ops.F32 || w.BlockN != 128 || w.BlockK != 128 || per < 1 {
+		return 0
+	}
+	es := hipkernels.Ptr(b.dt.Size())
+	for i := 0; i < m; i += per {
+		rows := min(per, m-i)
+		err := b.lib.GemmFP8(b.blas, b.stream, b.kdt, o.ptr+hipkernels.Ptr(i*w.N)*es, x.ptr+hipkernels.Ptr(i*w.K)*es,
+			b.fp8Scratch.ptr, w, bias, rows)
+		if hipkernels.IsStatus(err, hipkernels.StatusUnsupported) {
+			if !b.fp8Unsupported {
+				b.fp8Unsupported = true
+				slog.Warn("gpu: no tensor-core FP8 GEMM here; FP8 weights are dequantized for batches above "+
+					strconv.Itoa(fp8MaxGemvRows)+" rows", "err", err)
+			}
+			return i
+		}
+		b.must("Linear", err)
+	}
+	return m
 }

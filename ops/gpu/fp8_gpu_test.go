@@ -42,7 +42,8 @@ func fp8Pair(t *testing.T, b *Backend, c *cpu.Backend, n, k, bn, bk int) pair {
 
 // TestLinearFP8: the FP8 skinny kernel (m <= 16, in passes of 8) and the dequantize-then-GEMM path
 // against the cpu's exact dequantized Linear, at shapes with partial scale blocks on both edges
-// and rows that the device pads to whole 16-byte chunks.
+// and rows that the device pads to whole 16-byte chunks. Larger batches of 128x128 blocks in 16
+// bits take the FP8 GEMM, which quantizes the activations: TestLinearFP8GEMM.
 func TestLinearFP8(t *testing.T) {
 	for _, dt := range testDTypes {
 		b, c := newGPU(t, dt), newCPU(t)
@@ -51,6 +52,9 @@ func TestLinearFP8(t *testing.T) {
 			w := fp8Pair(t, b, c, sh.n, sh.k, sh.bn, sh.bk)
 			bias := weight(t, b, c, randVals(dt, sh.n, 0.1), sh.n)
 			for _, m := range []int{1, 2, 3, 8, 9, 16, 17, 64} {
+				if m > fp8MaxGemvRows && dt != ops.F32 && sh.bn == 128 && sh.bk == 128 {
+					continue
+				}
 				for _, withBias := range []bool{false, true} {
 					x := activation(b, randVals(dt, m*sh.k, 1), m, sh.k)
 					out := output(b, c, m, sh.n)
@@ -69,7 +73,41 @@ func TestLinearFP8(t *testing.T) {
 	}
 }
 
-// TestLinearSwiGLUFP8: the MLP's down projection of FP8 codes (SiLU-and-mul, then the FP8 Linear).
+// TestLinearFP8Channel: per-channel FP8 weights (compressed-tensors' "channel" and "tensor"
+// strategies, one scale a row) on the skinny kernel and the dequantize-then-GEMM path, against
+// the cpu's exact dequantized Linear; K = 120 is not whole 16-byte chunks.
+func TestLinearFP8Channel(t *testing.T) {
+	for _, dt := range testDTypes {
+		b, c := newGPU(t, dt), newCPU(t)
+		for _, sh := range []struct{ n, k int }{{200, 320}, {64, 120}} {
+			codes := make([]byte, sh.n*sh.k)
+			for i := range codes {
+				codes[i] = byte(rng.IntN(256)) &^ 0x01 // never 0x7f or 0xff (NaN)
+			}
+			scales := make([]byte, 4*sh.n)
+			for i := range sh.n {
+				binary.LittleEndian.PutUint32(scales[4*i:], math.Float32bits(float32(math.Pow(10, -3-2*rng.Float64()))))
+			}
+			d := ops.WeightDesc{Format: ops.ChannelFP8, DType: ops.F8E4M3,
+				Scales: &ops.WeightScales{DType: ops.F32, Shape: []int{sh.n}, Block: []int{1, sh.k}, Raw: [][]byte{scales}}}
+			g, err := b.Weight("w", d, []int{sh.n, sh.k}, codes[:sh.n*sh.k/2], codes[sh.n*sh.k/2:])
+			require.NoError(t, err)
+			ct, err := c.Weight("w", d, []int{sh.n, sh.k}, codes)
+			require.NoError(t, err)
+			for _, m := range []int{1, 3, 9, 16, 17, 64} {
+				x := activation(b, randVals(dt, m*sh.k, 1), m, sh.k)
+				out := output(b, c, m, sh.n)
+				b.Linear(out.g, x.g, g, nil)
+				c.Linear(out.c, x.c, ct, nil)
+				compare(t, fmt.Sprintf("LinearFP8Channel n=%d k=%d m=%d", sh.n, sh.k, m), dt, read(b, out.g), out.c.Float32())
+			}
+		}
+	}
+}
+
+// TestLinearSwiGLUFP8: the MLP's down projection of FP8 codes (SiLU-and-mul, then the FP8 Linear;
+// at 40 rows in 16 bits the FP8 GEMM, compared with the cpu's Linear of the activations as it
+// quantizes them, from their 16-bit rounding).
 func TestLinearSwiGLUFP8(t *testing.T) {
 	for _, dt := range testDTypes {
 		b, c := newGPU(t, dt), newCPU(t)
@@ -81,7 +119,15 @@ func TestLinearSwiGLUFP8(t *testing.T) {
 			out := output(b, c, m, n)
 			b.LinearSwiGLU(out.g, gu.g, act.g, w.g)
 			c.LinearSwiGLU(out.c, gu.c, act.c, w.c)
-			compare(t, fmt.Sprintf("LinearSwiGLUFP8 m=%d", m), dt, read(b, out.g), out.c.Float32())
+			want := out.c.Float32()
+			if m > fp8MaxGemvRows && dt != ops.F32 {
+				a := act.c.Float32()[:m*k]
+				for i := range a {
+					a[i] = roundTo(dt, a[i])
+				}
+				want = fp8GEMMWant(c, w.c, nil, a, m, k, n)
+			}
+			compare(t, fmt.Sprintf("LinearSwiGLUFP8 m=%d", m), dt, read(b, out.g), want)
 		}
 	}
 }
@@ -101,25 +147,17 @@ func TestFP8WeightRefusals(t *testing.T) {
 	_, err = b.Weight("q_proj", desc([]int{2, 1}, []int{16, 16}), []int{16, 16}, make([]byte, 256))
 	require.ErrorContains(t, err, "q_proj: scales [2 1]")
 	require.NotErrorIs(t, err, ops.ErrUnsupportedWeight)
+	channel := ops.WeightDesc{Format: ops.ChannelFP8, DType: ops.F8E4M3,
+		Scales: &ops.WeightScales{DType: ops.F32, Shape: []int{16}, Block: []int{1, 8}, Raw: [][]byte{make([]byte, 64)}}}
+	_, err = b.Weight("o_proj", channel, []int{16, 16}, make([]byte, 256))
+	require.ErrorContains(t, err, "o_proj: per-channel fp8 [16, 16] in 1x8 blocks (want 1x16)")
 }
 
 // BenchmarkLinearFP8 times the 8B gate|up projection (28672 x 4096) at decode batch sizes in
 // FP8 codes against the same shape in bf16, reporting the weight bytes read per second.
 func BenchmarkLinearFP8(bb *testing.B) {
 	b := newGPU(bb, ops.BF16)
-	const n, k = 28672, 4096
-	codes := make([]byte, n*k)
-	for i := range codes {
-		codes[i] = byte(rng.IntN(0x7f))
-	}
-	sc := make([]byte, 4*(n/128)*(k/128))
-	for i := 0; i < len(sc); i += 4 {
-		binary.LittleEndian.PutUint32(sc[i:], math.Float32bits(1e-3))
-	}
-	w8, err := b.Weight("w", ops.WeightDesc{Format: ops.BlockFP8, DType: ops.F8E4M3,
-		Scales: &ops.WeightScales{DType: ops.F32, Shape: []int{n / 128, k / 128}, Block: []int{128, 128}, Raw: [][]byte{sc}}},
-		[]int{n, k}, codes)
-	require.NoError(bb, err)
+	w8, n, k := bench8BGateUp(bb, b)
 	w16 := b.Buffer(n, k)
 	b.Fill(w16, 0.01)
 	for _, m := range []int{1, 8, 16} {
@@ -129,7 +167,7 @@ func BenchmarkLinearFP8(bb *testing.B) {
 			name  string
 			w     ops.Tensor
 			bytes float64
-		}{{"fp8", w8, n * k}, {"bf16", w16, 2 * n * k}} {
+		}{{"fp8", w8, float64(n * k)}, {"bf16", w16, float64(2 * n * k)}} {
 			benchDevice(bb, b, fmt.Sprintf("%s/m=%d", c.name, m), func() { b.Linear(out, x, c.w, nil) },
 				func(bb *testing.B, ms float64) { bb.ReportMetric(c.bytes/ms/1e6, "GB/s") })
 		}
