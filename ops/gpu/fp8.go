@@ -128,6 +128,9 @@ func partsLen(parts [][]byte) int {
 	return n
 }
 
+// fp8GemmRowGroup: the FP8 GEMM's batches are multiples of it (m % 16 == 0).
+const fp8GemmRowGroup = 16
+
 // linearFP8 is Linear of a block-scaled FP8 weight: the skinny kernel over the codes for decode
 // batches, else the tensor-core FP8 GEMM, or where the library has none the weight dequantized
 // into the scratch and the 16-bit GEMM.
@@ -136,11 +139,19 @@ func (b *Backend) linearFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkerne
 		b.must("Linear", b.lib.GemvFP8(b.kdt, o.ptr, x.ptr, w, bias, m, b.stream))
 		return
 	}
-	done := b.gemmFP8(o, x, w, bias, m)
-	if done == m {
+	// cuBLASLt's block-scaled FP8 GEMM takes whole groups of 16 rows (its 1x128 activation
+	// scales; m = 17 finds no algorithm on an H100 with cuBLAS 13.1): the rest of a batch, fewer
+	// than 16 rows, takes the skinny kernel.
+	es := hipkernels.Ptr(b.dt.Size())
+	whole := m &^ (fp8GemmRowGroup - 1)
+	done := b.gemmFP8(o, x, w, bias, whole)
+	if done == whole {
+		if rest := m - whole; rest > 0 {
+			b.must("Linear", b.lib.GemvFP8(b.kdt, o.ptr+hipkernels.Ptr(whole*w.N)*es, x.ptr+hipkernels.Ptr(whole*w.K)*es,
+				w, bias, rest, b.stream))
+		}
 		return
 	}
-	es := hipkernels.Ptr(b.dt.Size())
 	b.must("Linear", b.lib.DequantFP8(b.kdt, b.fp8Scratch.ptr, w, b.stream))
 	b.must("Linear", b.lib.GemmBias(b.blas, b.stream, b.kdt, b.kdt, o.ptr+hipkernels.Ptr(done*w.N)*es,
 		x.ptr+hipkernels.Ptr(done*w.K)*es, b.fp8Scratch.ptr, bias, m-done, w.N, w.K))
@@ -151,7 +162,7 @@ func (b *Backend) linearFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkerne
 // log). The quantized activations go into the scratch, which the GEMM's fallback alone uses
 // otherwise: as many rows a call as their codes fit.
 func (b *Backend) gemmFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkernels.Ptr, m int) int {
-	per := b.fp8Scratch.size / hipkernels.FP8ActBytes(1, w.K)
+	per := b.fp8Scratch.size / hipkernels.FP8ActBytes(1, w.K) &^ (fp8GemmRowGroup - 1)
 	if b.dt == ops.F32 || w.BlockN != 128 || w.BlockK != 128 || per < 1 {
 		return 0
 	}
