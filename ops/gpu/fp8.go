@@ -140,16 +140,16 @@ func (b *Backend) linearFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkerne
 		return
 	}
 	// cuBLASLt's block-scaled FP8 GEMM takes whole groups of 16 rows (its 1x128 activation
-	// scales; m = 17 finds no algorithm on an H100 with cuBLAS 13.1): the rest of a batch, fewer
-	// than 16 rows, takes the skinny kernel.
+	// scales; m = 17 finds no algorithm on an H100 with cuBLAS 13.1). A batch of another size
+	// ends with one more group, the last 16 rows, which recomputes the rows it shares with the
+	// groups before it (the same quantized activations): every row takes the same path.
 	es := hipkernels.Ptr(b.dt.Size())
 	whole := m &^ (fp8GemmRowGroup - 1)
-	done := b.gemmFP8(o, x, w, bias, whole)
-	if done == whole {
-		if rest := m - whole; rest > 0 {
-			b.must("Linear", b.lib.GemvFP8(b.kdt, o.ptr+hipkernels.Ptr(whole*w.N)*es, x.ptr+hipkernels.Ptr(whole*w.K)*es,
-				w, bias, rest, b.stream))
-		}
+	done := b.gemmFP8(o, x, w, bias, 0, whole)
+	if done == whole && whole < m && b.gemmFP8(o, x, w, bias, m-fp8GemmRowGroup, fp8GemmRowGroup) == fp8GemmRowGroup {
+		done = m
+	}
+	if done == m {
 		return
 	}
 	b.must("Linear", b.lib.DequantFP8(b.kdt, b.fp8Scratch.ptr, w, b.stream))
@@ -157,11 +157,12 @@ func (b *Backend) linearFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkerne
 		x.ptr+hipkernels.Ptr(done*w.K)*es, b.fp8Scratch.ptr, bias, m-done, w.N, w.K))
 }
 
-// gemmFP8 queues the FP8 GEMM of the first rows of x it can serve and returns how many: all m,
+// gemmFP8 queues the FP8 GEMM of rows row0.. row0+m-1 of x (m a multiple of fp8GemmRowGroup) and
+// returns how many of the first it could serve: all m,
 // or fewer where the library has no FP8 GEMM for the dtype, blocks or shape (said once in the
 // log). The quantized activations go into the scratch, which the GEMM's fallback alone uses
 // otherwise: as many rows a call as their codes fit.
-func (b *Backend) gemmFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkernels.Ptr, m int) int {
+func (b *Backend) gemmFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkernels.Ptr, row0, m int) int {
 	per := b.fp8Scratch.size / hipkernels.FP8ActBytes(1, w.K) &^ (fp8GemmRowGroup - 1)
 	if b.dt == ops.F32 || w.BlockN != 128 || w.BlockK != 128 || per < 1 {
 		return 0
@@ -169,7 +170,8 @@ func (b *Backend) gemmFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkernels
 	es := hipkernels.Ptr(b.dt.Size())
 	for i := 0; i < m; i += per {
 		rows := min(per, m-i)
-		err := b.lib.GemmFP8(b.blas, b.stream, b.kdt, o.ptr+hipkernels.Ptr(i*w.N)*es, x.ptr+hipkernels.Ptr(i*w.K)*es,
+		r := row0 + i
+		err := b.lib.GemmFP8(b.blas, b.stream, b.kdt, o.ptr+hipkernels.Ptr(r*w.N)*es, x.ptr+hipkernels.Ptr(r*w.K)*es,
 			b.fp8Scratch.ptr, w, bias, rows)
 		if hipkernels.IsStatus(err, hipkernels.StatusUnsupported) {
 			if !b.fp8Unsupported {
