@@ -37,6 +37,10 @@ type HostStep struct {
 	Cached       []HostCachedRequest
 	NumScheduled map[string]int // tokens computed this step, per scheduled request
 	Finished     []string       // freed before the step; unknown ids are ignored
+	// Drafts are the speculative tokens scheduled for verification, per request (vLLM's
+	// scheduled_spec_decode_tokens): they follow the request's known tokens and its scheduled
+	// chunk ends with them (spec_host.go).
+	Drafts map[string][]int32
 }
 
 // HostNewRequest is a request scheduled for the first time.
@@ -73,9 +77,14 @@ type HostCachedRequest struct {
 // HostOutput is the result of a step; its lists are parallel to IDs (new requests first, then
 // cached ones, in the step's order).
 type HostOutput struct {
-	IDs      []string
-	Sampled  [][]int32      // one token, or none for a prefill chunk short of the known tokens
+	IDs []string
+	// Sampled has one token, none for a prefill chunk short of the known tokens, or, after a
+	// verify chunk, the accepted drafts followed by the target's own token.
+	Sampled  [][]int32
 	Logprobs []*HostLogprob // nil where nothing was sampled or none was asked for
+	// Drafts are the speculative tokens proposed for each request's next step (nil: none),
+	// which the host may schedule as HostStep.Drafts.
+	Drafts [][]int32
 }
 
 // HostLogprob is the sampled token with its raw logprob and top alternatives, and its rank
@@ -218,6 +227,14 @@ type planned struct {
 	work  Work
 }
 
+// numRows is how many logits rows p's work samples.
+func (p *planned) numRows() int {
+	if !p.work.Sample {
+		return 0
+	}
+	return 1 + p.work.Drafts
+}
+
 func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 	finished := make(map[string]bool, len(step.Finished))
 	for _, id := range step.Finished {
@@ -268,6 +285,11 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 		}
 		plan = append(plan, p)
 	}
+	for id := range step.Drafts {
+		if !seen[id] {
+			return nil, fmt.Errorf("%w: scheduled_spec_decode_tokens names %q, which is not scheduled", ErrInvalidRequest, id)
+		}
+	}
 	if len(seen) != len(step.NumScheduled) {
 		for id := range step.NumScheduled {
 			if !seen[id] {
@@ -287,7 +309,8 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 	for id := range finished {
 		delete(h.reqs, id)
 	}
-	out := &HostOutput{IDs: make([]string, len(plan)), Sampled: make([][]int32, len(plan)), Logprobs: make([]*HostLogprob, len(plan))}
+	out := &HostOutput{IDs: make([]string, len(plan)), Sampled: make([][]int32, len(plan)), Logprobs: make([]*HostLogprob, len(plan)),
+		Drafts: make([][]int32, len(plan))}
 	vocab, row := h.e.model.VocabSize, 0
 	for i := range plan {
 		p := &plan[i]
@@ -297,26 +320,29 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 			continue
 		}
 		r := p.req
-		if toks != nil {
+		switch {
+		case toks != nil:
 			s := deviceSample(toks[row])
-			row++
 			r.tokens = append(r.tokens, s.Token)
 			out.Sampled[i] = []int32{s.Token}
-			continue
+		case p.work.Drafts > 0:
+			out.Sampled[i] = h.verify(r, p.work.Tokens, p.work.Drafts, logits[row*vocab:(row+1+p.work.Drafts)*vocab])
+		default:
+			raw := logits[row*vocab : (row+1)*vocab]
+			want := 0
+			if r.logprobs {
+				want = r.params.Logprobs
+			}
+			s := h.e.sampler.sample(raw, &sampleInput{params: &r.params, prompt: r.tokens[:r.numPrompt],
+				output: r.tokens[r.numPrompt:], rng: r.rng, stopIDs: r.stopIDs, wantTopN: want})
+			r.tokens = append(r.tokens, s.Token)
+			out.Sampled[i] = []int32{s.Token}
+			if r.logprobs {
+				out.Logprobs[i] = &HostLogprob{Sample: s, Rank: rank(raw, s.Token)}
+			}
 		}
-		raw := logits[row*vocab : (row+1)*vocab]
-		row++
-		want := 0
-		if r.logprobs {
-			want = r.params.Logprobs
-		}
-		s := h.e.sampler.sample(raw, &sampleInput{params: &r.params, prompt: r.tokens[:r.numPrompt],
-			output: r.tokens[r.numPrompt:], rng: r.rng, stopIDs: r.stopIDs, wantTopN: want})
-		r.tokens = append(r.tokens, s.Token)
-		out.Sampled[i] = []int32{s.Token}
-		if r.logprobs {
-			out.Logprobs[i] = &HostLogprob{Sample: s, Rank: rank(raw, s.Token)}
-		}
+		row += p.numRows()
+		out.Drafts[i] = h.propose(r)
 	}
 	return out, nil
 }
@@ -334,6 +360,8 @@ func (h *HostSession) run(plan []planned, work []Work) (logits []float32, toks [
 		if !plan[i].work.Sample {
 			continue
 		}
+		// A verify chunk's rows are sampled in order on the host (spec_host.go).
+		device = device && plan[i].work.Drafts == 0
 		r := plan[i].req
 		n := len(r.tokens) - r.numPrompt
 		device = device && !r.logprobs && deviceEligible(&r.params, n, r.stopIDs, 0)
@@ -429,19 +457,27 @@ func (h *HostSession) schedule(step *HostStep, id string, r *hostRequest, comput
 	if !ok || k <= 0 {
 		return planned{}, fmt.Errorf("%w: request %q: num_scheduled_tokens is %d, want at least 1", ErrInvalidRequest, id, k)
 	}
+	drafts := step.Drafts[id]
+	toks, err := h.withDrafts(r, drafts)
+	if err != nil {
+		return planned{}, fmt.Errorf("request %q: %w", id, err)
+	}
 	end := computed + k
 	switch {
 	case computed < 0 || computed > len(r.tokens):
 		return planned{}, fmt.Errorf("%w: request %q: num_computed_tokens %d outside [0, %d]", ErrInvalidRequest, id, computed, len(r.tokens))
-	case end > len(r.tokens):
-		return planned{}, fmt.Errorf("%w: request %q: %d tokens scheduled from %d run past its %d known tokens (speculative decoding is not supported)",
-			ErrInvalidRequest, id, k, computed, len(r.tokens))
+	case end > len(toks):
+		return planned{}, fmt.Errorf("%w: request %q: %d tokens scheduled from %d run past its %d known tokens and %d drafts",
+			ErrInvalidRequest, id, k, computed, len(r.tokens), len(drafts))
+	case len(drafts) > 0 && (end != len(toks) || computed >= len(r.tokens)):
+		return planned{}, fmt.Errorf("%w: request %q: %d tokens scheduled from %d do not end with its %d drafts after %d known tokens",
+			ErrInvalidRequest, id, k, computed, len(drafts), len(r.tokens))
 	case end > len(r.blocks)*h.blockSize:
 		return planned{}, fmt.Errorf("%w: request %q: %d tokens need %d KV blocks of %d, its table has %d",
 			ErrInvalidRequest, id, end, (end+h.blockSize-1)/h.blockSize, h.blockSize, len(r.blocks))
 	}
-	return planned{id: id, req: r, work: Work{Tokens: r.tokens, Start: computed, NumTokens: k, BlockTable: r.blocks,
-		Sample: end == len(r.tokens)}}, nil
+	return planned{id: id, req: r, work: Work{Tokens: toks, Start: computed, NumTokens: k, BlockTable: r.blocks,
+		Sample: end == len(toks), Drafts: len(drafts)}}, nil
 }
 
 // rank counts the tokens whose logit is at least tok's.
