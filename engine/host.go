@@ -114,6 +114,7 @@ type hostRequest struct {
 	rng       *rand.Rand
 	seed      uint64 // keys the device sampler's draws
 	stopIDs   []int32
+	draft     draftState // a draft model's bookkeeping (spec_host_draft.go)
 }
 
 // StartHostSession hands the KV cache to a host: numBlocks blocks of blockSize tokens. With
@@ -141,6 +142,9 @@ func (e *Engine) startHost(numBlocks, blockSize int) (*HostSession, error) {
 	h := &HostSession{e: e, runner: e.runner, numBlocks: numBlocks, blockSize: blockSize, reqs: map[string]*hostRequest{}}
 	switch {
 	case blockSize == e.runner.blockSize && numBlocks <= have:
+	case e.drafter != nil:
+		return nil, fmt.Errorf("%w: %d KV blocks of %d tokens: with a draft model or MTP layer the host must use the engine's blocks (at most %d of %d tokens), which the draft's cache shares",
+			ErrInvalidRequest, numBlocks, blockSize, have, e.runner.blockSize)
 	case int64(numBlocks)*int64(blockSize) <= int64(have)*int64(e.runner.blockSize):
 		r, err := NewRunner(e.runner.model, e.runner.be, e.runner.limits, numBlocks, blockSize)
 		if err != nil {
@@ -259,6 +263,7 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 		if err != nil {
 			return nil, fmt.Errorf("new request %q: %w", nr.ID, err)
 		}
+		hostDraftStart(r, nr.NumComputed, true)
 		p, err := h.schedule(step, nr.ID, r, nr.NumComputed, seen)
 		if err != nil {
 			return nil, err
@@ -279,6 +284,7 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cached request %q: %w", cr.ID, err)
 		}
+		hostDraftStart(r, cr.NumComputed, cr.Resumed)
 		p, err := h.schedule(step, cr.ID, r, cr.NumComputed, seen)
 		if err != nil {
 			return nil, err
@@ -343,6 +349,9 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 		}
 		row += p.numRows()
 		out.Drafts[i] = h.propose(r)
+	}
+	if d := h.e.drafter; d != nil && d.mtp == nil {
+		h.hostDraftAfterStep(plan, out.Drafts)
 	}
 	return out, nil
 }

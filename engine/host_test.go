@@ -20,6 +20,9 @@ type simHost struct {
 	finished []string
 	// Drafts the host scheduled and the engine accepted, over the session (speculation).
 	drafted, accepted int
+	// lookahead slots allocated past each request's scheduled tokens (vLLM's
+	// num_lookahead_tokens, K with a draft model).
+	lookahead int
 }
 
 type simReq struct {
@@ -73,7 +76,7 @@ func (s *simHost) step() {
 		k += len(drafts)
 		budget -= k
 		var fresh []int32
-		for len(r.blocks)*s.h.BlockSize() < r.computed+k {
+		for len(r.blocks)*s.h.BlockSize() < r.computed+k+s.lookahead {
 			require.NotEmpty(s.t, s.free, "simulated cache too small")
 			b := s.free[len(s.free)-1]
 			s.free = s.free[:len(s.free)-1]

@@ -8,16 +8,16 @@ import "fmt"
 // length cuts them, none) and sends them back with the step (HostStep.Drafts), whose chunk
 // for that request then ends with the drafts. Every position of the chunk is sampled as in an
 // engine-scheduled verify step (spec_step.go): greedy requests accept the drafts equal to the
-// argmax, sampling requests run the rejection sampler with the drafts' one-hot q, and the
+// argmax, sampling requests run the rejection sampler (q one-hot for n-gram drafts, the
+// draft model's distribution for its own), and the
 // request's result is the accepted drafts followed by the target's own token.
 //
 // Rolling a rejection back is the host's: it counts the rejected drafts out of its computed
 // tokens (vLLM lowers num_computed_tokens by them), so its next step recomputes from the
 // first rejected position, overwriting the KV written there; the engine keeps only the
-// emitted tokens. Only the n-gram method proposes under a host; with a draft model or an MTP
-// layer the engine proposes nothing (their KV cache would have to follow the host's block
-// tables and lookahead slots), and a request that asks for logprobs gets no drafts (a step
-// returns one logprobs row per request).
+// emitted tokens. The n-gram proposer runs here (propose), a draft model after the step
+// (spec_host_draft.go); an MTP layer proposes nothing under a host. A request that asks for
+// logprobs gets no drafts (a step returns one logprobs row per request).
 
 // withDrafts checks the drafts a host scheduled for r and returns r's known tokens followed
 // by them (written past r's tokens, which stay as they are until the step commits).
@@ -57,7 +57,7 @@ func (h *HostSession) verify(r *hostRequest, toks []int32, d int, logits []float
 			emitted = append(emitted, h.e.sampler.sample(row, &in).Token)
 			break
 		}
-		s, ok := h.e.sampler.verifyDraft(row, &in, toks[base+j], nil)
+		s, ok := h.e.sampler.verifyDraft(row, &in, toks[base+j], h.hostDraftQ(r, toks[base:], j))
 		emitted = append(emitted, s.Token)
 		if !ok {
 			break
@@ -69,6 +69,7 @@ func (h *HostSession) verify(r *hostRequest, toks []int32, d int, logits []float
 	h.e.stats.SpecNumDraftTokens += int64(d)
 	h.e.stats.SpecNumAcceptedTokens += int64(a)
 	h.e.statsMu.Unlock()
+	hostDraftAccepted(r, toks[base:], a)
 	r.tokens = append(toks[:base+a], emitted[a])
 	return emitted
 }

@@ -185,3 +185,84 @@ func TestHostSpecSampledSeeded(t *testing.T) {
 	}
 	require.Equal(t, run(), run())
 }
+
+// runSpecSim runs prompts through a simulated vLLM on e (lookahead slots as vLLM gives a
+// draft model) and returns each request's tokens and the host.
+func runSpecSim(t *testing.T, e *Engine, prompts [][]int32, lookahead int, params func(i int) SamplingParams, want int) ([][]int32, *simHost) {
+	t.Helper()
+	s := newSimHost(t, newHostSession(t, e), 24)
+	s.lookahead = lookahead
+	reqs := make([]*simReq, len(prompts))
+	for i, p := range prompts {
+		reqs[i] = &simReq{id: fmt.Sprint("req-", i), prompt: p, params: params(i), want: want}
+		s.running = append(s.running, reqs[i])
+	}
+	for step := 0; len(s.running) > 0 || len(s.finished) > 0; step++ {
+		require.Less(t, step, 300)
+		s.step()
+	}
+	out := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.out
+	}
+	require.Zero(t, s.h.NumRequests())
+	return out, s
+}
+
+// TestHostSpecDraftModel: a draft model under a host, its KV cache addressed through the
+// host's block tables and lookahead slots, gives Generate's greedy tokens without
+// speculation; drafting for itself every draft is accepted (so its KV followed the host's
+// tables), another random checkpoint's drafts are rejected. Seeded sampling requests are
+// repeatable.
+func TestHostSpecDraftModel(t *testing.T) {
+	prompts := specPrompts(4, 5)
+	ref := newTestEngine(t, "qwen3-bf16", nil)
+	want := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		want[i] = collect(t, ref, Request{ID: "r", PromptIDs: p, Params: greedy(14)}).TokenIDs
+	}
+	tests := []struct {
+		draft   string
+		allGood bool
+	}{
+		{"qwen3-bf16", true},
+		{"llama-bf16", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.draft, func(t *testing.T) {
+			e := newTestEngine(t, "qwen3-bf16", withDraft(tt.draft, 3, nil))
+			got, s := runSpecSim(t, e, prompts, 3, func(int) SamplingParams { return greedy(14) }, 14)
+			require.Equal(t, want, got)
+			require.Positive(t, s.drafted)
+			if tt.allGood {
+				require.Equal(t, s.drafted, s.accepted, "a model drafting for itself has every greedy draft accepted")
+			} else {
+				require.Less(t, s.accepted, s.drafted, "another random checkpoint's drafts are rejected")
+			}
+		})
+	}
+	seeded := func(i int) SamplingParams {
+		p := DefaultSamplingParams()
+		p.Temperature, p.IgnoreEOS, p.MaxTokens = 0.7, true, 12
+		seed := int64(7 + i)
+		p.Seed = &seed
+		return p
+	}
+	run := func() [][]int32 {
+		e := newTestEngine(t, "qwen3-bf16", withDraft("llama-bf16", 3, nil))
+		got, s := runSpecSim(t, e, prompts[:2], 3, seeded, 12)
+		require.Positive(t, s.drafted)
+		return got
+	}
+	require.Equal(t, run(), run())
+}
+
+// TestHostSpecDraftModelGeometry: with a draft model the host must use the engine's blocks.
+func TestHostSpecDraftModelGeometry(t *testing.T) {
+	e := newTestEngine(t, "llama-bf16", withDraft("llama-bf16", 2, nil))
+	_, err := e.StartHostSession(e.NumKVBlocks()/4, e.Config().BlockSize*2)
+	require.ErrorIs(t, err, ErrInvalidRequest)
+	require.ErrorContains(t, err, "draft")
+	_, err = e.StartHostSession(e.NumKVBlocks(), e.Config().BlockSize)
+	require.NoError(t, err)
+}
