@@ -350,7 +350,11 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 		row += p.numRows()
 		out.Drafts[i] = h.propose(r)
 	}
-	if d := h.e.drafter; d != nil && d.mtp == nil {
+	switch d := h.e.drafter; {
+	case d == nil:
+	case d.mtp != nil:
+		h.hostMTPAfterStep(plan, out.Drafts)
+	default:
 		h.hostDraftAfterStep(plan, out.Drafts)
 	}
 	return out, nil

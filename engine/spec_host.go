@@ -9,15 +9,15 @@ import "fmt"
 // for that request then ends with the drafts. Every position of the chunk is sampled as in an
 // engine-scheduled verify step (spec_step.go): greedy requests accept the drafts equal to the
 // argmax, sampling requests run the rejection sampler (q one-hot for n-gram drafts, the
-// draft model's distribution for its own), and the
-// request's result is the accepted drafts followed by the target's own token.
+// draft model's distribution for its own), and the request's result is the accepted drafts
+// followed by the target's own token.
 //
 // Rolling a rejection back is the host's: it counts the rejected drafts out of its computed
 // tokens (vLLM lowers num_computed_tokens by them), so its next step recomputes from the
 // first rejected position, overwriting the KV written there; the engine keeps only the
-// emitted tokens. The n-gram proposer runs here (propose), a draft model after the step
-// (spec_host_draft.go); an MTP layer proposes nothing under a host. A request that asks for
-// logprobs gets no drafts (a step returns one logprobs row per request).
+// emitted tokens. The n-gram proposer runs here (propose), a draft model or an MTP layer after
+// the step (spec_host_draft.go). A request that asks for logprobs gets no drafts (a step
+// returns one logprobs row per request).
 
 // withDrafts checks the drafts a host scheduled for r and returns r's known tokens followed
 // by them (written past r's tokens, which stay as they are until the step commits).

@@ -159,3 +159,97 @@ func (h *HostSession) hostDrawDraft(r *hostRequest, logits []float32, j int) {
 	q := r.draft.q[j*d.vocab : (j+1)*d.vocab]
 	r.draft.drafts = append(r.draft.drafts, d.smp.drawQ(processed, p, r.rng, q))
 }
+
+// hostMTPAfterStep is hostDraftAfterStep for an MTP layer (spec_mtp.go): the layer computes
+// the positions of the step's target pass whose next token is known, reading that pass's
+// hidden states, and drafts from the last of them; its KV of drafts never stands for the
+// target's tokens (ahead stays 0).
+func (h *HostSession) hostMTPAfterStep(plan []planned, drafts [][]int32) {
+	d, m := h.e.drafter, h.e.drafter.mtp
+	target := h.runner.hidden
+	if target == nil {
+		return // not an eager step (MTP turns graphs off)
+	}
+	qs := h.runner.meta.QueryStart
+	bs := h.blockSize
+	var works []Work
+	var active []int
+	m.rows = m.rows[:0]
+	for i := range plan {
+		r, w := plan[i].req, &plan[i].work
+		r.draft.drafts, r.draft.n, r.draft.ahead = r.draft.drafts[:0], 0, 0
+		end := w.Start + w.NumTokens // positions [done, end) are computed: their next token is known
+		if w.Sample {
+			end = len(r.tokens) - 1
+			r.draft.n = h.hostDraftCount(r)
+		}
+		from := r.draft.done
+		if from < w.Start || end <= from || end > w.Start+w.NumTokens || end > len(r.blocks)*bs {
+			continue
+		}
+		sample := r.draft.n > 0
+		// Tokens shifted by one: the layer's input at position p is the token at p+1.
+		works = append(works, Work{Tokens: r.tokens[1:], Start: from, NumTokens: end - from, BlockTable: r.blocks, Sample: sample})
+		for p := from; p < end; p++ {
+			m.rows = append(m.rows, qs[i]+int32(p-w.Start))
+		}
+		r.draft.done = end
+		if sample {
+			active = append(active, i)
+		}
+	}
+	if len(works) == 0 {
+		return
+	}
+	m.prev = target
+	logits, err := d.runner.Run(works)
+	if err != nil {
+		h.e.log.Error("MTP pass failed; no drafts this step", "err", err)
+		return
+	}
+	mq := d.runner.meta.QueryStart
+	row := 0
+	for w, wk := range works {
+		if !wk.Sample {
+			continue
+		}
+		r := plan[active[row]].req
+		r.tokens = slices.Grow(r.tokens, d.k+1)
+		r.draft.row = mq[w+1] - 1
+		h.hostDrawDraft(r, logits[row*d.vocab:(row+1)*d.vocab], 0)
+		row++
+	}
+	var rows []*hostRequest
+	for j := 1; ; j++ {
+		works, rows, m.rows = works[:0], rows[:0], m.rows[:0]
+		for _, i := range active {
+			r := plan[i].req
+			l := len(r.tokens)
+			if r.draft.n <= j || len(r.draft.drafts) < j || l-1+j > len(r.blocks)*bs {
+				continue
+			}
+			toks := append(r.tokens, r.draft.drafts...)
+			works = append(works, Work{Tokens: toks[1:], Start: l - 2 + j, NumTokens: 1, BlockTable: r.blocks, Sample: true})
+			rows = append(rows, r)
+			m.rows = append(m.rows, r.draft.row)
+		}
+		if len(works) == 0 {
+			break
+		}
+		m.prev = m.Hidden()
+		logits, err := d.runner.Run(works)
+		if err != nil {
+			h.e.log.Error("MTP pass failed; fewer drafts this step", "err", err)
+			break
+		}
+		for k, r := range rows {
+			r.draft.row = int32(k)
+			h.hostDrawDraft(r, logits[k*d.vocab:(k+1)*d.vocab], j)
+		}
+	}
+	for _, i := range active {
+		if r := plan[i].req; len(r.draft.drafts) > 0 {
+			drafts[i] = slices.Clone(r.draft.drafts)
+		}
+	}
+}

@@ -266,3 +266,36 @@ func TestHostSpecDraftModelGeometry(t *testing.T) {
 	_, err = e.StartHostSession(e.NumKVBlocks(), e.Config().BlockSize)
 	require.NoError(t, err)
 }
+
+// TestHostSpecMTP: DeepSeek-V3's MTP layer under a host proposes, after the prefill and after
+// every verify step whatever was accepted, the layer's greedy chain computed from scratch, and
+// the request gets Generate's greedy tokens without speculation.
+func TestHostSpecMTP(t *testing.T) {
+	const model, k = "deepseek_v3-bf16", 3
+	prompt := specPrompts(1, 11)[0]
+	want := collect(t, newTestEngine(t, model, nil), Request{ID: "r", PromptIDs: prompt, Params: greedy(16)}).TokenIDs
+	chain := mtpChain(t, model, k)
+	e := newTestEngine(t, model, func(c *Config) { c.SpeculativeConfig = `{"method": "mtp", "num_speculative_tokens": 3}` })
+	h := newHostSession(t, e)
+	blocks := []int32{1, 2, 3, 4, 5, 6}
+	out, err := h.Execute(&HostStep{New: []HostNewRequest{{ID: "x", PromptIDs: prompt, Params: greedy(16), BlockIDs: blocks}},
+		NumScheduled: map[string]int{"x": len(prompt)}})
+	require.NoError(t, err)
+	got := slices.Clone(out.Sampled[0])
+	computed := len(prompt)
+	checked := 0
+	for len(got) < len(want) {
+		drafts := out.Drafts[0]
+		if len(drafts) == k {
+			require.Equal(t, chain(append(slices.Clone(prompt), got...)), drafts, "drafts after %d outputs", len(got))
+			checked++
+		}
+		out, err = h.Execute(&HostStep{Cached: []HostCachedRequest{{ID: "x", NumComputed: computed, NumOutput: len(got)}},
+			NumScheduled: map[string]int{"x": 1 + len(drafts)}, Drafts: map[string][]int32{"x": drafts}})
+		require.NoError(t, err)
+		computed += len(out.Sampled[0])
+		got = append(got, out.Sampled[0]...)
+	}
+	require.Equal(t, want, got[:len(want)])
+	require.GreaterOrEqual(t, checked, 4)
+}
