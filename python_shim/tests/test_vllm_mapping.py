@@ -210,8 +210,8 @@ def test_speculative_config_json(kw: dict[str, Any], want: dict[str, Any]) -> No
         ({"method": "suffix", "num_speculative_tokens": 2}, "method suffix"),
         ({"method": "draft_model", "num_speculative_tokens": 2, "parallel_drafting": True}, "parallel_drafting"),
         (
-            {"method": "draft_model", "num_speculative_tokens": 2, "draft_sample_method": "gumbel"},
-            "draft_sample_method",
+            {"method": "ngram", "num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [(1, 4, 2)]},
+            "num_speculative_tokens_per_batch_size",
         ),
     ],
 )

@@ -17,6 +17,7 @@ callback, so vLLM fails its requests (EngineDeadError) instead of waiting.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import threading
@@ -112,6 +113,7 @@ class AtomGoExecutor(Executor):
             model_path,
             lambda name: resolve_model_path(name, getattr(self.vllm_config.speculative_config, "revision", None)),
         )
+        self._spec = spec
         if spec is not None:
             extra.insert(0, f"--speculative-config={spec}")
         tp = self.parallel_config.tensor_parallel_size
@@ -336,6 +338,7 @@ class AtomGoExecutor(Executor):
             "engine_restarts": self.host.restarts,
             "recomputed_requests": self.host.recomputed,
             "last_recovery_seconds": self.host.last_recovery,
+            "speculative_config": None if self._spec is None else json.loads(self._spec),
         }
 
     def _rpc_table(self) -> dict[str, Callable[..., Any]]:
