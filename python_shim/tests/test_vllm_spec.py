@@ -32,6 +32,9 @@ PROMPTS = [
     list(range(3, 40)),
 ]
 MAX_TOKENS = 24
+# 17 tokens: sent again, vLLM's prefix cache serves its first block and the last token is
+# scheduled alone, padded with -1 draft placeholders, which atom-go leaves out.
+PREFIX_HIT = [5, 6, 7, 8] * 4 + [9]
 
 
 def _generate(binary: str, model: pathlib.Path, prompt: list[int]) -> list[int]:
@@ -97,6 +100,14 @@ def test_ngram_greedy_tokens_match_without_speculation(ngram_server: Server, plu
     assert ngram_server.describe()["speculative_config"] == NGRAM  # passed on to atom-go as is
 
 
+def test_prefix_cache_hit_padded_with_placeholders(ngram_server: Server, plugin_binary: str) -> None:
+    want = _generate(plugin_binary, MODELS / "qwen2-bf16", PREFIX_HIT)
+    hits = _metric(ngram_server, "vllm:prefix_cache_hits_total", "")
+    assert _complete_all(ngram_server, [PREFIX_HIT], False) == [want]
+    assert _complete_all(ngram_server, [PREFIX_HIT], False) == [want]
+    assert _metric(ngram_server, "vllm:prefix_cache_hits_total", "") >= hits + 16
+
+
 def test_ngram_logprobs_and_sampling(ngram_server: Server) -> None:
     client = ngram_server.client()
     # A request with logprobs gets no drafts (one logprobs row per step) and still one row per token.
@@ -133,12 +144,22 @@ def test_draft_model_greedy_tokens_match(plugin_binary: str, tmp_path: pathlib.P
     # The target drafting for itself: vLLM's draft-model config, atom-go's draft model.
     model = MODELS / "qwen2-bf16"
     spec = {"method": "draft_model", "model": str(model), "num_speculative_tokens": 3}
+    prompts = [*PROMPTS[:3], PREFIX_HIT]
     for srv in _serve(plugin_binary, model, tmp_path / "serve.log", spec):
-        got = _complete_all(srv, PROMPTS[:3], True)
-        for prompt, tokens in zip(PROMPTS[:3], got, strict=True):
-            assert tokens == _generate(plugin_binary, model, prompt), prompt
+        got = _complete_all(srv, prompts, True)
+        # Again: the prefix cache serves blocks whose draft KV atom-go computed in the first round.
+        again = _complete_all(srv, prompts, False)
+        for prompt, tokens, tokens2 in zip(prompts, got, again, strict=True):
+            want = _generate(plugin_binary, model, prompt)
+            assert tokens == want and tokens2 == want, prompt
+        assert _metric(srv, "vllm:prefix_cache_hits_total", "") > 0
         drafted, accepted = _spec_counters(srv)
-        assert drafted > 0 and accepted == drafted, "a model drafting for itself has every greedy draft accepted"
+        assert drafted > accepted > 0  # vLLM counts its -1 placeholders as rejected drafts
+        d = srv.describe()
+        assert d["spec_num_draft_tokens"] > 0
+        assert d["spec_num_accepted_tokens"] == d["spec_num_draft_tokens"], (
+            "a model drafting for itself has every greedy draft accepted, also after prefix-cache hits"
+        )
         assert httpx.get(srv.url + "/health", timeout=10).status_code == 200
 
 

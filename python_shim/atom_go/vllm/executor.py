@@ -323,6 +323,7 @@ class AtomGoExecutor(Executor):
     def describe(self) -> dict[str, Any]:
         """atom-go's view (collective_rpc "atom_go_describe", e.g. from vLLM's dev endpoint)."""
         info = self.client.describe()
+        stats = self.client.stats()
         return {
             "pid": self.process.pid,
             "data_parallel_index": self.dp_index,
@@ -339,6 +340,9 @@ class AtomGoExecutor(Executor):
             "recomputed_requests": self.host.recomputed,
             "last_recovery_seconds": self.host.last_recovery,
             "speculative_config": None if self._spec is None else json.loads(self._spec),
+            # atom-go's own counts: drafts it verified, placeholders vLLM pads with excluded.
+            "spec_num_draft_tokens": stats.spec_num_draft_tokens,
+            "spec_num_accepted_tokens": stats.spec_num_accepted_tokens,
         }
 
     def _rpc_table(self) -> dict[str, Callable[..., Any]]:
