@@ -95,6 +95,7 @@ def test_ngram_greedy_tokens_match_without_speculation(ngram_server: Server, plu
     for prompt, tokens in zip(PROMPTS, got, strict=True):
         assert tokens == _generate(plugin_binary, MODELS / "qwen2-bf16", prompt), prompt
     drafted2, accepted2 = _spec_counters(ngram_server)
+    print(f"\nvLLM's spec-decode counters: {accepted2 - accepted:.0f} of {drafted2 - drafted:.0f} drafts accepted")
     assert accepted2 > accepted, "vLLM counts accepted drafts on prompts that repeat themselves"
     assert drafted2 - drafted > accepted2 - accepted, "and rejected ones"
     assert ngram_server.describe()["speculative_config"] == NGRAM  # passed on to atom-go as is
