@@ -124,7 +124,10 @@ class EngineClient:
 
     def stats(self, timeout: float | None = 30.0) -> atom_pb2.EngineStats:
         """The loaded engine's gauges and counters (speculative decoding's among them)."""
-        return self._call("Stats", lambda: self._stub.Stats(atom_pb2.StatsRequest(), timeout=timeout))
+        stats: atom_pb2.EngineStats = self._call(
+            "Stats", lambda: self._stub.Stats(atom_pb2.StatsRequest(), timeout=timeout)
+        )
+        return stats
 
     def abort(self, request_id: str, timeout: float | None = 30.0) -> None:
         """Ends a Generate request, or drops a host-mode request's state (NOT_FOUND if unknown)."""

@@ -160,8 +160,10 @@ def speculative_config_json(
     method = str(sc.method)
     body: dict[str, Any] = {"method": method, "num_speculative_tokens": int(sc.num_speculative_tokens)}
     if method == "ngram":
-        body["prompt_lookup_min"] = int(sc.prompt_lookup_min)
-        body["prompt_lookup_max"] = int(sc.prompt_lookup_max)
+        # vLLM fills both in from each other (5 when neither is given).
+        lo, hi = sc.prompt_lookup_min, sc.prompt_lookup_max
+        body["prompt_lookup_min"] = int(lo if lo is not None else hi or 5)
+        body["prompt_lookup_max"] = int(hi if hi is not None else lo or 5)
     elif method == "draft_model":
         body["model"] = resolve(str(sc.model))
     elif sc.model:
