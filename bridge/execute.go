@@ -17,6 +17,7 @@ const (
 	MaxStopTokenIDs    = 1 << 12
 	MaxStopStrings     = 64
 	MaxStopStringBytes = 1 << 12
+	MaxDraftsPerReq    = 64 // scheduled_spec_decode_tokens of one request
 )
 
 // SamplingParams are a request's sampling controls on the msgpack wire, with vLLM's names and
@@ -61,6 +62,11 @@ type ExecuteModelPayload struct {
 	// freed before this step runs. Ids the engine does not know are ignored (the host also
 	// finishes requests it never scheduled).
 	FinishedReqIDs []string `msgpack:"finished_req_ids"`
+	// ScheduledSpecDecodeTokens (vLLM's scheduled_spec_decode_tokens; absent: none) maps a
+	// scheduled request to the drafts it verifies this step: its scheduled tokens end with
+	// them, right after its known tokens. They are drafts the plugin proposed
+	// (ExecuteModelResult.DraftTokenIDs), as many as the host scheduled.
+	ScheduledSpecDecodeTokens map[string][]int64 `msgpack:"scheduled_spec_decode_tokens"`
 }
 
 // NewRequest is vLLM's NewRequestData.
@@ -99,10 +105,16 @@ type ExecuteModelResult struct {
 	WireVersion int64    `msgpack:"wire_version"`
 	ReqIDs      []string `msgpack:"req_ids"`
 	// SampledTokenIDs has one token for a request whose scheduled tokens reached the end of its
-	// known tokens, none for a prefill chunk that did not.
+	// known tokens, none for a prefill chunk that did not, and for a request that verified
+	// drafts the accepted ones followed by the target's own token (1 to drafts+1 tokens; the
+	// host rolls the rejected drafts back out of its computed tokens).
 	SampledTokenIDs [][]int32 `msgpack:"sampled_token_ids"`
 	// Logprobs is nil where no token was sampled or the request asked for none.
 	Logprobs []*Logprobs `msgpack:"logprobs"`
+	// DraftTokenIDs (absent or empty when the plugin runs without --speculative-config) has,
+	// per request, the drafts proposed for its next step (nil: none), which the host may
+	// schedule as ScheduledSpecDecodeTokens.
+	DraftTokenIDs [][]int32 `msgpack:"draft_token_ids"`
 }
 
 // Logprobs is one sampled token's row of vLLM's LogprobsLists.
@@ -164,9 +176,9 @@ func DecodeResult(b []byte) (*ExecuteModelResult, error) {
 	if r.WireVersion != WireVersion {
 		return nil, fmt.Errorf("%w: result has wire_version %d, want %d", ErrInvalidPayload, r.WireVersion, WireVersion)
 	}
-	if len(r.SampledTokenIDs) != len(r.ReqIDs) || len(r.Logprobs) != len(r.ReqIDs) {
-		return nil, fmt.Errorf("%w: result lists of %d ids, %d samples, %d logprobs", ErrInvalidPayload,
-			len(r.ReqIDs), len(r.SampledTokenIDs), len(r.Logprobs))
+	if len(r.SampledTokenIDs) != len(r.ReqIDs) || len(r.Logprobs) != len(r.ReqIDs) || (len(r.DraftTokenIDs) != 0 && len(r.DraftTokenIDs) != len(r.ReqIDs)) {
+		return nil, fmt.Errorf("%w: result lists of %d ids, %d samples, %d logprobs, %d drafts", ErrInvalidPayload,
+			len(r.ReqIDs), len(r.SampledTokenIDs), len(r.Logprobs), len(r.DraftTokenIDs))
 	}
 	return &r, nil
 }

@@ -109,6 +109,16 @@ func TestDecodeExecuteModelRefusesBadPayloads(t *testing.T) {
 		{name: "bad new blocks", edit: func(p *ExecuteModelPayload) { p.Cached.NewBlockIDs[0] = [][]int64{{-1}} }, want: "block id -1"},
 		{name: "n over int32", edit: func(p *ExecuteModelPayload) { p.NewRequests[0].SamplingParams.N = 1 << 33 }, want: "sampling_params.n"},
 		{name: "negative stop token", edit: func(p *ExecuteModelPayload) { p.NewRequests[0].SamplingParams.StopTokenIDs = []int64{-1} }, want: "stop_token_ids"},
+		{name: "drafts of an unscheduled request", edit: func(p *ExecuteModelPayload) { p.ScheduledSpecDecodeTokens = map[string][]int64{"zz": {1}} }, want: "names \"zz\", which is not scheduled"},
+		{name: "drafts fill the chunk", edit: func(p *ExecuteModelPayload) { p.ScheduledSpecDecodeTokens = map[string][]int64{"c": {1}} }, want: "1 drafts in a chunk of 1"},
+		{name: "negative draft", edit: func(p *ExecuteModelPayload) {
+			p.NumScheduledTokens["c"], p.TotalNumScheduledTokens = 3, 8
+			p.ScheduledSpecDecodeTokens = map[string][]int64{"c": {4, -1}}
+		}, want: "holds token id -1"},
+		{name: "too many drafts", edit: func(p *ExecuteModelPayload) {
+			p.NumScheduledTokens["c"], p.TotalNumScheduledTokens = MaxDraftsPerReq+2, MaxDraftsPerReq+7
+			p.ScheduledSpecDecodeTokens = map[string][]int64{"c": make([]int64, MaxDraftsPerReq+1)}
+		}, want: "more than 64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,6 +133,38 @@ func TestDecodeExecuteModelRefusesBadPayloads(t *testing.T) {
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
+}
+
+// TestDecodeExecuteModelDrafts: scheduled drafts, one per scheduled position after the known
+// tokens, decode as sent.
+func TestDecodeExecuteModelDrafts(t *testing.T) {
+	p := validPayload()
+	p.NumScheduledTokens["c"], p.TotalNumScheduledTokens = 4, 9
+	p.ScheduledSpecDecodeTokens = map[string][]int64{"c": {11, 12, 13}}
+	got, err := DecodeExecuteModel(encode(t, p))
+	require.NoError(t, err)
+	require.Equal(t, p.ScheduledSpecDecodeTokens, got.ScheduledSpecDecodeTokens)
+}
+
+// TestResultDrafts: variable-length sampled tokens (accepted drafts and the target's token)
+// and the next drafts round-trip; a drafts list that is not parallel to the ids is refused.
+func TestResultDrafts(t *testing.T) {
+	r := &ExecuteModelResult{WireVersion: WireVersion, ReqIDs: []string{"a", "b", "c"},
+		SampledTokenIDs: [][]int32{{7, 8, 9}, {}, {4}}, Logprobs: make([]*Logprobs, 3),
+		DraftTokenIDs: [][]int32{{1, 2}, nil, {3}}}
+	b, err := EncodeResult(r)
+	require.NoError(t, err)
+	got, err := DecodeResult(b)
+	require.NoError(t, err)
+	require.Equal(t, r.SampledTokenIDs[0], got.SampledTokenIDs[0])
+	require.Equal(t, r.DraftTokenIDs[0], got.DraftTokenIDs[0])
+	require.Empty(t, got.DraftTokenIDs[1])
+	r.DraftTokenIDs = r.DraftTokenIDs[:2]
+	b, err = EncodeResult(r)
+	require.NoError(t, err)
+	_, err = DecodeResult(b)
+	require.ErrorIs(t, err, ErrInvalidPayload)
+	require.ErrorContains(t, err, "2 drafts")
 }
 
 func TestResultRoundTrip(t *testing.T) {

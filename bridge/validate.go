@@ -93,6 +93,22 @@ func (p *ExecuteModelPayload) Validate() error {
 	if p.TotalNumScheduledTokens != 0 && p.TotalNumScheduledTokens != total {
 		return bad("total_num_scheduled_tokens is %d but num_scheduled_tokens adds up to %d", p.TotalNumScheduledTokens, total)
 	}
+	for id, drafts := range p.ScheduledSpecDecodeTokens {
+		if !seen[id] {
+			return bad("scheduled_spec_decode_tokens names %q, which is not scheduled", id)
+		}
+		if len(drafts) > MaxDraftsPerReq {
+			return bad("scheduled_spec_decode_tokens[%q] has %d drafts, more than %d", id, len(drafts), MaxDraftsPerReq)
+		}
+		if k := p.NumScheduledTokens[id]; int64(len(drafts)) >= k {
+			return bad("scheduled_spec_decode_tokens[%q] has %d drafts in a chunk of %d scheduled tokens (the drafts follow at least one known token)", id, len(drafts), k)
+		}
+		for _, t := range drafts {
+			if t < 0 || t > MaxTokenID {
+				return bad("scheduled_spec_decode_tokens[%q] holds token id %d", id, t)
+			}
+		}
+	}
 	for i, id := range p.FinishedReqIDs {
 		if err := checkID(id); err != nil {
 			return bad("finished_req_ids[%d]: %v", i, err)

@@ -37,6 +37,10 @@ type HostStep struct {
 	Cached       []HostCachedRequest
 	NumScheduled map[string]int // tokens computed this step, per scheduled request
 	Finished     []string       // freed before the step; unknown ids are ignored
+	// Drafts are the speculative tokens scheduled for verification, per request (vLLM's
+	// scheduled_spec_decode_tokens): they follow the request's known tokens and its scheduled
+	// chunk ends with them (spec_host.go).
+	Drafts map[string][]int32
 }
 
 // HostNewRequest is a request scheduled for the first time.
@@ -73,9 +77,14 @@ type HostCachedRequest struct {
 // HostOutput is the result of a step; its lists are parallel to IDs (new requests first, then
 // cached ones, in the step's order).
 type HostOutput struct {
-	IDs      []string
-	Sampled  [][]int32      // one token, or none for a prefill chunk short of the known tokens
+	IDs []string
+	// Sampled has one token, none for a prefill chunk short of the known tokens, or, after a
+	// verify chunk, the accepted drafts followed by the target's own token.
+	Sampled  [][]int32
 	Logprobs []*HostLogprob // nil where nothing was sampled or none was asked for
+	// Drafts are the speculative tokens proposed for each request's next step (nil: none),
+	// which the host may schedule as HostStep.Drafts.
+	Drafts [][]int32
 }
 
 // HostLogprob is the sampled token with its raw logprob and top alternatives, and its rank
@@ -105,6 +114,7 @@ type hostRequest struct {
 	rng       *rand.Rand
 	seed      uint64 // keys the device sampler's draws
 	stopIDs   []int32
+	draft     draftState // a draft model's bookkeeping (spec_host_draft.go)
 }
 
 // StartHostSession hands the KV cache to a host: numBlocks blocks of blockSize tokens. With
@@ -132,6 +142,9 @@ func (e *Engine) startHost(numBlocks, blockSize int) (*HostSession, error) {
 	h := &HostSession{e: e, runner: e.runner, numBlocks: numBlocks, blockSize: blockSize, reqs: map[string]*hostRequest{}}
 	switch {
 	case blockSize == e.runner.blockSize && numBlocks <= have:
+	case e.drafter != nil:
+		return nil, fmt.Errorf("%w: %d KV blocks of %d tokens: with a draft model or MTP layer the host must use the engine's blocks (at most %d of %d tokens), which the draft's cache shares",
+			ErrInvalidRequest, numBlocks, blockSize, have, e.runner.blockSize)
 	case int64(numBlocks)*int64(blockSize) <= int64(have)*int64(e.runner.blockSize):
 		r, err := NewRunner(e.runner.model, e.runner.be, e.runner.limits, numBlocks, blockSize)
 		if err != nil {
@@ -218,6 +231,14 @@ type planned struct {
 	work  Work
 }
 
+// numRows is how many logits rows p's work samples.
+func (p *planned) numRows() int {
+	if !p.work.Sample {
+		return 0
+	}
+	return 1 + p.work.Drafts
+}
+
 func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 	finished := make(map[string]bool, len(step.Finished))
 	for _, id := range step.Finished {
@@ -242,6 +263,7 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 		if err != nil {
 			return nil, fmt.Errorf("new request %q: %w", nr.ID, err)
 		}
+		hostDraftStart(r, nr.NumComputed, true)
 		p, err := h.schedule(step, nr.ID, r, nr.NumComputed, seen)
 		if err != nil {
 			return nil, err
@@ -262,11 +284,17 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cached request %q: %w", cr.ID, err)
 		}
+		hostDraftStart(r, cr.NumComputed, cr.Resumed)
 		p, err := h.schedule(step, cr.ID, r, cr.NumComputed, seen)
 		if err != nil {
 			return nil, err
 		}
 		plan = append(plan, p)
+	}
+	for id := range step.Drafts {
+		if !seen[id] {
+			return nil, fmt.Errorf("%w: scheduled_spec_decode_tokens names %q, which is not scheduled", ErrInvalidRequest, id)
+		}
 	}
 	if len(seen) != len(step.NumScheduled) {
 		for id := range step.NumScheduled {
@@ -287,7 +315,8 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 	for id := range finished {
 		delete(h.reqs, id)
 	}
-	out := &HostOutput{IDs: make([]string, len(plan)), Sampled: make([][]int32, len(plan)), Logprobs: make([]*HostLogprob, len(plan))}
+	out := &HostOutput{IDs: make([]string, len(plan)), Sampled: make([][]int32, len(plan)), Logprobs: make([]*HostLogprob, len(plan)),
+		Drafts: make([][]int32, len(plan))}
 	vocab, row := h.e.model.VocabSize, 0
 	for i := range plan {
 		p := &plan[i]
@@ -297,26 +326,36 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 			continue
 		}
 		r := p.req
-		if toks != nil {
+		switch {
+		case toks != nil:
 			s := deviceSample(toks[row])
-			row++
 			r.tokens = append(r.tokens, s.Token)
 			out.Sampled[i] = []int32{s.Token}
-			continue
+		case p.work.Drafts > 0:
+			out.Sampled[i] = h.verify(r, p.work.Tokens, p.work.Drafts, logits[row*vocab:(row+1+p.work.Drafts)*vocab])
+		default:
+			raw := logits[row*vocab : (row+1)*vocab]
+			want := 0
+			if r.logprobs {
+				want = r.params.Logprobs
+			}
+			s := h.e.sampler.sample(raw, &sampleInput{params: &r.params, prompt: r.tokens[:r.numPrompt],
+				output: r.tokens[r.numPrompt:], rng: r.rng, stopIDs: r.stopIDs, wantTopN: want})
+			r.tokens = append(r.tokens, s.Token)
+			out.Sampled[i] = []int32{s.Token}
+			if r.logprobs {
+				out.Logprobs[i] = &HostLogprob{Sample: s, Rank: rank(raw, s.Token)}
+			}
 		}
-		raw := logits[row*vocab : (row+1)*vocab]
-		row++
-		want := 0
-		if r.logprobs {
-			want = r.params.Logprobs
-		}
-		s := h.e.sampler.sample(raw, &sampleInput{params: &r.params, prompt: r.tokens[:r.numPrompt],
-			output: r.tokens[r.numPrompt:], rng: r.rng, stopIDs: r.stopIDs, wantTopN: want})
-		r.tokens = append(r.tokens, s.Token)
-		out.Sampled[i] = []int32{s.Token}
-		if r.logprobs {
-			out.Logprobs[i] = &HostLogprob{Sample: s, Rank: rank(raw, s.Token)}
-		}
+		row += p.numRows()
+		out.Drafts[i] = h.propose(r)
+	}
+	switch d := h.e.drafter; {
+	case d == nil:
+	case d.mtp != nil:
+		h.hostMTPAfterStep(plan, out.Drafts)
+	default:
+		h.hostDraftAfterStep(plan, out.Drafts)
 	}
 	return out, nil
 }
@@ -334,6 +373,8 @@ func (h *HostSession) run(plan []planned, work []Work) (logits []float32, toks [
 		if !plan[i].work.Sample {
 			continue
 		}
+		// A verify chunk's rows are sampled in order on the host (spec_host.go).
+		device = device && plan[i].work.Drafts == 0
 		r := plan[i].req
 		n := len(r.tokens) - r.numPrompt
 		device = device && !r.logprobs && deviceEligible(&r.params, n, r.stopIDs, 0)
@@ -351,74 +392,6 @@ func (h *HostSession) run(plan []planned, work []Work) (logits []float32, toks [
 	return logits, nil, nil
 }
 
-// newRequest checks a new request and builds its state.
-func (h *HostSession) newRequest(nr *HostNewRequest) (*hostRequest, error) {
-	p := nr.Params
-	p.N = 1
-	if err := p.Normalize(h.e.model.VocabSize); err != nil {
-		return nil, err
-	}
-	if err := h.e.checkPrompt(nr.PromptIDs); err != nil {
-		return nil, err
-	}
-	if nr.NumComputed < 0 || nr.NumComputed > len(nr.PromptIDs) {
-		return nil, fmt.Errorf("%w: num_computed_tokens %d outside [0, %d]", ErrInvalidRequest, nr.NumComputed, len(nr.PromptIDs))
-	}
-	blocks, err := h.checkBlocks(nil, nr.BlockIDs)
-	if err != nil {
-		return nil, err
-	}
-	if nr.OutputOffset < 0 || nr.OutputOffset >= len(nr.PromptIDs) {
-		return nil, fmt.Errorf("%w: output_offset %d outside [0, %d)", ErrInvalidRequest, nr.OutputOffset, len(nr.PromptIDs))
-	}
-	r := &hostRequest{tokens: append(make([]int32, 0, len(nr.PromptIDs)+16), nr.PromptIDs...), numPrompt: len(nr.PromptIDs) - nr.OutputOffset,
-		params: p, logprobs: nr.WantLogprobs, blocks: blocks}
-	r.stopIDs = append(r.stopIDs, p.StopTokenIDs...)
-	if !p.IgnoreEOS {
-		r.stopIDs = append(r.stopIDs, h.e.eos...)
-	}
-	r.rng, r.seed = choiceRNG(h.e.rng, p.Seed, 0)
-	skipDraws(r.rng, nr.OutputOffset)
-	return r, nil
-}
-
-// update returns old's state as a cached request changes it, leaving old untouched.
-func (h *HostSession) update(old *hostRequest, cr *HostCachedRequest) (*hostRequest, error) {
-	r := *old
-	base := old.blocks
-	if cr.Resumed {
-		base = nil
-	}
-	blocks, err := h.checkBlocks(base, cr.NewBlockIDs)
-	if err != nil {
-		return nil, err
-	}
-	r.blocks = blocks
-	if have := len(old.tokens) - old.numPrompt; cr.NumOutput >= 0 {
-		if cr.NumOutput > have {
-			return nil, fmt.Errorf("%w: the host counts %d output tokens, the engine sampled %d", ErrInvalidRequest, cr.NumOutput, have)
-		}
-		// Forgetting tokens must not write through to old's array, which a later append reuses.
-		r.tokens = old.tokens[: old.numPrompt+cr.NumOutput : old.numPrompt+cr.NumOutput]
-	}
-	return &r, nil
-}
-
-// checkBlocks returns base followed by ids (a new array), checking every id against the
-// session's cache.
-func (h *HostSession) checkBlocks(base, ids []int32) ([]int32, error) {
-	for _, b := range ids {
-		if b < 0 || int(b) >= h.numBlocks {
-			return nil, fmt.Errorf("%w: block id %d outside the host's KV cache [0, %d)", ErrInvalidRequest, b, h.numBlocks)
-		}
-	}
-	if len(ids) == 0 && base != nil {
-		return base, nil
-	}
-	out := make([]int32, 0, len(base)+len(ids))
-	return append(append(out, base...), ids...), nil
-}
-
 // schedule checks one scheduled request's token range and builds its work.
 func (h *HostSession) schedule(step *HostStep, id string, r *hostRequest, computed int, seen map[string]bool) (planned, error) {
 	if seen[id] {
@@ -429,19 +402,27 @@ func (h *HostSession) schedule(step *HostStep, id string, r *hostRequest, comput
 	if !ok || k <= 0 {
 		return planned{}, fmt.Errorf("%w: request %q: num_scheduled_tokens is %d, want at least 1", ErrInvalidRequest, id, k)
 	}
+	drafts := step.Drafts[id]
+	toks, err := h.withDrafts(r, drafts)
+	if err != nil {
+		return planned{}, fmt.Errorf("request %q: %w", id, err)
+	}
 	end := computed + k
 	switch {
 	case computed < 0 || computed > len(r.tokens):
 		return planned{}, fmt.Errorf("%w: request %q: num_computed_tokens %d outside [0, %d]", ErrInvalidRequest, id, computed, len(r.tokens))
-	case end > len(r.tokens):
-		return planned{}, fmt.Errorf("%w: request %q: %d tokens scheduled from %d run past its %d known tokens (speculative decoding is not supported)",
-			ErrInvalidRequest, id, k, computed, len(r.tokens))
+	case end > len(toks):
+		return planned{}, fmt.Errorf("%w: request %q: %d tokens scheduled from %d run past its %d known tokens and %d drafts",
+			ErrInvalidRequest, id, k, computed, len(r.tokens), len(drafts))
+	case len(drafts) > 0 && (end != len(toks) || computed >= len(r.tokens)):
+		return planned{}, fmt.Errorf("%w: request %q: %d tokens scheduled from %d do not end with its %d drafts after %d known tokens",
+			ErrInvalidRequest, id, k, computed, len(drafts), len(r.tokens))
 	case end > len(r.blocks)*h.blockSize:
 		return planned{}, fmt.Errorf("%w: request %q: %d tokens need %d KV blocks of %d, its table has %d",
 			ErrInvalidRequest, id, end, (end+h.blockSize-1)/h.blockSize, h.blockSize, len(r.blocks))
 	}
-	return planned{id: id, req: r, work: Work{Tokens: r.tokens, Start: computed, NumTokens: k, BlockTable: r.blocks,
-		Sample: end == len(r.tokens)}}, nil
+	return planned{id: id, req: r, work: Work{Tokens: toks, Start: computed, NumTokens: k, BlockTable: r.blocks,
+		Sample: end == len(toks), Drafts: len(drafts)}}, nil
 }
 
 // rank counts the tokens whose logit is at least tok's.

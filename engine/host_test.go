@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,6 +18,11 @@ type simHost struct {
 	budget   int
 	running  []*simReq
 	finished []string
+	// Drafts the host scheduled and the engine accepted, over the session (speculation).
+	drafted, accepted int
+	// lookahead slots allocated past each request's scheduled tokens (vLLM's
+	// num_lookahead_tokens, K with a draft model).
+	lookahead int
 }
 
 type simReq struct {
@@ -29,7 +35,8 @@ type simReq struct {
 	computed  int
 	out       []int32
 	lps       []*HostLogprob
-	scheduled bool // sent as new once
+	scheduled bool    // sent as new once
+	drafts    []int32 // proposed by the engine for the next step
 }
 
 func newSimHost(t *testing.T, h *HostSession, budget int) *simHost {
@@ -46,18 +53,30 @@ func (s *simHost) step() {
 	s.finished = nil
 	budget := s.budget
 	type sched struct {
-		r *simReq
-		k int
+		r      *simReq
+		k      int
+		drafts []int32
 	}
 	var done []sched
 	for _, r := range s.running {
-		k := min(len(r.prompt)+len(r.out)-r.computed, budget)
+		known := len(r.prompt) + len(r.out)
+		k := min(known-r.computed, budget)
 		if k <= 0 {
 			continue
 		}
+		drafts := r.drafts
+		r.drafts = nil
+		// As vLLM: drafts follow a chunk that reaches the known tokens' end, as many as the
+		// budget leaves room for.
+		if r.computed+k == known {
+			drafts = drafts[:min(len(drafts), budget-k)]
+		} else {
+			drafts = nil
+		}
+		k += len(drafts)
 		budget -= k
 		var fresh []int32
-		for len(r.blocks)*s.h.BlockSize() < r.computed+k {
+		for len(r.blocks)*s.h.BlockSize() < r.computed+k+s.lookahead {
 			require.NotEmpty(s.t, s.free, "simulated cache too small")
 			b := s.free[len(s.free)-1]
 			s.free = s.free[:len(s.free)-1]
@@ -72,7 +91,13 @@ func (s *simHost) step() {
 			st.Cached = append(st.Cached, HostCachedRequest{ID: r.id, NewBlockIDs: fresh, NumComputed: r.computed, NumOutput: len(r.out)})
 		}
 		st.NumScheduled[r.id] = k
-		done = append(done, sched{r, k})
+		if len(drafts) > 0 {
+			if st.Drafts == nil {
+				st.Drafts = map[string][]int32{}
+			}
+			st.Drafts[r.id] = drafts
+		}
+		done = append(done, sched{r, k, drafts})
 	}
 	out, err := s.h.Execute(st)
 	require.NoError(s.t, err)
@@ -81,20 +106,30 @@ func (s *simHost) step() {
 	for i, id := range out.IDs {
 		byID[id] = i
 	}
-	var still []*simReq
 	for _, d := range done {
 		i := byID[d.r.id]
 		d.r.computed += d.k
-		if reached := d.r.computed == len(d.r.prompt)+len(d.r.out); reached {
-			require.Len(s.t, out.Sampled[i], 1, "request %s reached its end and must sample", d.r.id)
-			d.r.out = append(d.r.out, out.Sampled[i][0])
+		if reached := d.r.computed == len(d.r.prompt)+len(d.r.out)+len(d.drafts); reached {
+			got := out.Sampled[i]
+			require.NotEmpty(s.t, got, "request %s reached its end and must sample", d.r.id)
+			require.LessOrEqual(s.t, len(got), len(d.drafts)+1)
+			a := len(got) - 1
+			require.True(s.t, slices.Equal(d.drafts[:a], got[:a]), "the accepted tokens %v are the drafts %v", got[:a], d.drafts)
+			// The host's rollback: rejected drafts are not computed.
+			d.r.computed -= len(d.drafts) - a
+			s.drafted += len(d.drafts)
+			s.accepted += a
+			d.r.out = append(d.r.out, got...)
 			d.r.lps = append(d.r.lps, out.Logprobs[i])
+			d.r.out = d.r.out[:min(len(d.r.out), d.r.want)] // the host's max_tokens
+			d.r.drafts = out.Drafts[i]
 		} else {
 			require.Empty(s.t, out.Sampled[i], "a prefill chunk short of the prompt samples nothing")
 		}
 	}
+	var still []*simReq
 	for _, r := range s.running {
-		if len(r.out) == r.want {
+		if len(r.out) >= r.want {
 			s.finished = append(s.finished, r.id)
 			s.free = append(s.free, r.blocks...)
 			continue

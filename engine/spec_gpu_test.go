@@ -129,3 +129,36 @@ func TestSpecMTPOnGPU(t *testing.T) {
 	require.Positive(t, st.SpecNumDraftTokens)
 	require.Zero(t, st.KVBlocksUsed)
 }
+
+// TestHostSpecOnGPU: host-scheduled speculation on the gpu backend (a simulated vLLM schedules
+// the engine's drafts; plain decodes replay graphs and sample on the device, verify chunks run
+// eagerly and sample on the host): with n-gram drafts and with the target drafting for itself,
+// greedy outputs agree with the plain gpu engine's (up to bf16 near ties, as above) and drafts
+// are accepted.
+func TestHostSpecOnGPU(t *testing.T) {
+	const model = "llama-bf16"
+	gpuCfg := func(c *Config) { c.Device, c.NumKVBlocks, c.MaxModelLen = "gpu", 256, 256 }
+	prompts := append(specPrompts(6, 5), mixedPrompts(6, 7)...)
+	params := func(int) SamplingParams { return greedy(14) }
+	plain := runAll(t, newTestEngine(t, model, gpuCfg), specRequests(prompts, params))
+	for _, tc := range []struct {
+		name      string
+		edit      func(*Config)
+		lookahead int
+	}{
+		{"ngram", withSpec(gpuCfg), 0},
+		{"draft-model", withDraft(model, 3, gpuCfg), 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEngine(t, model, tc.edit)
+			got, s := runSpecSim(t, e, prompts, tc.lookahead, params, 14)
+			outs := make([][]Output, len(got))
+			for i, g := range got {
+				outs[i] = []Output{{TokenIDs: g}}
+			}
+			requireMostlySame(t, plain, outs)
+			t.Logf("%s: %d of %d drafts accepted", tc.name, s.accepted, s.drafted)
+			require.Positive(t, s.accepted)
+		})
+	}
+}

@@ -36,19 +36,47 @@ func TestSpecMTPDraftsAreTheLayers(t *testing.T) {
 	_, err := e.Generate(Request{ID: "m", PromptIDs: prompt, Params: greedy(40)})
 	require.NoError(t, err)
 
+	chain := mtpChain(t, model, k)
+
+	checked := 0
+	for range 6 {
+		require.True(t, gate.Step())
+		var toks []int32
+		var drafts int
+		require.True(t, e.call(func() {
+			for seq := range e.bySeq {
+				toks, drafts = slices.Clone(seq.TokenIDs), seq.NumDrafts()
+			}
+		}))
+		if drafts == 0 {
+			break // finished, or too close to max_tokens
+		}
+		require.Equal(t, k, drafts)
+		known := toks[:len(toks)-drafts]
+		require.Equal(t, chain(known), toks[len(known):], "drafts after %d tokens", len(known))
+		checked++
+	}
+	require.GreaterOrEqual(t, checked, 4)
+	gate.Open()
+	require.Positive(t, e.Stats().PrefixCacheHits, "the second request read the first one's blocks")
+}
+
+// mtpChain returns a function computing the MTP layer's k greedy drafts after toks from
+// scratch: the target's hidden states of every position, then each draft fed back with the
+// layer's own hidden state.
+func mtpChain(t *testing.T, model string, k int) func(toks []int32) []int32 {
+	t.Helper()
 	be := cpu.New(0)
-	defer be.Close()
+	t.Cleanup(be.Close)
 	ck, err := models.OpenCheckpoint(filepath.Join(testModels, model))
 	require.NoError(t, err)
-	defer ck.Close()
+	t.Cleanup(func() { ck.Close() })
 	target, err := models.Load(ck, be, models.Options{MaxTokens: 128, MaxSeqs: 8})
 	require.NoError(t, err)
 	mtp, err := models.LoadMTP(ck, be, models.Options{MaxTokens: 128, MaxSeqs: 8})
 	require.NoError(t, err)
 	vocab := ck.Config.VocabSize
-
-	// chain computes k greedy drafts after toks from scratch.
-	chain := func(toks []int32) []int32 {
+	return func(toks []int32) []int32 {
 		const bs, blocks = 4, 64
 		cache, err := target.NewKVCache(blocks, bs)
 		require.NoError(t, err)
@@ -73,28 +101,6 @@ func TestSpecMTPDraftsAreTheLayers(t *testing.T) {
 		}
 		return drafts
 	}
-
-	checked := 0
-	for range 6 {
-		require.True(t, gate.Step())
-		var toks []int32
-		var drafts int
-		require.True(t, e.call(func() {
-			for seq := range e.bySeq {
-				toks, drafts = slices.Clone(seq.TokenIDs), seq.NumDrafts()
-			}
-		}))
-		if drafts == 0 {
-			break // finished, or too close to max_tokens
-		}
-		require.Equal(t, k, drafts)
-		known := toks[:len(toks)-drafts]
-		require.Equal(t, chain(known), toks[len(known):], "drafts after %d tokens", len(known))
-		checked++
-	}
-	require.GreaterOrEqual(t, checked, 4)
-	gate.Open()
-	require.Positive(t, e.Stats().PrefixCacheHits, "the second request read the first one's blocks")
 }
 
 // seqMeta lays one sequence's n tokens from position ctx into a block table 0, 1, 2, ...

@@ -71,6 +71,15 @@ func hostStep(p *bridge.ExecuteModelPayload) *engine.HostStep {
 	for id, k := range p.NumScheduledTokens {
 		st.NumScheduled[id] = int(k)
 	}
+	for id, d := range p.ScheduledSpecDecodeTokens {
+		if len(d) == 0 {
+			continue
+		}
+		if st.Drafts == nil {
+			st.Drafts = make(map[string][]int32, len(p.ScheduledSpecDecodeTokens))
+		}
+		st.Drafts[id] = int32s(d)
+	}
 	for i := range p.NewRequests {
 		r := &p.NewRequests[i]
 		st.New = append(st.New, engine.HostNewRequest{ID: r.ReqID, PromptIDs: int32s(r.PromptTokenIDs),
@@ -116,6 +125,12 @@ func samplingFromWire(w *bridge.SamplingParams) engine.SamplingParams {
 func hostResult(out *engine.HostOutput) *bridge.ExecuteModelResult {
 	r := &bridge.ExecuteModelResult{WireVersion: bridge.WireVersion, ReqIDs: out.IDs, SampledTokenIDs: out.Sampled,
 		Logprobs: make([]*bridge.Logprobs, len(out.IDs))}
+	for _, d := range out.Drafts {
+		if len(d) > 0 {
+			r.DraftTokenIDs = out.Drafts
+			break
+		}
+	}
 	for i, lp := range out.Logprobs {
 		if lp == nil {
 			continue

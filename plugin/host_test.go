@@ -203,3 +203,63 @@ func TestExecuteModelMatchesGenerate(t *testing.T) {
 	_, err = conn.Abort(testCtx(t), &pb.AbortRequest{RequestId: "x"})
 	requireCode(t, err, codes.NotFound, "no request")
 }
+
+// TestExecuteModelSpeculative: with --speculative-config among the extra args, a result
+// carries the n-gram drafts of each request that sampled, a step that schedules them
+// (scheduled_spec_decode_tokens) returns the accepted drafts and the target's token, and the
+// tokens are Generate's; drafts the host made up are refused by name.
+func TestExecuteModelSpeculative(t *testing.T) {
+	prompt := []int32{5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8}
+	const maxTokens = 16
+	_, conn := startPlugin(t)
+	load(t, conn, "qwen3-bf16", func(r *pb.LoadModelRequest) {
+		r.ExtraArgs = append(r.ExtraArgs, `--speculative-config={"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3}`)
+	})
+	want, err := collect(testCtx(t), conn, &pb.GenerateRequest{RequestId: "g", PromptTokenIds: prompt, Params: greedyParams(maxTokens)})
+	require.NoError(t, err)
+	initKV(t, conn, 16, 16)
+	zero := 0.0
+	ids := make([]int64, len(prompt))
+	for i, p := range prompt {
+		ids[i] = int64(p)
+	}
+	res := execute(t, conn, &bridge.ExecuteModelPayload{WireVersion: bridge.WireVersion,
+		NewRequests: []bridge.NewRequest{{ReqID: "x", PromptTokenIDs: ids, BlockIDs: [][]int64{{1, 2, 3}},
+			SamplingParams: bridge.SamplingParams{Temperature: &zero, IgnoreEOS: true, MaxTokens: maxTokens}}},
+		NumScheduledTokens: map[string]int64{"x": int64(len(prompt))}})
+	got := res.SampledTokenIDs[0]
+	computed, drafted, longest := len(prompt), 0, 1
+	for len(got) < maxTokens {
+		var drafts []int64 // none when no n-gram matched
+		if len(res.DraftTokenIDs) > 0 {
+			for _, d := range res.DraftTokenIDs[0] {
+				drafts = append(drafts, int64(d))
+			}
+		}
+		res = execute(t, conn, &bridge.ExecuteModelPayload{WireVersion: bridge.WireVersion,
+			Cached: cachedOne("x", computed, len(got)), NumScheduledTokens: map[string]int64{"x": int64(1 + len(drafts))},
+			ScheduledSpecDecodeTokens: map[string][]int64{"x": drafts}})
+		out := res.SampledTokenIDs[0]
+		require.NotEmpty(t, out)
+		require.LessOrEqual(t, len(out), len(drafts)+1)
+		drafted += len(drafts)
+		longest = max(longest, len(out))
+		computed += len(out) // the host's rollback: only the accepted drafts stay computed
+		got = append(got, out...)
+	}
+	require.Equal(t, want.choices[0].GetTokenIds(), got[:maxTokens])
+	require.Positive(t, drafted)
+	require.Greater(t, longest, 1, "a repetitive prompt gets drafts accepted")
+
+	b, err := bridge.EncodeExecuteModel(&bridge.ExecuteModelPayload{WireVersion: bridge.WireVersion,
+		Cached: cachedOne("x", computed, len(got)), NumScheduledTokens: map[string]int64{"x": 6},
+		ScheduledSpecDecodeTokens: map[string][]int64{"x": {1, 2, 3, 4, 5}}})
+	require.NoError(t, err)
+	_, err = conn.ExecuteModel(testCtx(t), &pb.ExecuteModelRequest{Payload: b})
+	requireCode(t, err, codes.InvalidArgument, "more than num_speculative_tokens 3")
+}
+
+// cachedOne is the cached-requests list of one request.
+func cachedOne(id string, computed, outputs int) bridge.CachedRequests {
+	return bridge.CachedRequests{ReqIDs: []string{id}, NumComputedTokens: []int64{int64(computed)}, NumOutputTokens: []int64{int64(outputs)}}
+}

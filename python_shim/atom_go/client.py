@@ -122,6 +122,13 @@ class EngineClient:
         )
         return bytes(resp.result)
 
+    def stats(self, timeout: float | None = 30.0) -> atom_pb2.EngineStats:
+        """The loaded engine's gauges and counters (speculative decoding's among them)."""
+        stats: atom_pb2.EngineStats = self._call(
+            "Stats", lambda: self._stub.Stats(atom_pb2.StatsRequest(), timeout=timeout)
+        )
+        return stats
+
     def abort(self, request_id: str, timeout: float | None = 30.0) -> None:
         """Ends a Generate request, or drops a host-mode request's state (NOT_FOUND if unknown)."""
         self._call("Abort", lambda: self._stub.Abort(atom_pb2.AbortRequest(request_id=request_id), timeout=timeout))

@@ -44,6 +44,8 @@ class ExecuteResult:
     req_ids: list[str]
     sampled_token_ids: list[list[int]]
     logprobs: list[TokenLogprobs | None]
+    # Drafts proposed for each request's next step (empty lists when the plugin proposed none).
+    draft_token_ids: list[list[int]] = dataclasses.field(default_factory=list)
 
 
 def sampling_params(
@@ -126,10 +128,15 @@ def decode_result(data: bytes) -> ExecuteResult:
     req_ids = _list(obj.get("req_ids") or [], "req_ids")
     sampled = _list(obj.get("sampled_token_ids") or [], "sampled_token_ids")
     raw_lps = _list(obj.get("logprobs") or [], "logprobs")
-    if len(sampled) != len(req_ids) or (raw_lps and len(raw_lps) != len(req_ids)):
+    raw_drafts = _list(obj.get("draft_token_ids") or [], "draft_token_ids")
+    if (
+        len(sampled) != len(req_ids)
+        or (raw_lps and len(raw_lps) != len(req_ids))
+        or (raw_drafts and len(raw_drafts) != len(req_ids))
+    ):
         raise WireError(
             f"ExecuteModel result lists disagree: {len(req_ids)} req_ids, {len(sampled)} "
-            f"sampled_token_ids, {len(raw_lps)} logprobs"
+            f"sampled_token_ids, {len(raw_lps)} logprobs, {len(raw_drafts)} draft_token_ids"
         )
     if not all(isinstance(r, str) for r in req_ids):
         raise WireError("ExecuteModel result: req_ids holds a non-string")
@@ -139,6 +146,12 @@ def decode_result(data: bytes) -> ExecuteResult:
         if not all(isinstance(t, int) and 0 <= t <= MAX_TOKEN_ID for t in row):
             raise WireError(f"ExecuteModel result: sampled_token_ids[{i}] holds a bad token id: {row!r}")
         tokens.append(row)
+    drafts: list[list[int]] = []
+    for i, raw_row in enumerate(raw_drafts):
+        row = _list(raw_row if raw_row is not None else [], f"draft_token_ids[{i}]")
+        if not all(isinstance(t, int) and 0 <= t <= MAX_TOKEN_ID for t in row):
+            raise WireError(f"ExecuteModel result: draft_token_ids[{i}] holds a bad token id: {row!r}")
+        drafts.append(row)
     lps: list[TokenLogprobs | None] = []
     for i in range(len(req_ids)):
         lp = raw_lps[i] if raw_lps else None
@@ -155,4 +168,4 @@ def decode_result(data: bytes) -> ExecuteResult:
         if not tokens[i] or ids[0] != tokens[i][0]:
             raise WireError(f"ExecuteModel result: logprobs[{i}] does not start with the sampled token")
         lps.append(TokenLogprobs(token_ids=[int(t) for t in ids], logprobs=[float(v) for v in vals], rank=rank))
-    return ExecuteResult(req_ids=list(req_ids), sampled_token_ids=tokens, logprobs=lps)
+    return ExecuteResult(req_ids=list(req_ids), sampled_token_ids=tokens, logprobs=lps, draft_token_ids=drafts)

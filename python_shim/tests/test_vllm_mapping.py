@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 from collections.abc import Iterator
@@ -142,11 +143,86 @@ def test_unsupported_sampling_parameters_are_named(kw: dict[str, Any], name: str
     assert "refuses rather than ignores" in str(err.value)
 
 
-def test_unsupported_step_contents() -> None:
-    so = _so(new=[_new("a", [1], [1])], sched={"a": 1})
-    so.scheduled_spec_decode_tokens = {"a": [3]}
-    with pytest.raises(mapping.UnsupportedRequestError, match="speculative decoding"):
+def test_spec_decode_tokens_and_placeholders() -> None:
+    # a verifies two drafts; b is a resumed decode vLLM padded with -1 placeholders, which
+    # atom-go leaves out of its scheduled tokens; c has no drafts.
+    so = _so(
+        cached=_cached([("a", 9, 3, None), ("b", 4, 1, None), ("c", 6, 1, None)]),
+        sched={"a": 3, "b": 4, "c": 1},
+    )
+    so.scheduled_spec_decode_tokens = {"a": [11, 12], "b": [-1, -1, -1]}
+    p = mapping.scheduler_output_to_payload(so)
+    assert p["scheduled_spec_decode_tokens"] == {"a": [11, 12]}
+    assert p["num_scheduled_tokens"] == {"a": 3, "b": 1, "c": 1}
+    assert p["total_num_scheduled_tokens"] == 5
+    so.scheduled_spec_decode_tokens = {"a": [-1, 12]}
+    with pytest.raises(wire.WireError, match="placeholder before a draft"):
         mapping.scheduler_output_to_payload(so)
+
+
+def test_draft_token_ids() -> None:
+    res = wire.ExecuteResult(["a", "b"], [[7, 8], [9]], [None, None], draft_token_ids=[[1, 2, 3], []])
+    assert mapping.draft_token_ids(res) == (["a", "b"], [[1, 2, 3], []])
+    assert mapping.draft_token_ids(wire.ExecuteResult(["a"], [[7]], [None])) is None
+    assert mapping.draft_token_ids(wire.ExecuteResult(["a"], [[7]], [None], draft_token_ids=[[]])) is None
+
+
+def _spec_config(**kw: Any) -> Any:
+    from vllm.config import SpeculativeConfig
+
+    sc = SpeculativeConfig.__new__(SpeculativeConfig)  # the fields only: no target model to resolve
+    for name, field in SpeculativeConfig.__dataclass_fields__.items():
+        object.__setattr__(sc, name, kw.get(name, field.default if field.default is not dataclasses.MISSING else None))
+    return sc
+
+
+@pytest.mark.parametrize(
+    ("kw", "want"),
+    [
+        (
+            {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+            {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+        ),
+        (
+            {"method": "draft_model", "num_speculative_tokens": 2, "model": "small"},
+            {"method": "draft_model", "num_speculative_tokens": 2, "model": "/resolved/small"},
+        ),
+        (
+            {"method": "mtp", "num_speculative_tokens": 1, "model": "target"},
+            {"method": "mtp", "num_speculative_tokens": 1},
+        ),
+        (
+            {"method": "mtp", "num_speculative_tokens": 1, "model": "other"},
+            {"method": "mtp", "num_speculative_tokens": 1, "model": "/resolved/other"},
+        ),
+    ],
+)
+def test_speculative_config_json(kw: dict[str, Any], want: dict[str, Any]) -> None:
+    got = mapping.speculative_config_json(_spec_config(**kw), "/resolved/target", lambda m: f"/resolved/{m}")
+    assert got is not None and json.loads(got) == want
+    assert mapping.speculative_config_json(None, "/t", str) is None
+
+
+@pytest.mark.parametrize(
+    ("kw", "named"),
+    [
+        ({"method": "eagle3", "num_speculative_tokens": 2}, "method eagle3"),
+        ({"method": "suffix", "num_speculative_tokens": 2}, "method suffix"),
+        ({"method": "draft_model", "num_speculative_tokens": 2, "parallel_drafting": True}, "parallel_drafting"),
+        (
+            {"method": "ngram", "num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [(1, 4, 2)]},
+            "num_speculative_tokens_per_batch_size",
+        ),
+    ],
+)
+def test_unsupported_speculative_config_is_named(kw: dict[str, Any], named: str) -> None:
+    problem = mapping.speculative_config_problem(_spec_config(**kw))
+    assert problem is not None and named in problem[0]
+    with pytest.raises(ValueError, match=named):
+        mapping.speculative_config_json(_spec_config(**kw), "/t", str)
+
+
+def test_unsupported_step_contents() -> None:
     two_groups = _new("b", [1], [1])
     two_groups.block_ids = ([1], [2])
     with pytest.raises(mapping.UnsupportedRequestError, match="2 KV-cache groups"):

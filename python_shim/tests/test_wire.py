@@ -40,6 +40,14 @@ def test_decode_result_without_logprobs_and_nil_lists() -> None:
     assert r.logprobs == [None, None]
 
 
+def test_decode_result_with_drafts() -> None:
+    # A verify step returns the accepted drafts and the target's token; the next drafts ride along.
+    r = wire.decode_result(_result(sampled_token_ids=[[5, 6, 9], []], logprobs=None, draft_token_ids=[[1, 2], None]))
+    assert r.sampled_token_ids == [[5, 6, 9], []]
+    assert r.draft_token_ids == [[1, 2], []]
+    assert wire.decode_result(_result()).draft_token_ids == []
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -54,6 +62,9 @@ def test_decode_result_without_logprobs_and_nil_lists() -> None:
         (_result(logprobs=[{"token_ids": [6], "logprobs": [0.0], "rank": 1}, None]), "start with the sampled token"),
         (_result(logprobs=[{"token_ids": [5], "logprobs": [], "rank": 1}, None]), "malformed"),
         (_result(logprobs=[7, None]), "not a map"),
+        (_result(draft_token_ids=[[1]]), "1 draft_token_ids"),
+        (_result(draft_token_ids=[[1], [-2]]), "draft_token_ids\\[1\\] holds a bad token id"),
+        (_result(draft_token_ids=[[1], 3]), "draft_token_ids\\[1\\] is int"),
     ],
 )
 def test_bad_results(data: bytes, message: str) -> None:

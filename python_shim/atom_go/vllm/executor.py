@@ -17,6 +17,7 @@ callback, so vLLM fails its requests (EngineDeadError) instead of waiting.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import threading
@@ -95,6 +96,7 @@ class AtomGoExecutor(Executor):
         self._failure: BaseException | None = None
         self._num_blocks_vllm: int | None = None
         self._layout: str | None = None
+        self._drafts: DraftTokenIds | None = None
         mc, cc, sc = self.model_config, self.cache_config, self.scheduler_config
         dtype = _DTYPES.get(mc.dtype)
         if dtype is None:
@@ -106,6 +108,14 @@ class AtomGoExecutor(Executor):
             extra.insert(0, f"--gpu-memory-utilization={cc.gpu_memory_utilization}")
         if cc.cache_dtype not in ("auto", None):  # fp8 / fp8_e4m3 (the platform refused others)
             extra.insert(0, f"--kv-cache-dtype={cc.cache_dtype}")
+        spec = mapping.speculative_config_json(
+            self.vllm_config.speculative_config,
+            model_path,
+            lambda name: resolve_model_path(name, getattr(self.vllm_config.speculative_config, "revision", None)),
+        )
+        self._spec = spec
+        if spec is not None:
+            extra.insert(0, f"--speculative-config={spec}")
         tp = self.parallel_config.tensor_parallel_size
         if tp != 1:
             extra.insert(0, f"--tensor-parallel-size={tp}")
@@ -261,12 +271,17 @@ class AtomGoExecutor(Executor):
     def _step(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         if self._failure is not None:
             raise self._failure
+        self._drafts = None
         if not scheduler_output.num_scheduled_tokens and not scheduler_output.finished_req_ids:
             return EMPTY_MODEL_RUNNER_OUTPUT
         result = self.host.execute(mapping.scheduler_output_to_payload(scheduler_output))
         if not scheduler_output.num_scheduled_tokens:
             return EMPTY_MODEL_RUNNER_OUTPUT
-        return mapping.result_to_model_runner_output(result, scheduler_output)
+        out = mapping.result_to_model_runner_output(result, scheduler_output)
+        drafts = mapping.draft_token_ids(result)
+        if drafts is not None:
+            self._drafts = DraftTokenIds(req_ids=drafts[0], draft_token_ids=drafts[1])
+        return out
 
     def execute_model(  # type: ignore[override]
         self, scheduler_output: SchedulerOutput, non_block: bool = False
@@ -286,7 +301,10 @@ class AtomGoExecutor(Executor):
         raise RuntimeError("atom-go samples inside execute_model; sample_tokens (structured outputs) is not supported")
 
     def take_draft_token_ids(self) -> DraftTokenIds | None:
-        return None
+        """The drafts atom-go proposed in the last step (vLLM's scheduler calls this after each
+        step under --speculative-config); None once taken or when it proposed none."""
+        drafts, self._drafts = self._drafts, None
+        return drafts
 
     def execute_dummy_batch(self) -> None:
         """An idle data-parallel rank's step: nothing to run.
@@ -305,6 +323,7 @@ class AtomGoExecutor(Executor):
     def describe(self) -> dict[str, Any]:
         """atom-go's view (collective_rpc "atom_go_describe", e.g. from vLLM's dev endpoint)."""
         info = self.client.describe()
+        stats = self.client.stats()
         return {
             "pid": self.process.pid,
             "data_parallel_index": self.dp_index,
@@ -320,6 +339,10 @@ class AtomGoExecutor(Executor):
             "engine_restarts": self.host.restarts,
             "recomputed_requests": self.host.recomputed,
             "last_recovery_seconds": self.host.last_recovery,
+            "speculative_config": None if self._spec is None else json.loads(self._spec),
+            # atom-go's own counts: drafts it verified, placeholders vLLM pads with excluded.
+            "spec_num_draft_tokens": stats.spec_num_draft_tokens,
+            "spec_num_accepted_tokens": stats.spec_num_accepted_tokens,
         }
 
     def _rpc_table(self) -> dict[str, Callable[..., Any]]:

@@ -6,7 +6,8 @@ executor calls them every step, the unit tests call them directly.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 from atom_go import wire
 
 if TYPE_CHECKING:
+    from vllm.config import SpeculativeConfig
     from vllm.pooling_params import PoolingParams
     from vllm.sampling_params import SamplingParams
     from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
@@ -108,6 +110,69 @@ def _block_groups(groups: Iterable[Iterable[int]] | None, where: str) -> list[li
     return out
 
 
+# Speculative methods atom-go's engine implements, as vLLM names them (vLLM folds deepseek_mtp
+# and the other per-family MTP names into "mtp" before the platform sees the config).
+SPEC_METHODS = ("ngram", "draft_model", "mtp")
+
+# SpeculativeConfig settings atom-go does not honour, with the value that means "off".
+_SPEC_OFF: dict[str, Any] = {
+    "parallel_drafting": False,
+    "num_speculative_tokens_per_batch_size": None,
+    "enable_adaptive_verification": False,
+    "synthetic_acceptance_rates": None,
+    "synthetic_acceptance_length": None,
+    "use_heterogeneous_vocab": False,
+    "draft_lm_head_quantization": None,
+}
+
+
+def speculative_config_problem(sc: SpeculativeConfig) -> tuple[str, str] | None:
+    """The first --speculative-config setting atom-go's engine cannot run, and why (None: none).
+
+    vLLM's draft_sample_method is not one of them: either way the rejection sampler keeps the
+    target's distribution; atom-go's draft model drafts greedy requests by argmax and samples
+    the others' drafts from its own distribution (vLLM's "probabilistic").
+    """
+    method = str(sc.method)
+    if method not in SPEC_METHODS:
+        return f"--speculative-config method {method}", f"atom-go's engine implements {', '.join(SPEC_METHODS)}"
+    for name, off in _SPEC_OFF.items():
+        value = getattr(sc, name, off)
+        if value != off:
+            return f"--speculative-config {name}={value!r}", "atom-go's speculative decoding does not do it"
+    return None
+
+
+def speculative_config_json(
+    sc: SpeculativeConfig | None, target_model: str, resolve: Callable[[str], str]
+) -> str | None:
+    """atom-go's --speculative-config for vLLM's SpeculativeConfig (None: no speculation).
+
+    ``resolve`` turns a draft model's name (a directory or a Hugging Face id in the cache)
+    into a local directory; ``target_model`` is the target's directory, which method mtp
+    reads its layer from unless the config names another checkpoint.
+    """
+    if sc is None:
+        return None
+    problem = speculative_config_problem(sc)
+    if problem is not None:
+        raise ValueError(f"atom-go cannot serve with {problem[0]}: {problem[1]}")
+    method = str(sc.method)
+    body: dict[str, Any] = {"method": method, "num_speculative_tokens": int(sc.num_speculative_tokens)}
+    if method == "ngram":
+        # vLLM fills both in from each other (5 when neither is given).
+        lo, hi = sc.prompt_lookup_min, sc.prompt_lookup_max
+        body["prompt_lookup_min"] = int(lo if lo is not None else hi or 5)
+        body["prompt_lookup_max"] = int(hi if hi is not None else lo or 5)
+    elif method == "draft_model":
+        body["model"] = resolve(str(sc.model))
+    elif sc.model:
+        model = resolve(str(sc.model))
+        if model != target_model:
+            body["model"] = model
+    return json.dumps(body, separators=(",", ":"))
+
+
 def new_request_to_wire(req: NewRequestData) -> dict[str, Any]:
     """NewRequestData -> bridge.NewRequest."""
     rid = req.req_id
@@ -131,8 +196,6 @@ def new_request_to_wire(req: NewRequestData) -> dict[str, Any]:
 
 def scheduler_output_to_payload(so: SchedulerOutput) -> dict[str, Any]:
     """SchedulerOutput -> bridge.ExecuteModelPayload (a dict; wire.encode_payload encodes it)."""
-    if so.scheduled_spec_decode_tokens:
-        raise _refuse("speculative decoding")
     if so.scheduled_encoder_inputs:
         raise _refuse("encoder inputs", "atom-go serves decoder-only text models")
     cached = so.scheduled_cached_reqs
@@ -142,6 +205,8 @@ def scheduler_output_to_payload(so: SchedulerOutput) -> dict[str, Any]:
     new_block_ids = [
         _block_groups(b, f"request {rid}") for rid, b in zip(cached.req_ids, cached.new_block_ids, strict=True)
     ]
+    drafts, padding = spec_decode_tokens(so)
+    scheduled = {rid: int(n) - padding.get(rid, 0) for rid, n in so.num_scheduled_tokens.items()}
     return {
         "scheduled_new_reqs": [new_request_to_wire(r) for r in so.scheduled_new_reqs],
         "scheduled_cached_reqs": {
@@ -151,10 +216,49 @@ def scheduler_output_to_payload(so: SchedulerOutput) -> dict[str, Any]:
             "num_computed_tokens": [int(n) for n in cached.num_computed_tokens],
             "num_output_tokens": [int(n) for n in cached.num_output_tokens],
         },
-        "num_scheduled_tokens": {rid: int(n) for rid, n in so.num_scheduled_tokens.items()},
-        "total_num_scheduled_tokens": int(so.total_num_scheduled_tokens),
+        "num_scheduled_tokens": scheduled,
+        "total_num_scheduled_tokens": int(so.total_num_scheduled_tokens) - sum(padding.values()),
         "finished_req_ids": sorted(so.finished_req_ids),
+        "scheduled_spec_decode_tokens": drafts,
     }
+
+
+def spec_decode_tokens(so: SchedulerOutput) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """The drafts each request verifies this step (vLLM's scheduled_spec_decode_tokens), and
+    per request the placeholders left out.
+
+    The drafts are atom-go's own (take_draft_token_ids), as many as vLLM's scheduler kept.
+    vLLM pads a request that decodes without drafts in a step that speculates (a resumed
+    request, a full prefix-cache hit) with -1 placeholders, to keep its CUDA graphs' uniform
+    batch; they can never be accepted, so atom-go does not compute them: the request's
+    scheduled tokens leave them out, and vLLM counts them as rejected when the result has
+    just the target's token.
+    """
+    drafts: dict[str, list[int]] = {}
+    padding: dict[str, int] = {}
+    for rid, spec in (so.scheduled_spec_decode_tokens or {}).items():
+        ids = [int(t) for t in spec]
+        real = ids
+        while real and real[-1] < 0:
+            real = real[:-1]
+        if any(t < 0 for t in real):
+            raise wire.WireError(f"request {rid}: scheduled draft tokens {ids} hold a placeholder before a draft")
+        if len(real) < len(ids):
+            padding[rid] = len(ids) - len(real)
+        if real:
+            drafts[rid] = real
+    return drafts, padding
+
+
+def draft_token_ids(result: wire.ExecuteResult) -> tuple[list[str], list[list[int]]] | None:
+    """The drafts atom-go proposed in a step, as vLLM's DraftTokenIds lists (None: none at all).
+
+    Every request of the step is listed, with an empty list where atom-go proposed nothing
+    (vLLM's scheduler already cleared what it scheduled; an empty list keeps it clear).
+    """
+    if not result.draft_token_ids or not any(result.draft_token_ids):
+        return None
+    return list(result.req_ids), [list(d) for d in result.draft_token_ids]
 
 
 def encode_scheduler_output(so: SchedulerOutput) -> bytes:

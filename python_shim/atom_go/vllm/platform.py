@@ -21,7 +21,12 @@ from vllm.platforms.interface import Platform, PlatformEnum
 
 from atom_go import checkpoint
 from atom_go.vllm import activation
-from atom_go.vllm.mapping import UnsupportedRequestError, check_pooling_params, check_sampling_params
+from atom_go.vllm.mapping import (
+    UnsupportedRequestError,
+    check_pooling_params,
+    check_sampling_params,
+    speculative_config_problem,
+)
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -212,7 +217,11 @@ class AtomGoPlatform(Platform):
         if pc.tensor_parallel_size < 1:
             raise _refuse(f"tensor_parallel_size={pc.tensor_parallel_size}", "use 1 or more")
         if vllm_config.speculative_config is not None:
-            raise _refuse("speculative decoding", "atom-go samples one token per step")
+            # atom-go's engine proposes and verifies the drafts (the executor passes the
+            # config on as --speculative-config); vLLM schedules them.
+            problem = speculative_config_problem(vllm_config.speculative_config)
+            if problem is not None:
+                raise _refuse(*problem)
         if vllm_config.lora_config is not None:
             raise _refuse("LoRA", "atom-go has no LoRA support")
         if vllm_config.kv_transfer_config is not None:
