@@ -11,9 +11,9 @@ import (
 )
 
 // fp8MaxGemvRows is the largest batch whose Linear streams the FP8 codes through the skinny
-// kernel (in passes of 8 rows); larger ones run the tensor-core FP8 GEMM, where a pass over the
-// codes per 8 rows would read more than the GEMM does.
-const fp8MaxGemvRows = 16
+// kernel (one pass of 8 rows); larger ones run the tensor-core FP8 GEMM: a second pass over the
+// codes made a decode batch of 16 2.4x slower than in bf16 (Llama-3-8B shape, H100).
+const fp8MaxGemvRows = 8
 
 // fp8Weight uploads an FP8 weight [N, K] as it is stored, one byte an element, with its float32
 // scales in rows padded to the GEMM's stride; the scratch (a dequantized weight, or the FP8
@@ -128,8 +128,9 @@ func partsLen(parts [][]byte) int {
 	return n
 }
 
-// fp8GemmRowGroup: the FP8 GEMM's batches are multiples of it (m % 16 == 0).
-const fp8GemmRowGroup = 16
+// fp8GemmRowGroup: the FP8 GEMM's batches are multiples of it (cuBLASLt 13.1 on an H100 finds
+// block-scaled FP8 algorithms for m = 4, 8, 12, ... and none for other m).
+const fp8GemmRowGroup = 4
 
 // linearFP8 is Linear of a block-scaled FP8 weight: the skinny kernel over the codes for decode
 // batches, else the tensor-core FP8 GEMM, or where the library has none the weight dequantized
@@ -139,10 +140,9 @@ func (b *Backend) linearFP8(o, x *Tensor, w *hipkernels.FP8Weight, bias hipkerne
 		b.must("Linear", b.lib.GemvFP8(b.kdt, o.ptr, x.ptr, w, bias, m, b.stream))
 		return
 	}
-	// cuBLASLt's block-scaled FP8 GEMM takes whole groups of 16 rows (its 1x128 activation
-	// scales; m = 17 finds no algorithm on an H100 with cuBLAS 13.1). A batch of another size
-	// ends with one more group, the last 16 rows, which recomputes the rows it shares with the
-	// groups before it (the same quantized activations): every row takes the same path.
+	// cuBLASLt's block-scaled FP8 GEMM takes whole groups of rows (fp8GemmRowGroup). A batch of
+	// another size ends with one more group, its last rows, which recomputes the rows it shares
+	// with the groups before it (the same quantized activations): every row takes the same path.
 	es := hipkernels.Ptr(b.dt.Size())
 	whole := m &^ (fp8GemmRowGroup - 1)
 	done := b.gemmFP8(o, x, w, bias, 0, whole)

@@ -119,7 +119,7 @@ func TestLinearFP8GEMM(t *testing.T) {
 			n, k int
 			ms   []int
 		}{
-			{256, 512, []int{17, 100}},        // whole blocks
+			{256, 512, []int{9, 12, 17, 100}},  // whole blocks; 9 and 17: groups of 4 rows and an overlapping last one
 			{200, 320, []int{17, 33, 1024}},   // partial blocks; the scratch (200·320·2 bytes) holds 385 rows' codes
 			{1000, 1544, []int{24, 257, 777}}, // K = 12·128 + 8: rows padded to 1552, a last block of 8 columns
 			{4096, 4096, []int{17, 256}},
@@ -186,7 +186,7 @@ func BenchmarkLinearFP8GEMM(bb *testing.B) {
 		tflops := func(bb *testing.B, ms float64) { bb.ReportMetric(2*float64(m)*float64(n)*float64(k)/ms/1e9, "TFLOP/s") }
 		xp, op := x.(*Tensor).ptr, out.(*Tensor).ptr
 		benchDevice(bb, b, fmt.Sprintf("fp8/m=%d", m), func() { b.Linear(out, x, w8, nil) }, tflops)
-		if m <= fp8MaxGemvRows {
+		if m <= fp8MaxGemvRows && m%fp8GemmRowGroup == 0 {
 			benchDevice(bb, b, fmt.Sprintf("fp8gemm/m=%d", m), func() {
 				b.must("GemmFP8", b.lib.GemmFP8(b.blas, b.stream, b.kdt, op, xp, b.fp8Scratch.ptr, wf, 0, m))
 			}, tflops)
