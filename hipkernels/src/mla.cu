@@ -184,12 +184,12 @@ __global__ void __launch_bounds__(kAbsorbThreads)
 }
 
 // The context positions [*begin, *end) of split `split` of `splits` over n positions: whole
-// tiles of `tile` positions, the last split taking what is left (trailing splits may be empty).
+// tiles of `tile` positions, dealt out evenly (split counts differ by at most one tile; a split
+// is empty only when there are fewer tiles than splits).
 __device__ __forceinline__ void mla_split_range(int n, int split, int splits, int tile, int* begin, int* end) {
-    int chunk = (n + splits - 1) / splits;
-    chunk = (chunk + tile - 1) / tile * tile;
-    *begin = min(n, split * chunk);
-    *end = min(n, *begin + chunk);
+    const int tiles = (n + tile - 1) / tile;
+    *begin = min(n, (int)((int64_t)split * tiles / splits) * tile);
+    *end = min(n, (int)((int64_t)(split + 1) * tiles / splits) * tile);
 }
 
 // Two consecutive elements as floats: one 4-byte load of a 16-bit pair, one 8-byte load of two
@@ -461,7 +461,7 @@ bool mla_use_tc(int elem, int dim) {
 
 // The splits of the context for a batch of tokens. mla_attend_kernel: enough blocks for about
 // two per multiprocessor, each split at least 64 positions of the context bound. The
-// tensor-core kernel: as many as keep the grid within one wave of two blocks per
+// tensor-core kernel: as many as keep the grid within one wave of one block per
 // multiprocessor (a second, partial wave would double the step), each split at least
 // kTcMinSplit positions of the bound.
 int mla_splits(int tokens, int heads, bool tc, int g, int max_ctx) {
@@ -469,7 +469,7 @@ int mla_splits(int tokens, int heads, bool tc, int g, int max_ctx) {
     int s;
     if (tc) {
         const int blocks = tokens * ((heads + kTcHeads - 1) / kTcHeads);
-        s = want / blocks;
+        s = atomk_sm_count() / blocks;
         const int by_ctx = (max_ctx + kTcMinSplit - 1) / kTcMinSplit;
         if (s > by_ctx) s = by_ctx;
         if (s < 1) s = 1;
