@@ -25,7 +25,7 @@
 namespace {
 
 constexpr int kWriteThreads = 128;
-constexpr int kAbsorbRows = 8;       // token rows of one absorb or up block
+constexpr int kAbsorbRows = 8;       // token rows of one absorb or up block (RB; 1 for a lone token)
 constexpr int kAbsorbCols = 64;      // W_UK columns of one absorb block
 constexpr int kAbsorbThreads = 256;
 constexpr int kUpWarps = 8;          // W_UV rows (output columns) of one up block, a warp each
@@ -35,7 +35,7 @@ constexpr int kMaxLatent = 640;      // kv_rank + rope_dim: q and a tile of late
 constexpr int kMaxNope = 256;
 constexpr int kMaxSplits = 64;
 constexpr int kMergeCols = 64;    // o_lat columns of one merge block, a thread each
-constexpr int kMergeUnroll = 8;   // split partitions a merge thread loads at once
+constexpr int kMergeUnroll = 16;  // split partitions a merge thread loads at once
 constexpr size_t kChunkBytes = 64u << 20;  // q_lat and o_lat of one chunk of tokens
 
 // Heads per attention block: 16 (each of 16 threads of a head scores one position of a tile),
@@ -112,24 +112,24 @@ __device__ __forceinline__ void prefetch_rows(const T* p, int rows, int64_t stri
 }
 
 // q_lat[t, h, :kv_rank] = Σ_j q[t, h, j] · W_UK_h[j, :] and q_lat[t, h, kv_rank:] = q_pe[t, h]:
-// one block per (head, kAbsorbCols columns of W_UK_h, kAbsorbRows tokens). Thread tid reads
+// one block per (head, kAbsorbCols columns of W_UK_h, RB tokens). Thread tid reads
 // 16-byte piece tid % P of the block's columns (P pieces) in rows tid / P + R·i (R row groups),
 // all its loads issued before the first is used; the row groups' partial sums
 // are added by shuffles within a warp, then through shared memory. At decode batches the grid
 // is heads x kv_rank/64 blocks streaming W_UK once, its slices fetched into L2 first.
-template <typename T>
+template <typename T, int RB>
 __global__ void __launch_bounds__(kAbsorbThreads)
     mla_absorb_kernel(const T* q, const T* kvb, T* qlat, int tokens, int heads, int kv_rank, int nope, int rope_dim,
                       int vdim) {
     constexpr int CE = 16 / sizeof(T), P = kAbsorbCols / CE, R = kAbsorbThreads / P, J = kMaxNope / R;
     constexpr int W = kAbsorbThreads / ATOMK_WARP_SIZE;
-    const int h = blockIdx.x, c0 = blockIdx.y * kAbsorbCols, t0 = blockIdx.z * kAbsorbRows;
+    const int h = blockIdx.x, c0 = blockIdx.y * kAbsorbCols, t0 = blockIdx.z * RB;
     const T* wk = kvb + (int64_t)h * (nope + vdim) * kv_rank + c0;
     prefetch_rows(wk, nope, kv_rank, min(kAbsorbCols, kv_rank - c0) * (int)sizeof(T));
     ATOMK_PDL_ENTER();
-    __shared__ float qs[kAbsorbRows][kMaxNope];
-    __shared__ float part[W][kAbsorbRows][kAbsorbCols];
-    const int rows = min(kAbsorbRows, tokens - t0), qk = nope + rope_dim, dim = kv_rank + rope_dim;
+    __shared__ float qs[RB][kMaxNope];
+    __shared__ float part[W][RB][kAbsorbCols];
+    const int rows = min(RB, tokens - t0), qk = nope + rope_dim, dim = kv_rank + rope_dim;
     const int pc = threadIdx.x % P, rg = threadIdx.x / P;
     const bool col_ok = c0 + pc * CE < kv_rank;  // kv_rank is a multiple of 32: whole pieces
     uint4 w[J];
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kAbsorbThreads)
         w[i] = col_ok && j < nope ? load_stream(reinterpret_cast<const uint4*>(wk + (int64_t)j * kv_rank + pc * CE))
                                   : make_uint4(0, 0, 0, 0);
     }
-    for (int i = threadIdx.x; i < kAbsorbRows * nope; i += blockDim.x) {
+    for (int i = threadIdx.x; i < RB * nope; i += blockDim.x) {
         const int r = i / nope;
         qs[r][i % nope] = r < rows ? atomk_to_float(q[((int64_t)(t0 + r) * heads + h) * qk + i % nope]) : 0.f;
     }
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kAbsorbThreads)
             qlat[((int64_t)(t0 + r) * heads + h) * dim + kv_rank + d] = q[((int64_t)(t0 + r) * heads + h) * qk + nope + d];
         }
     __syncthreads();
-    float acc[kAbsorbRows][CE] = {};
+    float acc[RB][CE] = {};
 #pragma unroll
     for (int i = 0; i < J; ++i) {
         const int j = rg + R * i;
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kAbsorbThreads)
         float wf[CE];
         Chunk<T>::unpack(w[i], wf);
 #pragma unroll
-        for (int r = 0; r < kAbsorbRows; ++r) {
+        for (int r = 0; r < RB; ++r) {
             const float qv = qs[r][j];
 #pragma unroll
             for (int e = 0; e < CE; ++e) acc[r][e] = fmaf(qv, wf[e], acc[r][e]);
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kAbsorbThreads)
     }
     const int lane = threadIdx.x % ATOMK_WARP_SIZE, warp = threadIdx.x / ATOMK_WARP_SIZE;
 #pragma unroll
-    for (int r = 0; r < kAbsorbRows; ++r)
+    for (int r = 0; r < RB; ++r)
 #pragma unroll
         for (int e = 0; e < CE; ++e) {
 #pragma unroll
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kAbsorbThreads)
             if (lane < P) part[warp][r][pc * CE + e] = acc[r][e];
         }
     __syncthreads();
-    for (int i = threadIdx.x; i < kAbsorbRows * kAbsorbCols; i += blockDim.x) {
+    for (int i = threadIdx.x; i < RB * kAbsorbCols; i += blockDim.x) {
         const int r = i / kAbsorbCols, cc = c0 + i % kAbsorbCols;
         if (r >= rows || cc >= kv_rank) continue;
         float sum = 0.f;
@@ -184,12 +184,12 @@ __global__ void __launch_bounds__(kAbsorbThreads)
 }
 
 // The context positions [*begin, *end) of split `split` of `splits` over n positions: whole
-// tiles of `tile` positions, the last split taking what is left (trailing splits may be empty).
+// tiles of `tile` positions, dealt out evenly (split counts differ by at most one tile; a split
+// is empty only when there are fewer tiles than splits).
 __device__ __forceinline__ void mla_split_range(int n, int split, int splits, int tile, int* begin, int* end) {
-    int chunk = (n + splits - 1) / splits;
-    chunk = (chunk + tile - 1) / tile * tile;
-    *begin = min(n, split * chunk);
-    *end = min(n, *begin + chunk);
+    const int tiles = (n + tile - 1) / tile;
+    *begin = min(n, (int)((int64_t)split * tiles / splits) * tile);
+    *end = min(n, (int)((int64_t)(split + 1) * tiles / splits) * tile);
 }
 
 // Two consecutive elements as floats: one 4-byte load of a 16-bit pair, one 8-byte load of two
@@ -337,64 +337,64 @@ __global__ void __launch_bounds__(G * 16)
 }
 
 // Merges the splits of one (token, head) over kMergeCols columns of o_lat:
-// o_lat = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s. The first warp turns the splits' maxima
-// and sums into one weight each, then every thread sums its column over the splits, its loads
-// issued kMergeUnroll at a time. A batch-1 decode is heads x kv_rank/kMergeCols blocks.
+// o_lat = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s. Every thread merges its column alone,
+// kMergeUnroll splits at a time (their partial, max and sum loads all issued before the first
+// is used; the maxima and sums are the same for the block's threads, L1 broadcasts), rescaling
+// its running sums to each chunk's new maximum: no barrier, and a batch-1 decode's 32 splits
+// are two rounds of loads. A batch-1 decode is heads x kv_rank/kMergeCols blocks.
 template <typename T>
 __global__ void __launch_bounds__(kMergeCols)
     mla_merge_kernel(const float* part_acc, const float* part_m, const float* part_l, T* olat, int heads, int kv_rank,
                      int splits) {
     ATOMK_PDL_ENTER();
-    __shared__ float wsh[kMaxSplits];
     const int64_t row = (int64_t)blockIdx.x * heads + blockIdx.y;
-    const float* m = part_m + row * splits;
-    const float* l = part_l + row * splits;
-    if (threadIdx.x < ATOMK_WARP_SIZE) {
-        const int lane = threadIdx.x;
-        float mx = -INFINITY;
-        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) mx = fmaxf(mx, m[s]);
-        mx = atomk_warp_max(mx);
-        float sum = 0.f;
-        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) {
-            const float w = m[s] == -INFINITY ? 0.f : expf(m[s] - mx);
-            wsh[s] = w;
-            sum += w * l[s];
-        }
-        sum = atomk_warp_sum(sum);
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        for (int s = lane; s < splits; s += ATOMK_WARP_SIZE) wsh[s] *= inv;
-    }
-    __syncthreads();
     const int c = blockIdx.z * kMergeCols + threadIdx.x;
     if (c >= kv_rank) return;
+    const float* m = part_m + row * splits;
+    const float* l = part_l + row * splits;
     const float* acc = part_acc + row * splits * kv_rank + c;
-    float o = 0.f;
-    int s = 0;
-    for (; s + kMergeUnroll <= splits; s += kMergeUnroll) {
-        float a[kMergeUnroll];
+    float mx = -INFINITY, o = 0.f, sum = 0.f;  // running max of the splits so far, the sums scaled to it
+    for (int s = 0; s < splits; s += kMergeUnroll) {
+        float a[kMergeUnroll], ms[kMergeUnroll], ls[kMergeUnroll];
 #pragma unroll
-        for (int u = 0; u < kMergeUnroll; ++u) a[u] = acc[(int64_t)(s + u) * kv_rank];
+        for (int u = 0; u < kMergeUnroll; ++u) {
+            const bool ok = s + u < splits;
+            a[u] = ok ? acc[(int64_t)(s + u) * kv_rank] : 0.f;
+            ms[u] = ok ? m[s + u] : -INFINITY;
+            ls[u] = ok ? l[s + u] : 0.f;
+        }
+        float cm = mx;
 #pragma unroll
-        for (int u = 0; u < kMergeUnroll; ++u) o = fmaf(wsh[s + u], a[u], o);
+        for (int u = 0; u < kMergeUnroll; ++u) cm = fmaxf(cm, ms[u]);
+        if (cm == -INFINITY) continue;  // only empty splits so far
+        const float r = expf(mx - cm);  // 0 while mx is still -inf
+        o *= r;
+        sum *= r;
+#pragma unroll
+        for (int u = 0; u < kMergeUnroll; ++u) {
+            const float w = ms[u] == -INFINITY ? 0.f : expf(ms[u] - cm);
+            o = fmaf(w, a[u], o);
+            sum = fmaf(w, ls[u], sum);
+        }
+        mx = cm;
     }
-    for (; s < splits; ++s) o = fmaf(wsh[s], acc[(int64_t)s * kv_rank], o);
-    olat[row * kv_rank + c] = atomk_from_float<T>(o);
+    olat[row * kv_rank + c] = atomk_from_float<T>(sum > 0.f ? o / sum : 0.f);
 }
 
 // out[t, h, j] = W_UV_h[j, :] · o_lat[t, h, :]: one block per (head, kUpWarps output columns,
-// kAbsorbRows tokens), a warp per column j, its lanes along the W_UV row in 16-byte chunks, all
+// RB tokens), a warp per column j, its lanes along the W_UV row in 16-byte chunks, all
 // loaded (the block's rows first fetched into L2) before o_lat is read.
-template <typename T>
+template <typename T, int RB>
 __global__ void __launch_bounds__(kUpWarps * ATOMK_WARP_SIZE)
     mla_up_kernel(const T* olat, const T* kvb, T* out, int tokens, int heads, int kv_rank, int nope, int vdim) {
     constexpr int CE = 16 / sizeof(T), U = kMaxRank / CE / ATOMK_WARP_SIZE;  // chunks of a lane, at most
-    const int h = blockIdx.x, t0 = blockIdx.z * kAbsorbRows, rows = min(kAbsorbRows, tokens - t0);
+    const int h = blockIdx.x, t0 = blockIdx.z * RB, rows = min(RB, tokens - t0);
     const int warp = threadIdx.x / ATOMK_WARP_SIZE, lane = threadIdx.x % ATOMK_WARP_SIZE;
     const int j = blockIdx.y * kUpWarps + warp;
     const T* wv = kvb + ((int64_t)h * (nope + vdim) + nope + blockIdx.y * kUpWarps) * kv_rank;
     prefetch_rows(wv, min(kUpWarps, vdim - blockIdx.y * kUpWarps), kv_rank, kv_rank * (int)sizeof(T));
     ATOMK_PDL_ENTER();
-    __shared__ float os[kAbsorbRows][kMaxRank];
+    __shared__ float os[RB][kMaxRank];
     const uint4* wr = reinterpret_cast<const uint4*>(wv + (int64_t)warp * kv_rank);
     uint4 w[U];
 #pragma unroll
@@ -402,13 +402,13 @@ __global__ void __launch_bounds__(kUpWarps * ATOMK_WARP_SIZE)
         const int c = lane + ATOMK_WARP_SIZE * u;
         w[u] = j < vdim && c * CE < kv_rank ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
     }
-    for (int i = threadIdx.x; i < kAbsorbRows * kv_rank; i += blockDim.x) {
+    for (int i = threadIdx.x; i < RB * kv_rank; i += blockDim.x) {
         const int r = i / kv_rank;
         os[r][i % kv_rank] = r < rows ? atomk_to_float(olat[((int64_t)(t0 + r) * heads + h) * kv_rank + i % kv_rank]) : 0.f;
     }
     __syncthreads();
     if (j >= vdim) return;
-    float acc[kAbsorbRows] = {};
+    float acc[RB] = {};
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const int c = lane + ATOMK_WARP_SIZE * u;
@@ -416,15 +416,15 @@ __global__ void __launch_bounds__(kUpWarps * ATOMK_WARP_SIZE)
         float wf[CE];
         Chunk<T>::unpack(w[u], wf);
 #pragma unroll
-        for (int r = 0; r < kAbsorbRows; ++r)
+        for (int r = 0; r < RB; ++r)
 #pragma unroll
             for (int q = 0; q < CE; ++q) acc[r] = fmaf(os[r][c * CE + q], wf[q], acc[r]);
     }
 #pragma unroll
-    for (int r = 0; r < kAbsorbRows; ++r) acc[r] = atomk_warp_sum(acc[r]);
+    for (int r = 0; r < RB; ++r) acc[r] = atomk_warp_sum(acc[r]);
     if (lane == 0) {
 #pragma unroll
-        for (int r = 0; r < kAbsorbRows; ++r)
+        for (int r = 0; r < RB; ++r)
             if (r < rows) out[(int64_t)(t0 + r) * heads * vdim + (int64_t)h * vdim + j] = atomk_from_float<T>(acc[r]);
     }
 }
@@ -461,7 +461,7 @@ bool mla_use_tc(int elem, int dim) {
 
 // The splits of the context for a batch of tokens. mla_attend_kernel: enough blocks for about
 // two per multiprocessor, each split at least 64 positions of the context bound. The
-// tensor-core kernel: as many as keep the grid within one wave of two blocks per
+// tensor-core kernel: as many as keep the grid within one wave of one block per
 // multiprocessor (a second, partial wave would double the step), each split at least
 // kTcMinSplit positions of the bound.
 int mla_splits(int tokens, int heads, bool tc, int g, int max_ctx) {
@@ -469,7 +469,7 @@ int mla_splits(int tokens, int heads, bool tc, int g, int max_ctx) {
     int s;
     if (tc) {
         const int blocks = tokens * ((heads + kTcHeads - 1) / kTcHeads);
-        s = want / blocks;
+        s = atomk_sm_count() / blocks;
         const int by_ctx = (max_ctx + kTcMinSplit - 1) / kTcMinSplit;
         if (s > by_ctx) s = by_ctx;
         if (s < 1) s = 1;
@@ -555,10 +555,18 @@ int launch_mla(void* out, const void* q, const void* kvb, const void* cache, con
     T* ot = static_cast<T*>(out);
     for (int t0 = 0; t0 < tokens; t0 += chunk) {
         const int n = tokens - t0 < chunk ? tokens - t0 : chunk;
+        // A lone token (batch-1 decode) takes the one-row absorb and up kernels: eight rows
+        // would be seven of zeros, their FMAs and reductions on the step's critical path.
+        const bool one = n == 1;
         const int row_blocks = (n + kAbsorbRows - 1) / kAbsorbRows;
-        atomk_launch(mla_absorb_kernel<T>, dim3(heads, (kv_rank + kAbsorbCols - 1) / kAbsorbCols, row_blocks),
-                     dim3(kAbsorbThreads), 0, s, qt + (int64_t)t0 * heads * (nope + rope_dim),
-                     wt, qlat, n, heads, kv_rank, nope, rope_dim, vdim);
+        const dim3 absorb_grid(heads, (kv_rank + kAbsorbCols - 1) / kAbsorbCols, row_blocks);
+        const T* qc = qt + (int64_t)t0 * heads * (nope + rope_dim);
+        if (one)
+            atomk_launch(mla_absorb_kernel<T, 1>, absorb_grid, dim3(kAbsorbThreads), 0, s, qc, wt, qlat, n, heads,
+                         kv_rank, nope, rope_dim, vdim);
+        else
+            atomk_launch(mla_absorb_kernel<T, kAbsorbRows>, absorb_grid, dim3(kAbsorbThreads), 0, s, qc, wt, qlat, n,
+                         heads, kv_rank, nope, rope_dim, vdim);
         ATOMK_LAUNCHED("mla_absorb_kernel");
         bool launched = false;
 #if defined(ATOMK_CUDA)
@@ -585,9 +593,14 @@ int launch_mla(void* out, const void* q, const void* kvb, const void* cache, con
                          kv_rank, splits);
             ATOMK_LAUNCHED("mla_merge_kernel");
         }
-        atomk_launch(mla_up_kernel<T>, dim3(heads, (vdim + kUpWarps - 1) / kUpWarps, row_blocks),
-                     dim3(kUpWarps * ATOMK_WARP_SIZE), 0, s, (const T*)olat, wt,
-                     ot + (int64_t)t0 * heads * vdim, n, heads, kv_rank, nope, vdim);
+        const dim3 up_grid(heads, (vdim + kUpWarps - 1) / kUpWarps, row_blocks);
+        T* oc = ot + (int64_t)t0 * heads * vdim;
+        if (one)
+            atomk_launch(mla_up_kernel<T, 1>, up_grid, dim3(kUpWarps * ATOMK_WARP_SIZE), 0, s, (const T*)olat, wt, oc, n,
+                         heads, kv_rank, nope, vdim);
+        else
+            atomk_launch(mla_up_kernel<T, kAbsorbRows>, up_grid, dim3(kUpWarps * ATOMK_WARP_SIZE), 0, s,
+                         (const T*)olat, wt, oc, n, heads, kv_rank, nope, vdim);
         ATOMK_LAUNCHED("mla_up_kernel");
     }
     return ATOMK_OK;

@@ -42,12 +42,14 @@ func TestMLA(t *testing.T) {
 }
 
 // TestMLABoundaries decodes at contexts on either side of the tensor-core kernel's tiles (32
-// positions) and splits (at least 64 positions): a batch of twelve sequences of different
-// lengths (contexts 1 to 1057 over the two decode steps), one long sequence alone (batch 1:
-// the most splits), one short one alone (one split: o_lat written by the attention kernel),
-// and V2-Lite's widths with 5 heads (rows 5-15 of the MMA zeros). The prefixes are only
-// written: their attention is a prefill, which TestMLA covers (and the cpu reference of
-// thousand-token prefills would dominate the test's time).
+// positions) and splits (whole tiles dealt out evenly, at least 64 positions of the bound): a
+// batch of twelve sequences of different lengths (contexts 1 to 1057 over the two decode steps;
+// the short ones leave splits empty), one long sequence alone (batch 1: the most splits), one
+// short one alone (one split: o_lat written by the attention kernel), sixteen long ones (few
+// splits of more tiles than the kernel's ring of four holds), and V2-Lite's widths with 5 heads
+// (rows 5-15 of the MMA zeros). The prefixes are only written: their attention is a prefill,
+// which TestMLA covers (and the cpu reference of thousand-token prefills would dominate the
+// test's time).
 func TestMLABoundaries(t *testing.T) {
 	shapes := append(append([]mlaCase(nil), mlaShapes[1:]...),
 		mlaCase{"5 heads", ops.MLAShape{Heads: 5, KVRank: 512, NopeDim: 128, RopeDim: 64, VDim: 128, Interleaved: true}})
@@ -59,6 +61,7 @@ func TestMLABoundaries(t *testing.T) {
 			{1000, 1}, {1055, 1}}},
 		{"batch 1 long", []seqSpec{{1030, 1}}},
 		{"batch 1 short", []seqSpec{{20, 1}}},
+		{"16 long", longSeqs(16, 1000, 37)},
 	}
 	for _, dt := range testDTypes {
 		for _, sh := range shapes {
@@ -69,6 +72,15 @@ func TestMLABoundaries(t *testing.T) {
 			}
 		}
 	}
+}
+
+// longSeqs is n sequences of contexts from, from+step, ... each decoding one token.
+func longSeqs(n, from, step int) []seqSpec {
+	seqs := make([]seqSpec, n)
+	for i := range seqs {
+		seqs[i] = seqSpec{from + step*i, 1}
+	}
+	return seqs
 }
 
 // checkMLASteps runs the write and the attention of shape a on both backends over three steps
