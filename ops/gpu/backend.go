@@ -65,9 +65,6 @@ type Backend struct {
 	// them), for the next NormLinear with PreNorm.Summed.
 	sums     devBuf
 	sumCount int
-	// mxScratch holds an expanded MXFP4 expert stack for the tensor-core expert kernels of a
-	// large batch (sized at load).
-	mxScratch devBuf
 	// fp8Scratch holds a dequantized FP8 weight for the GEMM of a large batch (sized at load).
 	fp8Scratch devBuf
 
