@@ -572,9 +572,26 @@ int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w,
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: 64-row tiles need the CUDA build", op);
 #endif
     }
+    const bool direct = tile_rows == 1, mx = wscale != nullptr;
+#if defined(ATOMK_CUDA)
+    if (direct && mx && moe_mma_supported(dtype)) {
+        const int cols = kMxDirectThreads / ATOMK_WARP_SIZE * (GATE_UP ? 8 : 16);
+        const dim3 grid((n_out + cols - 1) / cols, slots);
+        const uint8_t* codes = static_cast<const uint8_t*>(w);
+        if (dtype == ATOMK_BF16)
+            atomk_launch(moe_mx_direct_kernel<atomk_bf16, GATE_UP>, grid, dim3(kMxDirectThreads), 0, ATOMK_STREAM(stream),
+                         static_cast<atomk_bf16*>(out), static_cast<const atomk_bf16*>(x), codes, wscale, weights, ids,
+                         topk, hidden, inter, moe_act<atomk_bf16, GATE_UP>(bias, clamped, alpha, limit));
+        else
+            atomk_launch(moe_mx_direct_kernel<atomk_f16, GATE_UP>, grid, dim3(kMxDirectThreads), 0, ATOMK_STREAM(stream),
+                         static_cast<atomk_f16*>(out), static_cast<const atomk_f16*>(x), codes, wscale, weights, ids,
+                         topk, hidden, inter, moe_act<atomk_f16, GATE_UP>(bias, clamped, alpha, limit));
+        ATOMK_LAUNCHED("moe_mx_direct_kernel");
+        return ATOMK_OK;
+    }
+#endif
     const int cols_per_block = kSkinnyWarps * (GATE_UP ? kSkinnyWeightRows<true> / 2 : kSkinnyWeightRows<false>);
     const dim3 grid((n_out + cols_per_block - 1) / cols_per_block, tile_rows == 1 ? slots : tiles);
-    const bool direct = tile_rows == 1, mx = wscale != nullptr;
 #define ATOMK_MOE_SKINNY(D, M)                                                                                        \
     atomk_launch(moe_skinny_kernel<T, GATE_UP, D, M>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),          \
                  static_cast<T*>(out), static_cast<const T*>(x), w, wscale, weights, ids, sorted, tile_expert,       \

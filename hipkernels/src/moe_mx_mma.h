@@ -275,6 +275,97 @@ __global__ void __launch_bounds__(kMxMmaThreads, 2) moe_mx_mma_kernel(T* __restr
         }
 }
 
+// ---- one slot a block (batch 1: atomk_moe_tile_rows 1) ----
+//
+// The weights are the M = 16 operand and the slot is column 0 of N = 8 (columns 1-7 zero), so
+// the multiply-adds run on the tensor cores and a weight costs only its expansion. Warp w of
+// block (x, slot) owns 16 weight rows of expert ids[slot] (gate_up: rows 0-7 the gate rows of 8
+// act columns, rows 8-15 their up rows, so a lane ends with a gate and its up; down: 16 output
+// columns) and streams them along K one MXFP4 block at a time, U blocks in flight: lane (g, q)
+// loads word q (codes k = 8q .. 8q+7) of the block of rows g and g+8, expands them as the tiled
+// kernel does (the same K permutation, A fragment a0/a2 = row g's registers 2t/2t+1, a1/a3 = row
+// g+8's), and lanes 0-3 (g = 0, column 0) load the slot's x values k = 8q .. 8q+7 as the B
+// fragment (b0/b1 = words 2t/2t+1); the other lanes' B is zero. The block's two MMAs accumulate
+// into a fresh fragment, which is scaled in float32 by the rows' E8M0 scales: exact for every
+// scale, as the skinny kernel.
+constexpr int kMxDirectThreads = 128;  // 4 warps
+constexpr int kMxDirectU = 8;          // MXFP4 blocks of each row in flight per lane
+
+template <typename T, bool GATE_UP>
+__global__ void __launch_bounds__(kMxDirectThreads) moe_mx_direct_kernel(T* __restrict__ out, const T* __restrict__ x,
+                                                                         const uint8_t* __restrict__ codes,
+                                                                         const uint8_t* __restrict__ scales,
+                                                                         const float* __restrict__ weights,
+                                                                         const int32_t* __restrict__ ids, int topk,
+                                                                         int hidden, int inter, MoEAct<T> act) {
+    constexpr int U = kMxDirectU;
+    ATOMK_PDL_ENTER();
+    const int slot = blockIdx.y;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+    const int n_out = GATE_UP ? inter : hidden;
+    const int k = GATE_UP ? hidden : inter;
+    const int kb = k / kMXBlock;
+    const int col0 = (blockIdx.x * (kMxDirectThreads / 32) + warp) * (GATE_UP ? 8 : 16);
+    if (col0 >= n_out) return;
+    const int e = ids[slot];
+    // Rows g and g+8 of the warp (clamped past the last column: loaded, never stored).
+    int ra, rb;
+    if constexpr (GATE_UP) {
+        ra = min(col0 + g, n_out - 1);
+        rb = inter + ra;
+    } else {
+        ra = min(col0 + g, n_out - 1);
+        rb = min(col0 + 8 + g, n_out - 1);
+    }
+    const size_t base = (size_t)e * (GATE_UP ? 2 * (size_t)inter : (size_t)hidden);
+    const uint32_t* wa = reinterpret_cast<const uint32_t*>(codes + (base + ra) * (k / 2)) + q;  // + 4·block
+    const uint32_t* wb = reinterpret_cast<const uint32_t*>(codes + (base + rb) * (k / 2)) + q;
+    const uint8_t* sa = scales + (base + ra) * kb;
+    const uint8_t* sb = scales + (base + rb) * kb;
+    const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)(GATE_UP ? slot / topk : slot) * k) + q;  // + 4·block
+    float acc_a = 0.f, acc_b = 0.f;
+    for (int b0 = 0; b0 < kb; b0 += U) {
+        uint32_t ca[U], cb[U], sca[U], scb[U];
+        uint4 xv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int b = b0 + u;
+            const bool ok = b < kb;
+            ca[u] = ok ? __ldg(wa + 4 * b) : 0u;
+            cb[u] = ok ? __ldg(wb + 4 * b) : 0u;
+            sca[u] = ok ? sa[b] : 0u;
+            scb[u] = ok ? sb[b] : 0u;
+            xv[u] = ok && g == 0 ? load_cached(xr + 4 * b) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (b0 + u >= kb) break;
+            uint32_t fa[4], fb[4];
+            mx_expand<T>(ca[u], fa);
+            mx_expand<T>(cb[u], fb);
+            float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const uint32_t af[4] = {fa[2 * t], fb[2 * t], fa[2 * t + 1], fb[2 * t + 1]};
+                Mma<T>::run(c, af, t ? xv[u].z : xv[u].x, t ? xv[u].w : xv[u].y);
+            }
+            // c[0]: row g, column 0; c[2]: row g+8, column 0.
+            acc_a = fmaf(c[0], e8m0(sca[u]), acc_a);
+            acc_b = fmaf(c[2], e8m0(scb[u]), acc_b);
+        }
+    }
+    if (q != 0) return;
+    if constexpr (GATE_UP) {
+        const int col = col0 + g;
+        if (col < n_out) out[(size_t)slot * n_out + col] = atomk_from_float<T>(act.gate_up(acc_a, acc_b, e, col, inter));
+    } else {
+        const float rw = weights[slot];
+        const int col = col0 + g;
+        if (col < n_out) out[(size_t)slot * n_out + col] = atomk_from_float<T>(act.down(acc_a, e, col, hidden) * rw);
+        if (col + 8 < n_out) out[(size_t)slot * n_out + col + 8] = atomk_from_float<T>(act.down(acc_b, e, col + 8, hidden) * rw);
+    }
+}
+
 }  // namespace
 
 #endif  // ATOMK_MOE_MX_MMA_H

@@ -16,8 +16,9 @@ import (
 // TestMoEGptOss: gpt-oss's MoE on the gpu against the cpu: the top-k-then-softmax router and the
 // clamped SwiGLU experts with biases, on every expert kernel (one slot a block, 4-row tiles,
 // 64-row tensor-core tiles), with a limit that clamps often, and with the down biases left to
-// another rank (B2 nil). The MXFP4 cases take the tensor-core kernel that expands the codes in
-// registers from 2 tokens on (16-bit), across its tile edges: hidden and expert widths of whole
+// another rank (B2 nil). The MXFP4 cases take the tensor-core kernels that expand the codes in
+// registers (16-bit): one slot a block (the weights as the MMA's M), and the 64-row tiles from
+// the smallest grouped batch on, across their edges: hidden and expert widths of whole
 // 32-value blocks but not of 64 (a half K stage), more output columns than one block's 128 (or
 // 64 act columns), one expert taking every token (3 tiles of 64 rows, the last partial) while
 // the others get none; scales outside f16's exact range send f16 to the skinny kernel.
@@ -42,6 +43,7 @@ func TestMoEGptOss(t *testing.T) {
 		{name: "tensor-core tiles", experts: 32, topk: 4, hidden: 256, inter: 128, rows: 300, limit: 7, hot: -1},
 		{name: "rank 1 without b2", experts: 8, topk: 2, hidden: 128, inter: 64, rows: 40, limit: 2, noB2: true, hot: -1},
 		mx("mxfp4 batch-1", 32, 4, 256, 128, 1, -1),
+		mx("mxfp4 batch-2 widths of odd blocks", 32, 4, 224, 160, 2, -1),
 		mx("mxfp4 batch 4", 32, 4, 224, 96, 4, -1),
 		mx("mxfp4 33 slots", 16, 3, 160, 96, 11, -1),
 		mx("mxfp4 300 slots", 32, 4, 224, 160, 75, -1),
@@ -94,8 +96,8 @@ func TestMoEGptOss(t *testing.T) {
 					wantMMA := dt != ops.F32 && !(dt == ops.F16 && tc.scaleLo+tc.scaleN-1 > 140)
 					require.Equal(t, wantMMA, w13.g.mx.mma && w2.g.mx.mma, "experts exact on tensor cores")
 					want := skinnyTileRows
-					if tc.rows == 1 {
-						want = 1
+					if slots := tc.rows * tc.topk; slots <= 32 && 4*slots <= tc.experts {
+						want = 1 // one slot a block, no grouping
 					} else if wantMMA {
 						want = 64
 					}
