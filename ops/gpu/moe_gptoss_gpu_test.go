@@ -37,6 +37,8 @@ func TestMoEGptOss(t *testing.T) {
 	}
 	wide := mx("mxfp4 scales past f16's exact range", 16, 4, 128, 64, 20, -1)
 	wide.scaleLo, wide.scaleN = 100, 30
+	wide1 := wide
+	wide1.name, wide1.rows = "mxfp4 batch-1 scales past f16's exact range", 1
 	cases := []moeCase{
 		{name: "batch-1 20b shape", experts: 32, topk: 4, hidden: 256, inter: 128, rows: 1, limit: 7, hot: -1},
 		{name: "skinny 7 tokens clamp bites", experts: 16, topk: 4, hidden: 128, inter: 64, rows: 7, limit: 0.5, hot: -1},
@@ -49,7 +51,7 @@ func TestMoEGptOss(t *testing.T) {
 		mx("mxfp4 300 slots", 32, 4, 224, 160, 75, -1),
 		mx("mxfp4 prefill 1200 slots", 32, 4, 256, 96, 300, -1),
 		mx("mxfp4 one expert takes every token", 8, 2, 288, 160, 150, 3),
-		wide,
+		wide, wide1,
 	}
 	for _, dt := range testDTypes {
 		b, c := newGPU(t, dt), newCPU(t)
