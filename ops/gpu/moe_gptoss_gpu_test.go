@@ -212,5 +212,18 @@ func BenchmarkMoEGptOss(bb *testing.B) {
 		benchDevice(bb, b, fmt.Sprintf("rows=%d/down/tile=%d", rows, a.TileRows), func() {
 			require.NoError(bb, lib.MoEDown(dt, mr.y.ptr, mr.act.ptr, w2.ptr, &a, st))
 		}, report(1.0/3))
+		if a.TileRows == 1 {
+			continue
+		}
+		// The same GEMMs on the skinny kernel's 4-row tiles (what grouped MXFP4 batches took
+		// before the tensor-core kernel, and still take where the scales do not allow it).
+		a.TileRows = skinnyTileRows
+		require.NoError(bb, lib.MoEAlign(&a, st))
+		benchDevice(bb, b, fmt.Sprintf("rows=%d/gate_up/tile=%d", rows, a.TileRows), func() {
+			require.NoError(bb, lib.MoEGateUp(dt, mr.act.ptr, x.ptr, w13.ptr, &a, st))
+		}, report(2.0/3))
+		benchDevice(bb, b, fmt.Sprintf("rows=%d/down/tile=%d", rows, a.TileRows), func() {
+			require.NoError(bb, lib.MoEDown(dt, mr.y.ptr, mr.act.ptr, w2.ptr, &a, st))
+		}, report(1.0/3))
 	}
 }
