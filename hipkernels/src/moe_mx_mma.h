@@ -1,7 +1,7 @@
-// moe_mx_mma.h: the grouped expert GEMM of moe.cu on tensor cores for MXFP4 experts (CUDA,
-// 16-bit activations). Hopper has no FP4 MMA: the weights stay MXFP4 in memory and in shared
-// memory (4.25 bits a weight), and each warp expands its B fragments in registers right before
-// mma.sync m16n8k16.
+// moe_mx_mma.h: the expert GEMMs of moe.cu on tensor cores for MXFP4 experts (CUDA, 16-bit
+// activations): the grouped 64-row tiles, and one slot a block (batch 1, below). Hopper has no
+// FP4 MMA: the weights stay MXFP4 in memory (4.25 bits a weight), and each warp expands its
+// fragments of them in registers right before mma.sync m16n8k16.
 //
 // A block takes one 64-row tile of one expert's slots (atomk_moe_align's sorted ids) and 128
 // weight rows of that expert, and streams K 64 at a time through a 3-stage cp.async ring: the A
