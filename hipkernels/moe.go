@@ -21,7 +21,8 @@ type MoEArgs struct {
 	Clamped      bool
 	Alpha, Limit float32
 	// W13Scales and W2Scales, when not 0, make the weights MXFP4: the weight pointers hold the
-	// packed codes, these the E8M0 scales (tile rows at most 4).
+	// packed codes, these the E8M0 scales (64-row tiles: scales that keep the scaled values
+	// normal in the dtype, see atomk.h).
 	W13Scales, W2Scales Ptr
 }
 

@@ -336,14 +336,16 @@ int atomk_moe_gate_up(int dtype, void* act, const void* x, const void* w13, cons
                       const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,
                       int experts, int topk, int hidden, int inter, const void* b13, int clamped, float alpha, float limit,
                       void* stream);
-/* out[n] (dtype) = the n values of MXFP4 codes [n/2] and E8M0 scales [n/32], for the expert GEMMs
- * of a batch too large for the skinny kernel (64-row tiles on 16-bit weights). */
+/* out[n] (dtype) = the n values of MXFP4 codes [n/2] and E8M0 scales [n/32] (the expert kernels read
+ * MXFP4 as stored; this expands a weight for inspection and tests). */
 int atomk_dequant_mxfp4(int dtype, void* out, const uint8_t* codes, const uint8_t* scales, int64_t n, void* stream);
 /* y[slot, :hidden] = weights[slot] * (act[slot] · down_eᵀ + b2[e]), w2 [experts, hidden, inter], b2
  * [experts, hidden] or NULL.
  * Both: with w*_scales not NULL the weight is MXFP4 (gpt-oss): w13 / w2 hold the packed E2M1 codes
  * [experts, rows, k/2] (low nibble first) and w*_scales the E8M0 scales [experts, rows, k/32];
- * hidden and inter whole blocks of 32, tile_rows 1 or 4 (ATOMK_ERR_UNSUPPORTED on 64-row tiles). */
+ * hidden and inter whole blocks of 32. The 64-row tiles (CUDA, bf16/f16) multiply each block's scale
+ * into the 16-bit expanded values: exact while every scale byte keeps them normal numbers of dtype
+ * (bf16: 2..252, f16: 114..140), which the caller checks; the skinny tiles scale in float32. */
 int atomk_moe_down(int dtype, void* y, const void* act, const void* w2, const uint8_t* w2_scales, const float* weights,
                    const int32_t* ids,
                    const int32_t* sorted, const int32_t* tile_expert, const int32_t* num_tiles, int tile_rows, int slots,

@@ -13,7 +13,8 @@
 //               expert where the family has one (DeepSeek's ungated shared experts as they are).
 // Steps 3 and 4 run one of two kernels over the tiles step 2 made. The tensor-core one (CUDA,
 // 16-bit) takes 64-row tiles: a grouped GEMM with mma.sync m16n8k16 whose A rows are gathered
-// through the sorted slot ids. The skinny one takes 4-row tiles, for decode-sized batches: each
+// through the sorted slot ids (moe_mma.h; MXFP4 experts: moe_mx_mma.h, codes expanded in
+// registers). The skinny one takes 4-row tiles, for decode-sized batches: each
 // warp streams a few weight rows of its tile's expert once and multiplies the tile's rows with
 // them, so a batch-1 step reads only the k chosen experts' weights. It also serves f32 and HIP.
 // Only tiles below the count step 2 wrote do work; the grids are sized for the most tiles the
@@ -416,6 +417,7 @@ __global__ void __launch_bounds__(kSumThreads) moe_sum_kernel(T* __restrict__ ou
 
 #if defined(ATOMK_CUDA)
 #include "moe_mma.h"
+#include "moe_mx_mma.h"
 #endif
 
 namespace {
@@ -529,12 +531,29 @@ int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w,
     if (slots == 0) return ATOMK_OK;
     const int tiles = max_tiles(slots, experts, tile_rows);
     const int n_out = GATE_UP ? inter : hidden;
-    if (wscale && (hidden % kMXBlock || inter % kMXBlock || tile_rows == kMmaRows))
-        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: mxfp4 experts of hidden %d, width %d on %d-row tiles (whole "
-                          "blocks of %d, tiles of at most %d rows)", op, hidden, inter, tile_rows, kMXBlock, kSkinnyRows);
+    if (wscale && (hidden % kMXBlock || inter % kMXBlock))
+        return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: mxfp4 experts of hidden %d, width %d (whole blocks of %d)", op,
+                          hidden, inter, kMXBlock);
     if (tile_rows == kMmaRows) {
 #if defined(ATOMK_CUDA)
         if (!moe_mma_supported(dtype)) return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: dtype %d on 64-row tiles", op, dtype);
+        if (wscale) {
+            const dim3 grid((n_out + (GATE_UP ? kMxMmaCols / 2 : kMxMmaCols) - 1) / (GATE_UP ? kMxMmaCols / 2 : kMxMmaCols),
+                            tiles);
+            const uint8_t* codes = static_cast<const uint8_t*>(w);
+            if (dtype == ATOMK_BF16)
+                atomk_launch(moe_mx_mma_kernel<atomk_bf16, GATE_UP>, grid, dim3(kMxMmaThreads), 0, ATOMK_STREAM(stream),
+                             static_cast<atomk_bf16*>(out), static_cast<const atomk_bf16*>(x), codes, wscale, weights,
+                             sorted, tile_expert, num_tiles, slots, topk, hidden, inter,
+                             moe_act<atomk_bf16, GATE_UP>(bias, clamped, alpha, limit));
+            else
+                atomk_launch(moe_mx_mma_kernel<atomk_f16, GATE_UP>, grid, dim3(kMxMmaThreads), 0, ATOMK_STREAM(stream),
+                             static_cast<atomk_f16*>(out), static_cast<const atomk_f16*>(x), codes, wscale, weights,
+                             sorted, tile_expert, num_tiles, slots, topk, hidden, inter,
+                             moe_act<atomk_f16, GATE_UP>(bias, clamped, alpha, limit));
+            ATOMK_LAUNCHED("moe_mx_mma_kernel");
+            return ATOMK_OK;
+        }
         const int cols = GATE_UP ? kMmaCols / 2 : kMmaCols;
         const dim3 grid((n_out + cols - 1) / cols, tiles);
         if (dtype == ATOMK_BF16)
@@ -553,9 +572,26 @@ int moe_gemm(const char* op, int dtype, void* out, const void* x, const void* w,
         return atomk_fail(ATOMK_ERR_UNSUPPORTED, "%s: 64-row tiles need the CUDA build", op);
 #endif
     }
+    const bool direct = tile_rows == 1, mx = wscale != nullptr;
+#if defined(ATOMK_CUDA)
+    if (direct && mx && moe_mma_supported(dtype)) {
+        const int cols = kMxDirectThreads / ATOMK_WARP_SIZE * (GATE_UP ? 8 : 16);
+        const dim3 grid((n_out + cols - 1) / cols, slots);
+        const uint8_t* codes = static_cast<const uint8_t*>(w);
+        if (dtype == ATOMK_BF16)
+            atomk_launch(moe_mx_direct_kernel<atomk_bf16, GATE_UP>, grid, dim3(kMxDirectThreads), 0, ATOMK_STREAM(stream),
+                         static_cast<atomk_bf16*>(out), static_cast<const atomk_bf16*>(x), codes, wscale, weights, ids,
+                         topk, hidden, inter, moe_act<atomk_bf16, GATE_UP>(bias, clamped, alpha, limit));
+        else
+            atomk_launch(moe_mx_direct_kernel<atomk_f16, GATE_UP>, grid, dim3(kMxDirectThreads), 0, ATOMK_STREAM(stream),
+                         static_cast<atomk_f16*>(out), static_cast<const atomk_f16*>(x), codes, wscale, weights, ids,
+                         topk, hidden, inter, moe_act<atomk_f16, GATE_UP>(bias, clamped, alpha, limit));
+        ATOMK_LAUNCHED("moe_mx_direct_kernel");
+        return ATOMK_OK;
+    }
+#endif
     const int cols_per_block = kSkinnyWarps * (GATE_UP ? kSkinnyWeightRows<true> / 2 : kSkinnyWeightRows<false>);
     const dim3 grid((n_out + cols_per_block - 1) / cols_per_block, tile_rows == 1 ? slots : tiles);
-    const bool direct = tile_rows == 1, mx = wscale != nullptr;
 #define ATOMK_MOE_SKINNY(D, M)                                                                                        \
     atomk_launch(moe_skinny_kernel<T, GATE_UP, D, M>, grid, dim3(kSkinnyThreads), 0, ATOMK_STREAM(stream),          \
                  static_cast<T*>(out), static_cast<const T*>(x), w, wscale, weights, ids, sorted, tile_expert,       \

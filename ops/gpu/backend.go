@@ -65,9 +65,6 @@ type Backend struct {
 	// them), for the next NormLinear with PreNorm.Summed.
 	sums     devBuf
 	sumCount int
-	// mxScratch holds an expanded MXFP4 expert stack for the tensor-core expert kernels of a
-	// large batch (sized at load).
-	mxScratch devBuf
 	// fp8Scratch holds a dequantized FP8 weight for the 16-bit GEMM of a large batch, or the
 	// quantized activations of the FP8 GEMM (sized at load); fp8Unsupported: the library lacked
 	// an FP8 GEMM once (logged).

@@ -14,16 +14,8 @@ import (
 // tokens. A token's output depends on its own slots only, so the chunking changes no result.
 const moeChunkSlots = 8192
 
-// mxMaxTileRows is the most tile rows MXFP4 experts take on the skinny kernel, and
-// mxExpandSlotsPerExpert the slots an expert that make expanding them for the tensor-core tiles
-// pay: the skinny kernel reads an expert (0.53 bytes a weight) once per 4 slots, the expansion
-// writes and reads it in 16 bits (about 4.5 bytes a weight), so it wins from about 34 slots an
-// expert. gpt-oss-20b (32 experts) at decode batch 64, 256 slots, took 235 ms a step expanded
-// and 50 ms on 4-row tiles; its 1024-token prefill 262 ms expanded and 757 ms on 4-row tiles.
-const (
-	mxMaxTileRows          = 4
-	mxExpandSlotsPerExpert = 32
-)
+// skinnyTileRows are the tile rows of the skinny expert kernel (moe.cu's kSkinnyRows).
+const skinnyTileRows = 4
 
 // maxRouteGroups is the most expert groups the grouped router takes (a lane of its warp per
 // group; DeepSeek V2 and V3 have 8).
@@ -37,6 +29,7 @@ type moeRouting struct {
 	rows     int  // tokens the last MoERoute routed
 	chunk    int  // tokens per pass of the expert kernels
 	grouped  bool // MoERoute grouped the rows too (one chunk: MoEExperts skips MoEAlign)
+	mmaRows  int  // the tensor-core expert kernel's tile rows (0: not in this library for this dtype)
 	ids, w   devBuf
 	sorted   devBuf
 	tiles    devBuf
@@ -83,6 +76,15 @@ func (b *Backend) NewMoE(spec ops.MoESpec) (ops.MoERouting, error) {
 	}
 	k := spec.TopK
 	r := &moeRouting{b: b, spec: spec, chunk: max(1, min(spec.MaxTokens, moeChunkSlots/k))}
+	// The tensor-core kernel's tile rows, where this library and dtype have it (the tile choice
+	// of the most slots a pass takes): MXFP4 experts use it from the smallest grouped batch.
+	mma, err := b.lib.MoETileRows(b.kdt, moeChunkSlots, spec.Experts)
+	if err != nil {
+		return nil, fmt.Errorf("mixture of experts: %w", err)
+	}
+	if mma > skinnyTileRows {
+		r.mmaRows = mma
+	}
 	slots := r.chunk * k
 	sortedLen, tilesLen, err := b.lib.MoEWorkspace(slots, spec.Experts)
 	if err != nil {
@@ -227,31 +229,32 @@ func (b *Backend) MoEExperts(out, x ops.Tensor, route ops.MoERouting, w ops.Expe
 		n := min(r.chunk, r.rows-t0)
 		a := r.pass(t0, n)
 		off := hipkernels.Ptr(t0*h) * es
-		// MXFP4 experts: the skinny kernels expand them in registers, 4 slots a tile. A prefill
-		// batch of at least mxExpandSlotsPerExpert slots an expert takes them expanded into the
-		// scratch and the 64-row tensor-core tiles; a smaller one (decode batches) stays on 4-row
-		// tiles, since expanding every expert costs more than reading each a few times.
-		expand := mx && a.TileRows > mxMaxTileRows && a.Slots >= mxExpandSlotsPerExpert*s.Experts
-		regroup := mx && !expand && a.TileRows > mxMaxTileRows
-		if regroup {
-			a.TileRows = mxMaxTileRows
+		// MXFP4 experts are read as stored by every kernel. A grouped batch of them takes the
+		// tensor-core tiles at any size where their scales allow (one read of an expert's codes a
+		// 64-slot tile, expanded once per block), else the skinny 4-row tiles; a batch-1 step
+		// stays on the direct skinny kernel.
+		if mx && a.TileRows != 1 {
+			tile := skinnyTileRows
+			if r.mmaRows > 0 && gu.mx.mma && dn.mx.mma {
+				tile = r.mmaRows
+			}
+			if tile != a.TileRows {
+				a.TileRows = tile
+				if r.grouped { // MoERoute grouped the slots for another tile size
+					b.must("MoEExperts", b.lib.MoEAlign(a, b.stream))
+				}
+			}
 		}
-		if !r.grouped || regroup { // regroup: MoERoute grouped the slots in 64-row tiles
+		if !r.grouped {
 			b.must("MoEExperts", b.lib.MoEAlign(a, b.stream))
 		}
 		a.B13, a.B2 = b13, b2
 		a.Clamped, a.Alpha, a.Limit = s.Activation == ops.ActSwiGLUClamped, s.Alpha, s.Limit
 		w13p, w2p := gu.ptr, dn.ptr
-		if mx && !expand {
+		if mx {
 			a.W13Scales, a.W2Scales = gu.mx.scales, dn.mx.scales
 		}
-		if expand {
-			w13p = b.expandMXFP4(gu)
-		}
 		b.must("MoEExperts", b.lib.MoEGateUp(b.kdt, r.act.ptr, xt.ptr+off, w13p, a, b.stream))
-		if expand {
-			w2p = b.expandMXFP4(dn)
-		}
 		b.must("MoEExperts", b.lib.MoEDown(b.kdt, r.y.ptr, r.act.ptr, w2p, a, b.stream))
 		var spc, gpc hipkernels.Ptr
 		if sp != 0 {

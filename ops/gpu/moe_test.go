@@ -27,3 +27,24 @@ func TestMoERefusedAtLoad(t *testing.T) {
 		require.Contains(t, err.Error(), tc.msg)
 	}
 }
+
+// TestMXMMAScales: MXFP4 experts take the tensor-core kernel only when every scale keeps the
+// scaled E2M1 values (0.5 to 6 times 2^(s-127)) normal numbers of the compute dtype, so that
+// multiplying the scale into the 16-bit values is exact.
+func TestMXMMAScales(t *testing.T) {
+	for _, tc := range []struct {
+		dt     ops.DType
+		scales []byte
+		want   bool
+	}{
+		{ops.BF16, []byte{2, 127, 252}, true},
+		{ops.BF16, []byte{127, 1}, false},   // 0.5·2^-126 is subnormal
+		{ops.BF16, []byte{253, 127}, false}, // 6·2^126 overflows
+		{ops.F16, []byte{114, 121, 140}, true},
+		{ops.F16, []byte{113}, false}, // 0.5·2^-14 is subnormal
+		{ops.F16, []byte{141}, false}, // 6·2^14 overflows
+		{ops.F32, []byte{127}, false}, // float32 runs the skinny kernel
+	} {
+		require.Equal(t, tc.want, mxMMAScales(tc.dt, [][]byte{{127}, tc.scales}), "%v %v", tc.dt, tc.scales)
+	}
+}

@@ -10,9 +10,34 @@ import (
 
 // mxWeight is an MXFP4 weight on the device, as the checkpoint stores it: the packed E2M1 codes
 // [.., N, K/2] (at the tensor's ptr) and the E8M0 scales [.., N, K/32]. The expert kernels expand
-// them in registers, so a decode step reads 4.25 bits a weight.
+// them in registers, so every batch reads 4.25 bits a weight.
 type mxWeight struct {
 	scales hipkernels.Ptr
+	// mma: the tensor-core expert kernel computes these experts exactly in the compute dtype (it
+	// multiplies each block's scale into the 16-bit values, exact while the products stay
+	// normal); otherwise they take the skinny kernel, which scales in float32.
+	mma bool
+}
+
+// mxMMAScales reports whether every E8M0 scale byte in raw keeps the scaled E2M1 values (0.5 to
+// 6 times 2^(s-127)) normal numbers of dt, as the tensor-core expert kernel needs.
+func mxMMAScales(dt ops.DType, raw [][]byte) bool {
+	lo, hi := byte(2), byte(252) // bf16: the float32 exponent range
+	switch dt {
+	case ops.BF16:
+	case ops.F16:
+		lo, hi = 114, 140 // 0.5·2^-13 = 2^-14 .. 6·2^13 = 49152
+	default:
+		return false
+	}
+	for _, part := range raw {
+		for _, s := range part {
+			if s < lo || s > hi {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // mxfp4Weight uploads an MXFP4 expert stack [E, N, K] as it is. The gpu applies MXFP4 in the
@@ -56,22 +81,5 @@ func (b *Backend) mxfp4Weight(name string, d ops.WeightDesc, shape []int, raw []
 	if err := b.copyBytes(scales, sc.Raw); err != nil {
 		return nil, fmt.Errorf("weight %s: %w", name, err)
 	}
-	// The expansion scratch of the tensor-core expert kernels (16-bit activations only), sized
-	// at load so that nothing is allocated in a step.
-	if b.dt != ops.F32 {
-		if err := b.ensure(&b.mxScratch, e*n*k*b.dt.Size()); err != nil {
-			return nil, fmt.Errorf("weight %s: mxfp4 expansion scratch: %w", name, err)
-		}
-	}
-	return &Tensor{ptr: codes, dt: ops.U8, shape: []int{e, n, k}, mx: &mxWeight{scales: scales}}, nil
-}
-
-// expandMXFP4 queues w's values into the expansion scratch, in the compute dtype, and returns it.
-func (b *Backend) expandMXFP4(w *Tensor) hipkernels.Ptr {
-	n := int64(w.shape[0]) * int64(w.shape[1]) * int64(w.shape[2])
-	if b.mxScratch.size < int(n)*b.dt.Size() {
-		shapeErr("MoEExperts", "mxfp4 experts %v past the %d-byte expansion scratch", w.shape, b.mxScratch.size)
-	}
-	b.must("MoEExperts", b.lib.DequantMXFP4(b.kdt, b.mxScratch.ptr, w.ptr, w.mx.scales, n, b.stream))
-	return b.mxScratch.ptr
+	return &Tensor{ptr: codes, dt: ops.U8, shape: []int{e, n, k}, mx: &mxWeight{scales: scales, mma: mxMMAScales(b.dt, sc.Raw)}}, nil
 }
