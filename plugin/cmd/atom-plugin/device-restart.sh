@@ -10,7 +10,7 @@
 #
 #   bash plugin/cmd/atom-plugin/device-restart.sh OUTDIR
 #
-# MODEL (default /dev/shm/llama3-8b, written by randmodel when missing), DTYPE (float32) and
+# MODEL (default /dev/shm/llama3-8b, /tmp/llama3-8b where /dev/shm is small; written by randmodel when missing), DTYPE (float32) and
 # FAULT_AT (640: the first engine's 640th output message) reach the test. The checkpoint is read
 # once before, so that every engine start finds the page cache warm. The test's log, with the
 # recovery times, goes to OUTDIR/restart.log.
@@ -21,7 +21,10 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
 	[ -d "$d" ] && export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
 done
 export ATOM_GO_KERNELS=$PWD/bin/libatomk.so
-MODEL=${MODEL:-/dev/shm/llama3-8b}
+if [ -z "${MODEL:-}" ]; then
+	MODEL=/dev/shm/llama3-8b
+	if [ "$(df -B1 --output=avail /dev/shm 2>/dev/null | tail -1)" -lt 20000000000 ] 2>/dev/null; then MODEL=/tmp/llama3-8b; fi
+fi
 if [ ! -f "$MODEL/config.json" ]; then
 	T0=$(date +%s)
 	bin/randmodel --shape llama3-8b --out "$MODEL" >"$OUT/randmodel.log" 2>&1 || { cat "$OUT/randmodel.log"; exit 1; }
