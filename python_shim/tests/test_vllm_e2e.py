@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
 import json
 import os
 import pathlib
@@ -151,13 +152,27 @@ def socket_base() -> Iterator[pathlib.Path]:
 
 
 @pytest.fixture(scope="module")
+def served_dir(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A copy of the checkpoint for the module's server: the restart test swaps a file of it."""
+    d = tmp_path_factory.mktemp("served") / "model"
+    shutil.copytree(model_dir, d)
+    return str(d)
+
+
+@pytest.fixture(scope="module")
 def server(
-    plugin_binary: str, model_dir: str, socket_base: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
+    plugin_binary: str, served_dir: str, socket_base: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
     t0 = time.monotonic()
+    env = {
+        "ATOM_GO_PLUGIN": plugin_binary,
+        "TMPDIR": str(socket_base),
+        # vLLM's /metrics then collects every process's series, the engine core's too.
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path_factory.mktemp("prometheus")),
+    }
     # No VLLM_PLUGINS: installed, atom-go serves `vllm serve MODEL` by itself.
-    proc, url = _start({"ATOM_GO_PLUGIN": plugin_binary, "TMPDIR": str(socket_base)}, model_dir, log)
+    proc, url = _start(env, served_dir, log, "--middleware", "atom_go.vllm.health.restart_health")
     yield from _serve_until_done(Server(proc, url, log, 0.0), t0, "vllm serve")
 
 
@@ -178,10 +193,17 @@ def _serve_until_done(srv: Server, t0: float, what: str) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def reference(plugin_binary: str, model_dir: str) -> Any:
     """Greedy tokens of `atom-plugin generate` for a prompt (cached)."""
-    cache: dict[tuple[str, bool, int, int], dict[str, Any]] = {}
+    cache: dict[tuple[str, bool, int, int, bool], dict[str, Any]] = {}
 
-    def run(prompt: str | list[int], *, chat: bool = False, max_tokens: int = 12, logprobs: int = 0) -> dict[str, Any]:
-        key = (str(prompt), chat, max_tokens, logprobs)
+    def run(
+        prompt: str | list[int],
+        *,
+        chat: bool = False,
+        max_tokens: int = 12,
+        logprobs: int = 0,
+        ignore_eos: bool = False,
+    ) -> dict[str, Any]:
+        key = (str(prompt), chat, max_tokens, logprobs, ignore_eos)
         if key not in cache:
             cmd = [
                 plugin_binary,
@@ -200,6 +222,8 @@ def reference(plugin_binary: str, model_dir: str) -> Any:
                 cmd += ["--prompt", prompt]
             if chat:
                 cmd.append("--chat")
+            if ignore_eos:
+                cmd.append("--ignore-eos")
             out = subprocess.run(cmd, capture_output=True, check=True, timeout=120)
             cache[key] = json.loads(out.stdout)
         return cache[key]
@@ -403,20 +427,20 @@ def _kill_under_streams(server: Server, reference: Any, pid: int) -> None:
     def stream(prompt: list[int]) -> tuple[list[int], str | None]:
         ids: list[int] = []
         finish = None
-        for n, c in enumerate(
-            server.client().completions.create(
-                model=MODEL_NAME,
-                prompt=prompt,
-                max_tokens=KILL_TOKENS,
-                temperature=0,
-                extra_body={"ignore_eos": True, "return_token_ids": True},
-                stream=True,
-            )
+        held = False
+        for c in server.client().completions.create(
+            model=MODEL_NAME,
+            prompt=prompt,
+            max_tokens=KILL_TOKENS,
+            temperature=0,
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+            stream=True,
         ):
             if c.choices:
                 ids += (c.choices[0].model_extra or {}).get("token_ids") or []
                 finish = c.choices[0].finish_reason or finish
-            if n == 0:
+            if ids and not held:  # the first chunk with a token: atom-go holds the request
+                held = True
                 first.set()
                 assert killed.wait(120), "the kill did not happen"
         return ids, finish
@@ -429,7 +453,7 @@ def _kill_under_streams(server: Server, reference: Any, pid: int) -> None:
         killed.set()
         got = [f.result(timeout=300) for f in futures]
     for prompt, (ids, finish) in zip(prompts, got, strict=True):
-        assert ids == reference(prompt, max_tokens=KILL_TOKENS)["token_ids"], prompt
+        assert ids == reference(prompt, max_tokens=KILL_TOKENS, ignore_eos=True)["token_ids"], prompt
         assert finish == "length", prompt
     print(f"\n{STREAMS} streams across the kill of {pid} completed {time.monotonic() - t_kill:.1f} s after it")
 
@@ -446,16 +470,40 @@ def _atom_plugins(binary: str) -> list[int]:
     return pids
 
 
+def _series(server: Server) -> dict[str, float]:
+    """vLLM's /metrics, unlabelled series only."""
+    out = {}
+    for line in httpx.get(server.url + "/metrics", timeout=30).text.splitlines():
+        name, _, value = line.partition(" ")
+        if line and not line.startswith("#") and "{" not in name:
+            out[name] = float(value)
+    return out
+
+
+def _open_fifo_writer(path: pathlib.Path, timeout: float) -> int:
+    """Opens the FIFO for writing once a reader has it open (ENXIO until then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
 def test_killed_atom_go_is_restarted_then_given_up(
-    server: Server, reference: Any, plugin_binary: str, socket_base: pathlib.Path
+    server: Server, reference: Any, plugin_binary: str, socket_base: pathlib.Path, served_dir: str
 ) -> None:
     """Runs last: it kills the plugin under the module's server four times. The first three
     deaths are within the default restart budget (ATOM_GO_MAX_RESTARTS=3 within
     ATOM_GO_RESTART_WINDOW=300 s): the shim restarts atom-plugin and recomputes the live requests,
     so 16 streams running across each of the first two kills end with exactly the tokens of an
-    uninterrupted run, and /health stays 200. The fourth is beyond the budget: vLLM reports the
-    dead engine its usual way (the server exits), and no atom-plugin process or socket
-    directory is left."""
+    uninterrupted run, /health is 200 afterwards and /metrics counts restarts and recomputed
+    requests. The third restart is held (the checkpoint's config.json is a FIFO the new plugin
+    blocks on) while /health answers 503. The fourth death is beyond the budget: vLLM reports the
+    dead engine its usual way (the server exits), and no atom-plugin process or socket directory
+    is left."""
     pids = [int(server.describe()["pid"])]
     for n in (1, 2):
         _kill_under_streams(server, reference, pids[-1])
@@ -465,10 +513,35 @@ def test_killed_atom_go_is_restarted_then_given_up(
         assert httpx.get(server.url + "/health", timeout=5).status_code == 200
         pids.append(_poll(lambda old=pids[-1]: _new_pid(server, old), 60, "the restarted atom-plugin"))
     assert server.describe()["engine_restarts"] == 2
+    m = _series(server)
+    assert m["atom_go_engine_restarts_total"] == 2.0, m
+    assert 2.0 <= m["atom_go_recomputed_requests_total"] <= 2.0 * STREAMS, m
+    assert m["atom_go_engine_recovery_seconds"] > 0.0, m
+    assert m["atom_go_engine_restarting"] == 0.0, m
 
-    # A third death is within the budget (an idle engine); the fourth is not.
-    os.kill(pids[-1], signal.SIGKILL)
+    # The third death (an idle engine) is within the budget; its restart is held on a FIFO.
+    config = pathlib.Path(served_dir, "config.json")
+    content = config.read_bytes()
+    fifo = config.with_name("config.fifo")
+    os.mkfifo(fifo)
+    os.replace(fifo, config)
+    try:
+        os.kill(pids[-1], signal.SIGKILL)
+        fd = _open_fifo_writer(config, 60)  # the new plugin is loading: the restart runs
+        during = httpx.get(server.url + "/health", timeout=5).status_code
+        restarting = _series(server)["atom_go_engine_restarting"]
+    finally:
+        tmp = config.with_name("config.tmp")
+        tmp.write_bytes(content)
+        os.replace(tmp, config)  # later reads get the file
+    try:
+        os.write(fd, content)
+    finally:
+        os.close(fd)
+    assert during == 503, "/health while atom-plugin restarts"
+    assert restarting == 1.0
     _poll(lambda: server.log_text().count("atom-plugin restarted") == 3, 60, "restart 3")
+    assert httpx.get(server.url + "/health", timeout=5).status_code == 200
     pids.append(_poll(lambda old=pids[-1]: _new_pid(server, old), 60, "the restarted atom-plugin"))
     os.kill(pids[-1], signal.SIGKILL)
 

@@ -93,7 +93,7 @@ class SlotEngine:
             launch,
             options.restart_policy,
             logger=logging.getLogger("atom_go.sglang.restart"),
-            metrics=restart_metrics(),  # SGLang's --enable-metrics collects this process's series
+            observers=[restart_metrics()],  # SGLang's --enable-metrics collects this process's series
         )
         try:
             loaded = self.host.info
