@@ -23,13 +23,13 @@ import (
 // the next step fails with a simulated lost device); MODE stall makes the engine's N-th
 // forward pass (of each model loaded) block forever, a hung device that holds its requests
 // running (the process must then be killed). With :K only the first K engines a host starts
-// are armed (the host says which one a plugin is in GenerationEnv; without it a plugin is the
-// first), so that a restarted engine runs clean. It is read once, when the server starts; it
+// are armed (GenerationEnv says which one a plugin is), so that a restarted engine runs clean. It is read once, when the server starts; it
 // is on no command line and in no --help (see docs/testing.md).
 const FaultEnv = "ATOM_GO_DEBUG_FAULT"
 
-// GenerationEnv is set by a host that restarts its engine (Supervisor, the Python shim's
-// RestartingHost) to the number of engines it started before this one: 0 for the first.
+// GenerationEnv is set by a host that restarts its engine (Supervisor: atom-plugin serve) to
+// the number of engines it started before this one: 0 for the first. A plugin without it (the
+// Python shim's hosts set none) counts as the first.
 const GenerationEnv = "ATOM_GO_ENGINE_GENERATION"
 
 // faultExitCode is the status of an injected exit, distinct from the plugin's usage errors.

@@ -4,8 +4,9 @@ A framework's ``/health`` is answered by its HTTP server's process, while the pl
 in a worker process (vLLM's engine core, SGLang's scheduler). The worker marks a restart with a
 file ``restarting-<pid>`` in a state directory both processes know: ``ATOM_GO_STATE_DIR``, made
 by :func:`ensure_state_dir` in the server's process before it starts its workers (which inherit
-the variable). :func:`restarting` is what the health endpoint asks (vLLM:
-``--middleware atom_go.vllm.health.restart_health``).
+the variable). :func:`restarting` is what the health endpoint asks, through
+:func:`restart_health`, an HTTP middleware for the frameworks' Starlette apps (vLLM:
+``--middleware atom_go.health.restart_health``; SGLang: attached by the plugin).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import contextlib
 import os
 import pathlib
 import tempfile
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 ENV_STATE_DIR = "ATOM_GO_STATE_DIR"
 _PREFIX = "restarting-"
@@ -86,3 +89,14 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+async def restart_health(request: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+    """HTTP middleware: ``GET /health`` answers 503 while a worker restarts atom-plugin, and
+    everything else goes to the framework (its /health: 200 afterwards, 503 once the engine is
+    reported dead)."""
+    if request.url.path == "/health" and restarting():
+        from starlette.responses import Response
+
+        return Response(status_code=503)
+    return await call_next(request)

@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -172,7 +173,9 @@ def server(
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path_factory.mktemp("prometheus")),
     }
     # No VLLM_PLUGINS: installed, atom-go serves `vllm serve MODEL` by itself.
-    proc, url = _start(env, served_dir, log, "--middleware", "atom_go.vllm.health.restart_health")
+    # At most 4 sequences at once: 16 streams take four waves, so a kill at the first streamed
+    # token finds requests running however late the client sees that token.
+    proc, url = _start(env, served_dir, log, "--middleware", "atom_go.health.restart_health", "--max-num-seqs", "4")
     yield from _serve_until_done(Server(proc, url, log, 0.0), t0, "vllm serve")
 
 
@@ -412,7 +415,7 @@ def _new_pid(server: Server, old: int) -> int | None:
 
 
 STREAMS = 16
-KILL_TOKENS = 96
+KILL_TOKENS = 200
 
 
 def _kill_under_streams(server: Server, reference: Any, pid: int) -> None:
@@ -510,6 +513,8 @@ def test_killed_atom_go_is_restarted_then_given_up(
         log = server.log_text()
         assert f"atom-plugin (pid {pids[-1]}) was killed by SIGKILL" in log
         assert log.count("atom-plugin restarted") == n
+        live = re.findall(r"atom-plugin restarted \(pid \d+\) in [0-9.]+ s; (\d+) live requests", log)
+        assert int(live[-1]) > 0, "the kill found no request running"
         assert httpx.get(server.url + "/health", timeout=5).status_code == 200
         pids.append(_poll(lambda old=pids[-1]: _new_pid(server, old), 60, "the restarted atom-plugin"))
     assert server.describe()["engine_restarts"] == 2

@@ -18,6 +18,7 @@ from typing import Any
 
 from atom_go._proto import atom_pb2
 from atom_go.client import EngineClient
+from atom_go.health import RestartMarker
 from atom_go.metrics import restart_metrics
 from atom_go.plugin import PluginProcess
 from atom_go.restart import RestartingHost, RestartPolicy
@@ -93,7 +94,9 @@ class SlotEngine:
             launch,
             options.restart_policy,
             logger=logging.getLogger("atom_go.sglang.restart"),
-            observers=[restart_metrics()],  # SGLang's --enable-metrics collects this process's series
+            # /metrics under --enable-metrics (SGLang collects this process's series), /health
+            # (the plugin's middleware in SGLang's HTTP server reads the restart mark).
+            observers=[restart_metrics(), RestartMarker()],
         )
         try:
             loaded = self.host.info

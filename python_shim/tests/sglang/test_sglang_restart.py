@@ -1,16 +1,18 @@
 """A real SGLang server whose atom-plugin is SIGKILLed mid-stream: restarted, requests recomputed.
 
-One `sglang serve --enable-metrics` with a restart budget of two (ATOM_GO_MAX_RESTARTS=2), twice:
+One `sglang serve --enable-metrics` with a restart budget of three (ATOM_GO_MAX_RESTARTS=3), twice:
 16 concurrent greedy streams, the plugin killed as the first of them reports its first token;
 every stream must end with exactly the tokens of `atom-plugin generate`, /health answers 200 and
-/metrics counts the restarts and the recomputed requests. A third kill is beyond the budget:
-SGLang's scheduler fails and the server exits its own way, leaving no atom-plugin process and no
-socket directory.
+/metrics counts the restarts and the recomputed requests. The third restart is held (the served
+checkpoint's config.json is a FIFO the new plugin blocks on) while /health answers 503. A fourth
+kill is beyond the budget: SGLang's scheduler fails and the server exits its own way, leaving no
+atom-plugin process and no socket directory.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import http.client
 import os
 import pathlib
@@ -18,6 +20,8 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -107,6 +111,26 @@ def _kill_under_streams(srv: Any, atom_plugin: str, reference: Reference) -> int
     return plugins[0]
 
 
+def _open_fifo_writer(path: pathlib.Path, timeout: float) -> int:
+    """Opens the FIFO for writing once a reader has it open (ENXIO until then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
+def _health(srv: Any) -> int:
+    try:
+        with urllib.request.urlopen(srv.url("/health"), timeout=60) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
 def test_sglang_survives_a_killed_plugin(
     atom_plugin: str,
     qwen2_dir: str,
@@ -116,9 +140,11 @@ def test_sglang_survives_a_killed_plugin(
 ) -> None:
     # Short enough for the plugins' socket paths (else they would go to /tmp itself).
     sockets = pathlib.Path(tempfile.mkdtemp(prefix="sg", dir="/tmp"))
-    monkeypatch.setenv("ATOM_GO_MAX_RESTARTS", "2")
+    served = tmp_path / "model"  # a copy: the held restart swaps a file of it
+    shutil.copytree(qwen2_dir, served)
+    monkeypatch.setenv("ATOM_GO_MAX_RESTARTS", "3")
     monkeypatch.setenv("TMPDIR", str(sockets))  # where the plugins' socket directories go
-    srv = _start(SGLANG_SERVE, atom_plugin, qwen2_dir, str(tmp_path), "--enable-metrics")
+    srv = _start(SGLANG_SERVE, atom_plugin, str(served), str(tmp_path), "--enable-metrics")
     killed: list[int] = []
     try:
         assert _metrics(srv).get("atom_go_engine_restarts_total", 0.0) == 0.0
@@ -126,8 +152,7 @@ def test_sglang_survives_a_killed_plugin(
             killed.append(_kill_under_streams(srv, atom_plugin, reference))
             log = "\n".join(srv.lines)
             assert log.count("atom-plugin restarted") == n, srv.log_tail()
-            with urllib.request.urlopen(srv.url("/health"), timeout=60) as resp:
-                assert resp.status == 200
+            assert _health(srv) == 200
             plugins = _plugins(srv.proc.pid, atom_plugin)
             assert len(plugins) == 1 and plugins[0] not in killed
         m = _metrics(srv)
@@ -138,7 +163,39 @@ def test_sglang_survives_a_killed_plugin(
         assert m["atom_go_engine_recovery_seconds"] > 0.0, m
         assert m["atom_go_engine_restarting"] == 0.0, m
 
-        # A third death is beyond the budget of two: SGLang's scheduler fails and the server
+        # The third death (an idle engine) is within the budget; its restart is held on a FIFO.
+        config = served / "config.json"
+        content = config.read_bytes()
+        fifo = served / "config.fifo"
+        os.mkfifo(fifo)
+        os.replace(fifo, config)
+        try:
+            os.kill(plugins[0], signal.SIGKILL)
+            killed.append(plugins[0])
+            fd = _open_fifo_writer(config, 60)  # the new plugin is loading: the restart runs
+            during = _health(srv)
+            restarting = _metrics(srv)["atom_go_engine_restarting"]
+        finally:
+            tmp = served / "config.tmp"
+            tmp.write_bytes(content)
+            os.replace(tmp, config)  # later reads get the file
+        try:
+            os.write(fd, content)
+        finally:
+            os.close(fd)
+        assert during == 503, "/health while atom-plugin restarts"
+        assert restarting == 1.0
+        deadline = time.monotonic() + 60
+        while "\n".join(srv.lines).count("atom-plugin restarted") < 3:
+            assert time.monotonic() < deadline, srv.log_tail()
+            time.sleep(0.1)
+        assert _health(srv) == 200
+        out = srv.generate([5, 6, 7], 8)
+        assert isinstance(out, dict) and "output_ids" in out, out
+        plugins = _plugins(srv.proc.pid, atom_plugin)
+        assert len(plugins) == 1 and plugins[0] not in killed
+
+        # A fourth death is beyond the budget of three: SGLang's scheduler fails and the server
         # ends, taking nothing of atom-go with it.
         os.kill(plugins[0], signal.SIGKILL)
         killed.append(plugins[0])
@@ -148,7 +205,7 @@ def test_sglang_survives_a_killed_plugin(
             resp = exc
         assert not (isinstance(resp, dict) and "output_ids" in resp), resp
         srv.proc.wait(timeout=120)
-        assert "restart budget 2" in "\n".join(srv.lines), srv.log_tail()
+        assert "restart budget 3" in "\n".join(srv.lines), srv.log_tail()
     finally:
         srv.stop()
         print("---- SGLang server log (tail) ----\n" + srv.log_tail(150))
