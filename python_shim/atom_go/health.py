@@ -5,8 +5,8 @@ in a worker process (vLLM's engine core, SGLang's scheduler). The worker marks a
 file ``restarting-<pid>`` in a state directory both processes know: ``ATOM_GO_STATE_DIR``, made
 by :func:`ensure_state_dir` in the server's process before it starts its workers (which inherit
 the variable). :func:`restarting` is what the health endpoint asks, through
-:func:`restart_health`, an HTTP middleware for the frameworks' Starlette apps (vLLM:
-``--middleware atom_go.health.restart_health``; SGLang: attached by the plugin).
+:class:`RestartHealth`, an ASGI middleware for the frameworks' apps (vLLM:
+``--middleware atom_go.health.RestartHealth``; SGLang: attached by the plugin).
 """
 
 from __future__ import annotations
@@ -91,12 +91,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
-async def restart_health(request: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
-    """HTTP middleware: ``GET /health`` answers 503 while a worker restarts atom-plugin, and
-    everything else goes to the framework (its /health: 200 afterwards, 503 once the engine is
-    reported dead)."""
-    if request.url.path == "/health" and restarting():
-        from starlette.responses import Response
+class RestartHealth:
+    """ASGI middleware: ``GET /health`` answers 503 while a worker restarts atom-plugin, and every
+    other request goes to the framework's app untouched (its /health: 200 afterwards, 503 once the
+    engine is reported dead).
 
-        return Response(status_code=503)
-    return await call_next(request)
+    A plain ASGI class rather than Starlette's ``@app.middleware("http")``, whose wrapper of the
+    response stream hides a client's disconnect from the app (a streamed request would then run
+    to its end instead of being aborted).
+    """
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("path") == "/health" and restarting():
+            await send({"type": "http.response.start", "status": 503, "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await self.app(scope, receive, send)

@@ -175,7 +175,7 @@ def server(
     # No VLLM_PLUGINS: installed, atom-go serves `vllm serve MODEL` by itself.
     # At most 4 sequences at once: 16 streams take four waves, so a kill at the first streamed
     # token finds requests running however late the client sees that token.
-    proc, url = _start(env, served_dir, log, "--middleware", "atom_go.health.restart_health", "--max-num-seqs", "4")
+    proc, url = _start(env, served_dir, log, "--middleware", "atom_go.health.RestartHealth", "--max-num-seqs", "4")
     yield from _serve_until_done(Server(proc, url, log, 0.0), t0, "vllm serve")
 
 

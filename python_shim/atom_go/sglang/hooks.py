@@ -12,7 +12,7 @@
   vLLM does (:mod:`atom_go.sglang.mapping`): SGLang sends the ``n`` copies with one seed, which
   would make every choice the same.
 - ``TokenizerManager.__init__`` (SGLang's main process, before its HTTP server starts) gets an
-  AFTER hook that adds :func:`atom_go.health.restart_health` to the HTTP server's app: ``/health``
+  AFTER hook that adds :class:`atom_go.health.RestartHealth` to the HTTP server's app: ``/health``
   answers 503 while a scheduler's worker restarts atom-plugin (the state directory it marks the
   restart in is made by the ``resolve_once`` hook below, before the schedulers start).
 - ``Scheduler.on_idle`` gets an AFTER hook that frees atom-go's state of requests that finished
@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from atom_go import checkpoint
-from atom_go.health import ensure_state_dir, restart_health
+from atom_go.health import RestartHealth, ensure_state_dir
 from atom_go.sglang import ENV_DEVICE
 from atom_go.sglang.compat import SGLangShapeError, check_sglang, shape_error
 from atom_go.sglang.mapping import ParallelSeeds
@@ -95,7 +95,7 @@ def _attach_health(result: Any, *args: Any, **kwargs: Any) -> None:
     if _health_attached or app is None:
         return None
     try:
-        app.middleware("http")(restart_health)
+        app.add_middleware(RestartHealth)
     except RuntimeError as exc:  # the app already started: /health stays SGLang's alone
         log.warning("atom-go could not attach its /health middleware: %s", exc)
         return None

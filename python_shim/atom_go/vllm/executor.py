@@ -153,7 +153,7 @@ class AtomGoExecutor(Executor):
             logger=init_logger("vllm.atom_go.restart"),
             on_gone=self._on_engine_gone,
             # /metrics when vLLM collects its processes' series (multiprocess prometheus), /health
-            # with --middleware atom_go.health.restart_health.
+            # with --middleware atom_go.health.RestartHealth.
             observers=[restart_metrics(), RestartMarker()],
         )
         self.info = self.host.info
