@@ -158,7 +158,7 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_SGLANG", "", "python shim: 1 activates the SGLang plugin, 0 turns it off whatever SGLANG_PLUGINS says"},
 	{"ATOM_GO_SGLANG_ANY_VERSION", "", "python shim: 1 lets the SGLang plugin try an SGLang release it was not built against"},
 	{"ATOM_GO_KV_SLOTS", "", "python shim: KV slots (tokens) under SGLang when --max-total-tokens is not given"},
-	{"ATOM_GO_STATE_DIR", "", "python shim: where a worker marks an atom-plugin restart for the framework's /health (made by the vLLM platform plugin when unset)"},
+	{"ATOM_GO_STATE_ID", "", "python shim: the server a worker marks an atom-plugin restart for, for the framework's /health (made by the vLLM and SGLang plugins when unset)"},
 }
 
 // DebugEnvVars are the ATOM_GO_* variables the product reads only to be tested: like EnvVars

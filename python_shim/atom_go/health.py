@@ -1,94 +1,81 @@
 """Whether a host's atom-plugin is being restarted, for a health endpoint in another process.
 
 A framework's ``/health`` is answered by its HTTP server's process, while the plugin is restarted
-in a worker process (vLLM's engine core, SGLang's scheduler). The worker marks a restart with a
-file ``restarting-<pid>`` in a state directory both processes know: ``ATOM_GO_STATE_DIR``, made
-by :func:`ensure_state_dir` in the server's process before it starts its workers (which inherit
-the variable). :func:`restarting` is what the health endpoint asks, through
-:class:`RestartHealth`, an ASGI middleware for the frameworks' apps (vLLM:
+in a worker process (vLLM's engine core, SGLang's scheduler). While a restart runs, the worker
+holds an abstract Unix socket named ``atomgo-restart-<id>-<pid>``, where ``<id>`` is
+``ATOM_GO_STATE_ID``, set by :func:`ensure_state_id` in the server's process before it starts its
+workers (which inherit it). The server's process sees the name in ``/proc/net/unix``
+(:func:`restarting`). An abstract socket needs no file and vanishes with its process, so a worker
+that dies mid-restart, or a framework killed outright, leaves nothing behind.
+:class:`RestartHealth` is the ASGI middleware that turns this into ``/health`` answers (vLLM:
 ``--middleware atom_go.health.RestartHealth``; SGLang: attached by the plugin).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pathlib
-import tempfile
+import secrets
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-ENV_STATE_DIR = "ATOM_GO_STATE_DIR"
-_PREFIX = "restarting-"
+ENV_STATE_ID = "ATOM_GO_STATE_ID"
+_PREFIX = "atomgo-restart-"
+PROC_NET_UNIX = "/proc/net/unix"
 
-_state_dir: tempfile.TemporaryDirectory[str] | None = None
 
-
-def ensure_state_dir() -> str:
-    """The state directory, made (and named in ATOM_GO_STATE_DIR) unless inherited; a directory
-    made here is removed when this process exits."""
-    global _state_dir
-    d = os.environ.get(ENV_STATE_DIR)
-    if d:
-        return d
-    _state_dir = tempfile.TemporaryDirectory(prefix="atomgo-state-")
-    os.environ[ENV_STATE_DIR] = _state_dir.name
-    return _state_dir.name
+def ensure_state_id() -> str:
+    """The state id, made (and put in ATOM_GO_STATE_ID) unless inherited."""
+    sid = os.environ.get(ENV_STATE_ID)
+    if not sid:
+        sid = secrets.token_hex(8)
+        os.environ[ENV_STATE_ID] = sid
+    return sid
 
 
 class RestartMarker:
-    """A RestartingHost observer that keeps this process's ``restarting-<pid>`` file while a
-    restart runs (nothing without a state directory)."""
+    """A RestartingHost observer that holds this process's restart socket while a restart runs
+    (nothing without a state id)."""
 
     def __init__(self) -> None:
-        d = os.environ.get(ENV_STATE_DIR)
-        self.path = pathlib.Path(d, f"{_PREFIX}{os.getpid()}") if d else None
+        sid = os.environ.get(ENV_STATE_ID)
+        self.name = f"{_PREFIX}{sid}-{os.getpid()}" if sid else None
+        self._sock: socket.socket | None = None
 
     def set_restarting(self, restarting: bool) -> None:
-        """Creates the file when a restart begins, removes it when the restart is over."""
-        if self.path is None:
+        """Binds the socket when a restart begins, closes it when the restart is over."""
+        if self.name is None:
             return
-        with contextlib.suppress(OSError):
-            if restarting:
-                self.path.touch()
-            else:
-                self.path.unlink(missing_ok=True)
+        if restarting and self._sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.bind("\0" + self.name)
+            except OSError:
+                sock.close()
+                return
+            self._sock = sock
+        elif not restarting and self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
     def restarted(self, recovery_seconds: float) -> None:
-        """Nothing to mark: the file is gone once the restart is over."""
+        """Nothing to mark: the socket is closed once the restart is over."""
 
     def recomputed(self, requests: int) -> None:
         """Nothing to mark."""
 
 
-def restarting(state_dir: str | None = None) -> bool:
-    """Whether a live worker marked a restart in the state directory (default ATOM_GO_STATE_DIR).
-
-    A mark left by a process that died meanwhile is ignored: that worker's death is the
-    framework's to report.
-    """
-    d = state_dir or os.environ.get(ENV_STATE_DIR)
-    if not d:
+def restarting(state_id: str | None = None, proc_net_unix: str = PROC_NET_UNIX) -> bool:
+    """Whether a worker of this server (state id, default ATOM_GO_STATE_ID) restarts atom-plugin."""
+    sid = state_id or os.environ.get(ENV_STATE_ID)
+    if not sid:
         return False
+    want = f"@{_PREFIX}{sid}-"
     try:
-        names = os.listdir(d)
+        with open(proc_net_unix, encoding="utf-8", errors="replace") as f:
+            return any(line.rstrip().rsplit(" ", 1)[-1].startswith(want) for line in f)
     except OSError:
         return False
-    for name in names:
-        pid = name.removeprefix(_PREFIX)
-        if name.startswith(_PREFIX) and pid.isdigit() and _alive(int(pid)):
-            return True
-    return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class RestartHealth:

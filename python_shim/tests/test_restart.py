@@ -14,6 +14,7 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -242,7 +243,7 @@ def test_restart_recomputes_identically(
 ) -> None:
     """The first engine dies inside a step: it exits, or its device is corrupted (simulated on the
     cpu), after which the plugin exits on its own."""
-    monkeypatch.setenv(health.ENV_STATE_DIR, str(tmp_path))
+    monkeypatch.setenv(health.ENV_STATE_ID, f"test{os.getpid()}")
     policy = RestartPolicy(max_restarts=2, window=300)
     ref_host, _ = _host(plugin_binary, model_dir, [{}], policy)
     try:
@@ -445,12 +446,26 @@ def test_ledger_recomputes_a_known_request_moved_onto_stale_blocks() -> None:
     assert out["scheduled_cached_reqs"]["resumed_from_preemption"] == [False]
 
 
-def test_restarting_ignores_marks_of_dead_processes(tmp_path: pathlib.Path) -> None:
-    assert not health.restarting(str(tmp_path))
-    child = subprocess.Popen(["true"])  # a process that exited and was reaped
+def test_restart_marker_is_seen_while_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mark is an abstract socket: seen while held, gone once closed (or its process died);
+    another server's marks are not this one's."""
+    monkeypatch.setenv(health.ENV_STATE_ID, f"mark{os.getpid()}")
+    other = f"other{os.getpid()}"
+    marker = health.RestartMarker()
+    assert not health.restarting()
+    marker.set_restarting(True)
+    assert health.restarting()
+    assert not health.restarting(other)
+    marker.set_restarting(False)
+    assert not health.restarting()
+    # A process that holds another server's mark, then dies without closing it.
+    code = "import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(chr(0)+sys.argv[1]); print(flush=True); input()"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, f"atomgo-restart-{other}-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert child.stdout is not None and child.stdin is not None
+    child.stdout.readline()
+    assert health.restarting(other)
+    child.kill()
     child.wait()
-    (tmp_path / f"restarting-{child.pid}").touch()
-    (tmp_path / "restarting-junk").touch()
-    assert not health.restarting(str(tmp_path))
-    (tmp_path / f"restarting-{os.getpid()}").touch()
-    assert health.restarting(str(tmp_path))
+    assert not health.restarting(other)

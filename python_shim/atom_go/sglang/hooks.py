@@ -13,8 +13,8 @@
   would make every choice the same.
 - ``TokenizerManager.__init__`` (SGLang's main process, before its HTTP server starts) gets an
   AFTER hook that adds :class:`atom_go.health.RestartHealth` to the HTTP server's app: ``/health``
-  answers 503 while a scheduler's worker restarts atom-plugin (the state directory it marks the
-  restart in is made by the ``resolve_once`` hook below, before the schedulers start).
+  answers 503 while a scheduler's worker restarts atom-plugin (the state id it marks the restart
+  under is made by the ``resolve_once`` hook below, before the schedulers start).
 - ``Scheduler.on_idle`` gets an AFTER hook that frees atom-go's state of requests that finished
   in the scheduler's last step (steps free them too, but an idle scheduler runs none).
 - ``sglang.srt.server_args.ServerArgs.resolve_once`` gets a BEFORE hook that puts SGLang's own
@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from atom_go import checkpoint
-from atom_go.health import RestartHealth, ensure_state_dir
+from atom_go.health import RestartHealth, ensure_state_id
 from atom_go.sglang import ENV_DEVICE
 from atom_go.sglang.compat import SGLangShapeError, check_sglang, shape_error
 from atom_go.sglang.mapping import ParallelSeeds
@@ -79,7 +79,7 @@ def _prepare_server_args(server_args: Any, *args: Any, **kwargs: Any) -> None:
         )
     server_args.device = "cpu"
     server_args.disable_overlap_schedule = True
-    ensure_state_dir()  # inherited by the scheduler processes, which mark restarts there
+    ensure_state_id()  # inherited by the scheduler processes, which mark restarts there
     _check_checkpoint(server_args)
     _share_cpus_between_dp_ranks(int(getattr(server_args, "dp_size", 1) or 1))
     return None
