@@ -23,8 +23,9 @@ import (
 // the next step fails with a simulated lost device); MODE stall makes the engine's N-th
 // forward pass (of each model loaded) block forever, a hung device that holds its requests
 // running (the process must then be killed). With :K only the first K engines a host starts
-// are armed (GenerationEnv says which one a plugin is), so that a restarted engine runs clean. It is read once, when the server starts; it
-// is on no command line and in no --help (see docs/testing.md).
+// are armed (GenerationEnv says which one a plugin is), so that a restarted engine runs clean.
+// It is read once, when the server starts; it is on no command line and in no --help (see
+// docs/testing.md).
 const FaultEnv = "ATOM_GO_DEBUG_FAULT"
 
 // GenerationEnv is set by a host that restarts its engine (Supervisor: atom-plugin serve) to
