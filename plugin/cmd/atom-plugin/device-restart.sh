@@ -11,7 +11,7 @@
 #   bash plugin/cmd/atom-plugin/device-restart.sh OUTDIR
 #
 # MODEL (default /dev/shm/llama3-8b, /tmp/llama3-8b where /dev/shm is small; written by randmodel when missing), DTYPE (float32) and
-# FAULT_AT (640: the first engine's 640th output message) reach the test. The checkpoint is read
+# FAULT_AT (320: the first engine's 320th output message) reach the test. The checkpoint is read
 # once before, so that every engine start finds the page cache warm. The test's log, with the
 # recovery times, goes to OUTDIR/restart.log.
 set -u
@@ -32,6 +32,6 @@ if [ ! -f "$MODEL/config.json" ]; then
 fi
 cat "$MODEL"/*.safetensors >/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
-ATOM_GO_PLUGIN=$PWD/bin/atom-plugin ATOM_GO_GPU_MODEL=$MODEL ATOM_GO_GPU_DTYPE=${DTYPE:-float32} FAULT_AT=${FAULT_AT:-640} \
+ATOM_GO_PLUGIN=$PWD/bin/atom-plugin ATOM_GO_GPU_MODEL=$MODEL ATOM_GO_GPU_DTYPE=${DTYPE:-float32} FAULT_AT=${FAULT_AT:-320} \
 	timeout 420 bin/serve_gpu.test -test.run '^TestServeGPURecovers$' -test.v -test.timeout 400s 2>&1 | tee "$OUT/restart.log"
 exit "${PIPESTATUS[0]}"

@@ -41,7 +41,7 @@ func TestServeGPURecovers(t *testing.T) {
 	_, err := os.Stat(filepath.Join(model, "config.json"))
 	require.NoError(t, err, "make the checkpoint with randmodel first")
 	const tokens = 128
-	faultAt := envOr("FAULT_AT", "640") // 16 streams: about the 40th decode step
+	faultAt := envOr("FAULT_AT", "320") // 16 streams: about the 20th decode step (fewer if messages carry several tokens)
 	s := startServe(t, bin, 8*time.Minute, []string{"ATOM_GO_DEBUG_FAULT=devicefault@" + faultAt + ":1"},
 		"--model", model, "--device", "gpu", "--dtype", envOr("ATOM_GO_GPU_DTYPE", "float32"),
 		"--max-num-seqs", "16", "--engine-max-restarts", "2")
