@@ -178,6 +178,7 @@ var DevEnvVars = []EnvVar{
 	{"ATOM_GO_PROTOC_VENV", "", "bridge/generate.sh: virtual environment holding grpcio-tools"},
 	{"ATOM_GO_GPU_MODEL", "/dev/shm/llama3-8b", "gpu test TestServeGPURecovers: the checkpoint it serves"},
 	{"ATOM_GO_GPU_DTYPE", "float32", "gpu test TestServeGPURecovers: the compute dtype it serves in"},
+	{"ATOM_GO_TEST_DEVICE_FAULT_CHILD", "", "gpu test TestDeviceFaultIsSticky: set in the re-run of the test binary that faults its device"},
 }
 
 // Env returns the value of an ATOM_GO_* variable from EnvVars, or its default.
