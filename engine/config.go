@@ -158,13 +158,15 @@ var EnvVars = []EnvVar{
 	{"ATOM_GO_SGLANG", "", "python shim: 1 activates the SGLang plugin, 0 turns it off whatever SGLANG_PLUGINS says"},
 	{"ATOM_GO_SGLANG_ANY_VERSION", "", "python shim: 1 lets the SGLang plugin try an SGLang release it was not built against"},
 	{"ATOM_GO_KV_SLOTS", "", "python shim: KV slots (tokens) under SGLang when --max-total-tokens is not given"},
+	{"ATOM_GO_STATE_ID", "", "python shim: the server a worker marks an atom-plugin restart for, for the framework's /health (made by the vLLM and SGLang plugins when unset)"},
 }
 
 // DebugEnvVars are the ATOM_GO_* variables the product reads only to be tested: like EnvVars
 // they count as read by the product, but PrintEnvHelp leaves them out of --help (docs/testing.md
 // documents them).
 var DebugEnvVars = []EnvVar{
-	{"ATOM_GO_DEBUG_FAULT", "", "atom-plugin: exit@N or panic@N makes the plugin die at its N-th engine increment, stall@N hangs its N-th forward pass (tests of hosts' crash handling)"},
+	{"ATOM_GO_DEBUG_FAULT", "", "atom-plugin: exit@N or panic@N makes the plugin die at its N-th engine increment, devicefault@N corrupts the device state there (the plugin then exits as on any lost device), stall@N hangs its N-th forward pass; MODE@N:K arms a host's first K engines only (tests of hosts' crash handling)"},
+	{"ATOM_GO_ENGINE_GENERATION", "", "atom-plugin: set by a host that restarts its engine (atom-plugin serve) to the engines it started before this one; ATOM_GO_DEBUG_FAULT's :K reads it"},
 }
 
 // DevEnvVars are the ATOM_GO_* variables that only tests and build scripts read.
@@ -174,6 +176,9 @@ var DevEnvVars = []EnvVar{
 	{"ATOM_GO_KEEP_LOGS", "", "python tests: keep the vLLM server logs of the end-to-end tests"},
 	{"ATOM_GO_RECORDINGS_OUT", "", "python tests: directory the recording tests copy their recordings to (make recordings: testdata/recordings)"},
 	{"ATOM_GO_PROTOC_VENV", "", "bridge/generate.sh: virtual environment holding grpcio-tools"},
+	{"ATOM_GO_GPU_MODEL", "/dev/shm/llama3-8b", "gpu test TestServeGPURecovers: the checkpoint it serves"},
+	{"ATOM_GO_GPU_DTYPE", "float32", "gpu test TestServeGPURecovers: the compute dtype it serves in"},
+	{"ATOM_GO_TEST_DEVICE_FAULT_CHILD", "", "gpu test TestDeviceFaultIsSticky: set in the re-run of the test binary that faults its device"},
 }
 
 // Env returns the value of an ATOM_GO_* variable from EnvVars, or its default.

@@ -12,6 +12,7 @@ import (
 	"github.com/atom-go/atom/engine/spec"
 	"github.com/atom-go/atom/engine/tokenizer"
 	"github.com/atom-go/atom/models"
+	"github.com/atom-go/atom/ops"
 )
 
 // Engine runs requests on one model. A single goroutine (the loop) owns the scheduler, the
@@ -57,6 +58,8 @@ type Engine struct {
 	// specLogits is the last host-sampled step's logits, which verifySampled reads; a view of
 	// the runner's buffer, valid until the next step.
 	specLogits []float32
+	// onDeviceLost is told when a step failed on a lost device (OnDeviceLost).
+	onDeviceLost func(error)
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -220,6 +223,9 @@ func (e *Engine) loop() {
 		}
 		if e.passGate() && e.sched.HasWork() {
 			if err := e.safeStep(); err != nil {
+				if lost := e.deviceLost(); lost != nil && !errors.Is(err, ops.ErrDeviceLost) {
+					err = fmt.Errorf("%w (the step failed with: %v)", lost, err)
+				}
 				e.failAll(err)
 			}
 			e.gate.stepped()

@@ -216,7 +216,19 @@ func (h *HostSession) Drop(id string) (bool, error) {
 func (h *HostSession) Execute(step *HostStep) (*HostOutput, error) {
 	var out *HostOutput
 	var err error
-	if !h.e.call(func() { out, err = h.execute(step) }) {
+	if !h.e.call(func() {
+		defer func() {
+			if p := recover(); p != nil {
+				_ = h.e.deviceLost() // OnDeviceLost runs before the panic reaches the caller
+				panic(p)
+			}
+		}()
+		if out, err = h.execute(step); err != nil {
+			if lost := h.e.deviceLost(); lost != nil && !errors.Is(err, ops.ErrDeviceLost) {
+				err = fmt.Errorf("%w (the step failed with: %v)", lost, err)
+			}
+		}
+	}) {
 		return nil, ErrClosed
 	}
 	return out, err

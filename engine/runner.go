@@ -52,6 +52,10 @@ type Runner struct {
 	queue      []queuedDraw // queued steps not collected, oldest first (runner_queue.go)
 	queueEager bool         // tests: queue eager steps too
 	fedSteps   int64        // steps queued fed from the previous draw
+
+	// lost is a simulated lost device (InjectDeviceFault on a backend without a device): every
+	// later step fails with it.
+	lost error
 }
 
 // NewRunner binds a model, whose workspaces were sized by limits, to a freshly allocated KV
@@ -139,6 +143,9 @@ func (r *Runner) forward(work []Work, nSample int) (ops.Tensor, error) {
 
 // prepare flattens the work into the varlen batch, checking every index a kernel will follow.
 func (r *Runner) prepare(work []Work) error {
+	if r.lost != nil {
+		return r.lost
+	}
 	m := &r.meta
 	r.ids, r.sampleRows = r.ids[:0], r.sampleRows[:0]
 	m.Positions, m.SlotMapping = m.Positions[:0], m.SlotMapping[:0]

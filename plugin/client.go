@@ -55,6 +55,9 @@ type ClientConfig struct {
 	// generations at start-up and TLS on every message. ATOM_GO_AUTO_MTLS=1 turns it on for
 	// `atom-plugin --handshake` and the Python hosts.
 	AutoMTLS bool
+	// Env is added to the plugin's environment (this process's, which it inherits), last
+	// value of a name winning.
+	Env []string
 	// SocketDirBase is where the plugin's private socket directory is made; "": the system's
 	// temporary directory (keep it short: a socket path is limited to about 108 bytes).
 	SocketDirBase string
@@ -65,6 +68,7 @@ type Client struct {
 	*goplugin.Client
 	cmd  *exec.Cmd
 	base string
+	env  []string
 
 	mu      sync.Mutex
 	sockDir string // the private socket directory, once made
@@ -87,7 +91,7 @@ func NewClient(cfg ClientConfig) *Client {
 		stderr = io.Discard
 	}
 	cmd := exec.Command(cfg.Path, cfg.Args...)
-	return &Client{cmd: cmd, base: cfg.SocketDirBase, Client: goplugin.NewClient(&goplugin.ClientConfig{
+	return &Client{cmd: cmd, base: cfg.SocketDirBase, env: cfg.Env, Client: goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{bridge.ProtocolVersion: {bridge.PluginName: &EnginePlugin{}}},
 		Cmd:              cmd,
@@ -123,8 +127,8 @@ func (c *Client) prepare() error {
 		return err
 	}
 	c.sockDir = dir
-	env := make([]string, 0, len(os.Environ())+1)
-	for _, kv := range os.Environ() {
+	env := make([]string, 0, len(os.Environ())+len(c.env)+1)
+	for _, kv := range append(os.Environ(), c.env...) {
 		if !strings.HasPrefix(kv, EnvSocketDir+"=") {
 			env = append(env, kv)
 		}

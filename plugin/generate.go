@@ -77,7 +77,7 @@ func (s *Server) Generate(req *pb.GenerateRequest, stream pb.AtomEngine_Generate
 			cancelAndDrain(st)
 			return err
 		}
-		s.fault.hit()
+		s.fault.hit(s.log, e)
 	}
 }
 

@@ -42,14 +42,14 @@ func (s *Server) InitKVCache(_ context.Context, req *pb.InitKVCacheRequest) (*pb
 
 // ExecuteModel runs one host-scheduled step.
 func (s *Server) ExecuteModel(_ context.Context, req *pb.ExecuteModelRequest) (*pb.ExecuteModelResponse, error) {
-	_, h, err := s.state()
+	e, h, err := s.state()
 	if err != nil {
 		return nil, err
 	}
 	if h == nil {
 		return nil, status.Error(codes.FailedPrecondition, "ExecuteModel: the engine is not in host mode: call InitKVCache first")
 	}
-	s.fault.hit()
+	s.fault.hit(s.log, e)
 	p, err := bridge.DecodeExecuteModel(req.GetPayload())
 	if err != nil {
 		return nil, toStatus(err)

@@ -184,6 +184,7 @@ func (s *Server) LoadModel(req *pb.LoadModelRequest, stream pb.AtomEngine_LoadMo
 	if hook := s.fault.stallHook(); hook != nil {
 		res.e.SetLayerHook(hook)
 	}
+	res.e.OnDeviceLost(exitOnDeviceLost(s.log))
 	s.mu.Lock()
 	s.eng = res.e
 	s.mu.Unlock()

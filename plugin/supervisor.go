@@ -74,7 +74,7 @@ func StartSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, er
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
-	c, conn, err := s.launch(ctx)
+	c, conn, err := s.launch(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -84,9 +84,11 @@ func StartSupervisor(ctx context.Context, cfg SupervisorConfig) (*Supervisor, er
 	return s, nil
 }
 
-// launch starts a fresh plugin and loads the model into it.
-func (s *Supervisor) launch(ctx context.Context) (*Client, *Conn, error) {
-	c := NewClient(s.cfg.Client)
+// launch starts a fresh plugin for generation gen and loads the model into it.
+func (s *Supervisor) launch(ctx context.Context, gen uint64) (*Client, *Conn, error) {
+	cfg := s.cfg.Client
+	cfg.Env = append(cfg.Env[:len(cfg.Env):len(cfg.Env)], fmt.Sprintf("%s=%d", GenerationEnv, gen))
+	c := NewClient(cfg)
 	conn, err := c.Connect()
 	if err != nil {
 		c.Kill()
@@ -184,7 +186,7 @@ func (s *Supervisor) died(gen uint64, cause error) {
 
 // restart brings generation gen up and opens ready; a failed start spends the budget.
 func (s *Supervisor) restart(gen uint64, ready chan struct{}, since time.Time) {
-	c, conn, err := s.launch(context.Background())
+	c, conn, err := s.launch(context.Background(), gen)
 	s.mu.Lock()
 	if err != nil || s.closed {
 		if c != nil {

@@ -24,9 +24,9 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from atom_go._proto import atom_pb2
 from atom_go.client import EngineClient
@@ -124,6 +124,20 @@ class RestartBudget:
         return len(self._deaths)
 
 
+class RestartObserver(Protocol):
+    """Told of restarts: :class:`atom_go.metrics.RestartMetrics` (the framework's /metrics),
+    :class:`atom_go.health.RestartMarker` (its /health)."""
+
+    def set_restarting(self, restarting: bool) -> None:
+        """A restart begins (True) or is over, done or given up (False)."""
+
+    def restarted(self, recovery_seconds: float) -> None:
+        """A restart is done; it took recovery_seconds from the death to serving."""
+
+    def recomputed(self, requests: int) -> None:
+        """Requests were recomputed on a restarted plugin."""
+
+
 Launch = Callable[[], tuple[PluginProcess, EngineClient]]
 T = TypeVar("T")
 
@@ -162,7 +176,8 @@ class RestartingHost:
     called once here. :meth:`init_kv_cache` hands the KV cache to the host once the host knows
     its block count; afterwards :meth:`execute` runs steps, restarting the plugin when it dies.
     ``max_tokens``/``max_seqs`` bound the recompute steps (0: the loaded engine's limits).
-    ``on_gone`` is called once, with the error, when the budget is spent.
+    ``on_gone`` is called once, with the error, when the budget is spent. ``observers`` are told
+    of each restart and recompute (the framework's ``/metrics`` and ``/health``).
     """
 
     def __init__(
@@ -173,11 +188,13 @@ class RestartingHost:
         logger: logging.Logger | None = None,
         on_gone: Callable[[EngineGoneError], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        observers: Sequence[RestartObserver | None] = (),
     ) -> None:
         self._launch = launch
         self.policy = policy or RestartPolicy.from_config()
         self.log = logger or log
         self._on_gone = on_gone
+        self._observers = [o for o in observers if o is not None]
         self._budget = RestartBudget(self.policy, clock)
         self._lock = threading.RLock()  # serialises steps and restarts
         self._gone: EngineGoneError | None = None
@@ -274,6 +291,8 @@ class RestartingHost:
                 raise PluginError("atom-go sampled during a recompute step, which must end short of every request")
             self.ledger.commit(w, res)
             self.recomputed += len(w["scheduled_new_reqs"])
+            for o in self._observers:
+                o.recomputed(len(w["scheduled_new_reqs"]))
         res = decode_result(self.client.execute_model(encode_payload(step), timeout=timeout))
         self.ledger.commit(step, res)
         return res
@@ -300,6 +319,8 @@ class RestartingHost:
             self.policy.window,
         )
         self._restarting = True
+        for o in self._observers:
+            o.set_restarting(True)
         try:
             self.process, self.client = self._spawner.run(self._launch)
             if self._kv is not None:
@@ -308,12 +329,16 @@ class RestartingHost:
             self._give_up(f"atom-plugin could not be restarted: {exc}")
         finally:
             self._restarting = False
+            for o in self._observers:
+                o.set_restarting(False)
         self.generation += 1
         self.restarts += 1
         self._watch(self.process, self.generation)
         if self.ledger is not None:
             self.ledger.lost()
         self.last_recovery = time.monotonic() - started
+        for o in self._observers:
+            o.restarted(self.last_recovery)
         self.log.warning(
             "atom-plugin restarted (pid %d) in %.2f s; %d live requests will be recomputed",
             self.process.pid,

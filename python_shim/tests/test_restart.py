@@ -13,11 +13,14 @@ import dataclasses
 import os
 import pathlib
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from atom_go import health
 from atom_go.client import EngineClient
 from atom_go.plugin import PluginProcess
 from atom_go.recovery import StepLedger
@@ -216,7 +219,31 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
-def test_restart_recomputes_identically(plugin_binary: str, model_dir: str) -> None:
+class _Observer:
+    """Records what a RestartingHost tells its observers, and what /health would say meanwhile."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+        self.requests = 0
+
+    def set_restarting(self, restarting: bool) -> None:
+        self.events.append(("restarting", restarting, health.restarting()))
+
+    def restarted(self, recovery_seconds: float) -> None:
+        assert recovery_seconds > 0
+        self.events.append(("restarted",))
+
+    def recomputed(self, requests: int) -> None:
+        self.requests += requests
+
+
+@pytest.mark.parametrize("fault", ["exit@12", "devicefault@12"])
+def test_restart_recomputes_identically(
+    plugin_binary: str, model_dir: str, fault: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first engine dies inside a step: it exits, or its device is corrupted (simulated on the
+    cpu), after which the plugin exits on its own."""
+    monkeypatch.setenv(health.ENV_STATE_ID, f"test{os.getpid()}")
     policy = RestartPolicy(max_restarts=2, window=300)
     ref_host, _ = _host(plugin_binary, model_dir, [{}], policy)
     try:
@@ -228,7 +255,14 @@ def test_restart_recomputes_identically(plugin_binary: str, model_dir: str) -> N
     # The first engine exits inside its 12th ExecuteModel call (mid-step, mid-stream); the
     # second is SIGKILLed between steps, after the late request's prefix-cache block was
     # written by the first engine; the third runs to the end.
-    host, pids = _host(plugin_binary, model_dir, [{"ATOM_GO_DEBUG_FAULT": "exit@12"}, {}], policy)
+    observer = _Observer()
+    host, pids = _host(
+        plugin_binary,
+        model_dir,
+        [{"ATOM_GO_DEBUG_FAULT": fault}, {}],
+        policy,
+        observers=[health.RestartMarker(), None, observer],
+    )
     try:
 
         def kill_second(step: int) -> None:
@@ -242,6 +276,10 @@ def test_restart_recomputes_identically(plugin_binary: str, model_dir: str) -> N
         for rid, toks in want.items():
             assert got[rid] == toks, rid
         assert host.recomputed > 0
+        assert observer.requests == host.recomputed
+        # The marker is there while each restart runs (its observer is told after it), and gone after.
+        assert observer.events == [("restarting", True, True), ("restarting", False, False), ("restarted",)] * 2
+        assert not health.restarting()
         assert host.info.num_kv_blocks == NUM_BLOCKS  # the block count the host allocated
         assert host.info.host_mode
         for rid, toks in want.items():
@@ -406,3 +444,28 @@ def test_ledger_recomputes_a_known_request_moved_onto_stale_blocks() -> None:
     assert out["scheduled_cached_reqs"]["req_ids"] == ["n"]
     assert out["scheduled_cached_reqs"]["new_block_ids"] == [None]
     assert out["scheduled_cached_reqs"]["resumed_from_preemption"] == [False]
+
+
+def test_restart_marker_is_seen_while_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mark is an abstract socket: seen while held, gone once closed (or its process died);
+    another server's marks are not this one's."""
+    monkeypatch.setenv(health.ENV_STATE_ID, f"mark{os.getpid()}")
+    other = f"other{os.getpid()}"
+    marker = health.RestartMarker()
+    assert not health.restarting()
+    marker.set_restarting(True)
+    assert health.restarting()
+    assert not health.restarting(other)
+    marker.set_restarting(False)
+    assert not health.restarting()
+    # A process that holds another server's mark, then dies without closing it.
+    code = "import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(chr(0)+sys.argv[1]); print(flush=True); input()"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, f"atomgo-restart-{other}-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert child.stdout is not None and child.stdin is not None
+    child.stdout.readline()
+    assert health.restarting(other)
+    child.kill()
+    child.wait()
+    assert not health.restarting(other)

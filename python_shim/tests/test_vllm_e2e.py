@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -141,11 +144,38 @@ def _wait_healthy(srv: Server) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(plugin_binary: str, model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def socket_base() -> Iterator[pathlib.Path]:
+    """The module server's TMPDIR, where its plugins' socket directories go (short enough for a
+    socket path)."""
+    d = pathlib.Path(tempfile.mkdtemp(prefix="vl", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def served_dir(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A copy of the checkpoint for the module's server: the restart test swaps a file of it."""
+    d = tmp_path_factory.mktemp("served") / "model"
+    shutil.copytree(model_dir, d)
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def server(
+    plugin_binary: str, served_dir: str, socket_base: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
     t0 = time.monotonic()
+    env = {
+        "ATOM_GO_PLUGIN": plugin_binary,
+        "TMPDIR": str(socket_base),
+        # vLLM's /metrics then collects every process's series, the engine core's too.
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path_factory.mktemp("prometheus")),
+    }
     # No VLLM_PLUGINS: installed, atom-go serves `vllm serve MODEL` by itself.
-    proc, url = _start({"ATOM_GO_PLUGIN": plugin_binary}, model_dir, log)
+    # At most 4 sequences at once: 16 streams take four waves, so a kill at the first streamed
+    # token finds requests running however late the client sees that token.
+    proc, url = _start(env, served_dir, log, "--middleware", "atom_go.health.RestartHealth", "--max-num-seqs", "4")
     yield from _serve_until_done(Server(proc, url, log, 0.0), t0, "vllm serve")
 
 
@@ -166,10 +196,17 @@ def _serve_until_done(srv: Server, t0: float, what: str) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def reference(plugin_binary: str, model_dir: str) -> Any:
     """Greedy tokens of `atom-plugin generate` for a prompt (cached)."""
-    cache: dict[tuple[str, bool, int, int], dict[str, Any]] = {}
+    cache: dict[tuple[str, bool, int, int, bool], dict[str, Any]] = {}
 
-    def run(prompt: str | list[int], *, chat: bool = False, max_tokens: int = 12, logprobs: int = 0) -> dict[str, Any]:
-        key = (str(prompt), chat, max_tokens, logprobs)
+    def run(
+        prompt: str | list[int],
+        *,
+        chat: bool = False,
+        max_tokens: int = 12,
+        logprobs: int = 0,
+        ignore_eos: bool = False,
+    ) -> dict[str, Any]:
+        key = (str(prompt), chat, max_tokens, logprobs, ignore_eos)
         if key not in cache:
             cmd = [
                 plugin_binary,
@@ -188,6 +225,8 @@ def reference(plugin_binary: str, model_dir: str) -> Any:
                 cmd += ["--prompt", prompt]
             if chat:
                 cmd.append("--chat")
+            if ignore_eos:
+                cmd.append("--ignore-eos")
             out = subprocess.run(cmd, capture_output=True, check=True, timeout=120)
             cache[key] = json.loads(out.stdout)
         return cache[key]
@@ -375,58 +414,141 @@ def _new_pid(server: Server, old: int) -> int | None:
     return pid if pid != old else None
 
 
-def test_killed_atom_go_is_restarted_then_given_up(server: Server, reference: Any) -> None:
+STREAMS = 16
+KILL_TOKENS = 200
+
+
+def _kill_under_streams(server: Server, reference: Any, pid: int) -> None:
+    """Runs STREAMS concurrent greedy streams, SIGKILLs atom-plugin (pid) as the first of them
+    reports a token (each stream held at its first chunk until the kill is done, so the batch is
+    far from its end) and requires every stream to end with exactly the tokens of `atom-plugin
+    generate`."""
+    prompts = [[1, 10 + i, 200 + 3 * i, 7] for i in range(STREAMS)]
+    first = threading.Event()
+    killed = threading.Event()
+
+    def stream(prompt: list[int]) -> tuple[list[int], str | None]:
+        ids: list[int] = []
+        finish = None
+        held = False
+        for c in server.client().completions.create(
+            model=MODEL_NAME,
+            prompt=prompt,
+            max_tokens=KILL_TOKENS,
+            temperature=0,
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+            stream=True,
+        ):
+            if c.choices:
+                ids += (c.choices[0].model_extra or {}).get("token_ids") or []
+                finish = c.choices[0].finish_reason or finish
+            if ids and not held:  # the first chunk with a token: atom-go holds the request
+                held = True
+                first.set()
+                assert killed.wait(120), "the kill did not happen"
+        return ids, finish
+
+    with concurrent.futures.ThreadPoolExecutor(STREAMS) as pool:
+        futures = [pool.submit(stream, p) for p in prompts]
+        assert first.wait(120), "no stream started"
+        t_kill = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        killed.set()
+        got = [f.result(timeout=300) for f in futures]
+    for prompt, (ids, finish) in zip(prompts, got, strict=True):
+        assert ids == reference(prompt, max_tokens=KILL_TOKENS, ignore_eos=True)["token_ids"], prompt
+        assert finish == "length", prompt
+    print(f"\n{STREAMS} streams across the kill of {pid} completed {time.monotonic() - t_kill:.1f} s after it")
+
+
+def _atom_plugins(binary: str) -> list[int]:
+    """The running processes of this atom-plugin binary (zombies excluded)."""
+    pids = []
+    for exe in pathlib.Path("/proc").glob("[0-9]*/exe"):
+        try:
+            if os.path.realpath(os.readlink(exe)) == os.path.realpath(binary) and not _gone(int(exe.parent.name)):
+                pids.append(int(exe.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _series(server: Server) -> dict[str, float]:
+    """vLLM's /metrics, unlabelled series only."""
+    out = {}
+    for line in httpx.get(server.url + "/metrics", timeout=30).text.splitlines():
+        name, _, value = line.partition(" ")
+        if line and not line.startswith("#") and "{" not in name:
+            out[name] = float(value)
+    return out
+
+
+def _open_fifo_writer(path: pathlib.Path, timeout: float) -> int:
+    """Opens the FIFO for writing once a reader has it open (ENXIO until then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
+def test_killed_atom_go_is_restarted_then_given_up(
+    server: Server, reference: Any, plugin_binary: str, socket_base: pathlib.Path, served_dir: str
+) -> None:
     """Runs last: it kills the plugin under the module's server four times. The first three
     deaths are within the default restart budget (ATOM_GO_MAX_RESTARTS=3 within
     ATOM_GO_RESTART_WINDOW=300 s): the shim restarts atom-plugin and recomputes the live requests,
-    so a stream running across the first kill ends with exactly the text and tokens of an
-    uninterrupted run, and /health stays 200. The fourth is beyond the budget: vLLM reports the
-    dead engine its usual way."""
-    ref = reference("x", max_tokens=240)
-    pid = server.describe()["pid"]
-    errors: list[BaseException] = []
-    chunks: list[Any] = []
+    so 16 streams running across each of the first two kills end with exactly the tokens of an
+    uninterrupted run, /health is 200 afterwards and /metrics counts restarts and recomputed
+    requests. The third restart is held (the checkpoint's config.json is a FIFO the new plugin
+    blocks on) while /health answers 503. The fourth death is beyond the budget: vLLM reports the
+    dead engine its usual way (the server exits), and no atom-plugin process or socket directory
+    is left."""
+    pids = [int(server.describe()["pid"])]
+    for n in (1, 2):
+        _kill_under_streams(server, reference, pids[-1])
+        log = server.log_text()
+        assert f"atom-plugin (pid {pids[-1]}) was killed by SIGKILL" in log
+        assert log.count("atom-plugin restarted") == n
+        live = re.findall(r"atom-plugin restarted \(pid \d+\) in [0-9.]+ s; (\d+) live requests", log)
+        assert int(live[-1]) > 0, "the kill found no request running"
+        assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+        pids.append(_poll(lambda old=pids[-1]: _new_pid(server, old), 60, "the restarted atom-plugin"))
+    assert server.describe()["engine_restarts"] == 2
+    m = _series(server)
+    assert m["atom_go_engine_restarts_total"] == 2.0, m
+    assert 2.0 <= m["atom_go_recomputed_requests_total"] <= 2.0 * STREAMS, m
+    assert m["atom_go_engine_recovery_seconds"] > 0.0, m
+    assert m["atom_go_engine_restarting"] == 0.0, m
 
-    def stream() -> None:
-        try:
-            for c in server.client().completions.create(
-                model=MODEL_NAME,
-                prompt="x",
-                max_tokens=240,
-                temperature=0,
-                extra_body={"ignore_eos": True, "return_token_ids": True},
-                stream=True,
-            ):
-                chunks.append(c)
-        except Exception as exc:
-            errors.append(exc)
-
-    t = threading.Thread(target=stream)
-    t.start()
-    _poll(lambda: len(chunks) >= 2, 60, "the stream to start")
-    t_kill = time.monotonic()
-    os.kill(pid, signal.SIGKILL)
-    t.join(120)
-    assert not t.is_alive(), "the client hangs after atom-go died"
-    assert not errors, errors
-    assert _same_text("".join(c.choices[0].text for c in chunks if c.choices), ref["text"])
-    ids = [i for c in chunks if c.choices for i in ((c.choices[0].model_extra or {}).get("token_ids") or [])]
-    if ids:  # the streamed chunks carry their token ids where vLLM returns them
-        assert ids == ref["token_ids"]
-    assert chunks[-1].choices[0].finish_reason == "length"
-    log = server.log_text()
-    assert f"atom-plugin (pid {pid}) was killed by SIGKILL" in log
-    assert "atom-plugin restarted" in log
+    # The third death (an idle engine) is within the budget; its restart is held on a FIFO.
+    config = pathlib.Path(served_dir, "config.json")
+    content = config.read_bytes()
+    fifo = config.with_name("config.fifo")
+    os.mkfifo(fifo)
+    os.replace(fifo, config)
+    try:
+        os.kill(pids[-1], signal.SIGKILL)
+        fd = _open_fifo_writer(config, 60)  # the new plugin is loading: the restart runs
+        during = httpx.get(server.url + "/health", timeout=5).status_code
+        restarting = _series(server)["atom_go_engine_restarting"]
+    finally:
+        tmp = config.with_name("config.tmp")
+        tmp.write_bytes(content)
+        os.replace(tmp, config)  # later reads get the file
+    try:
+        os.write(fd, content)
+    finally:
+        os.close(fd)
+    assert during == 503, "/health while atom-plugin restarts"
+    assert restarting == 1.0
+    _poll(lambda: server.log_text().count("atom-plugin restarted") == 3, 60, "restart 3")
     assert httpx.get(server.url + "/health", timeout=5).status_code == 200
-    print(f"\nthe stream across the kill completed {time.monotonic() - t_kill:.1f} s after it")
-
-    # Two more deaths are within the budget; the fourth is not.
-    for n in (2, 3, 4):
-        old = pid
-        pid = _poll(lambda old=old: _new_pid(server, old), 60, "the restarted atom-plugin")
-        os.kill(pid, signal.SIGKILL)
-        if n < 4:
-            _poll(lambda n=n: server.log_text().count("atom-plugin restarted") == n, 60, f"restart {n}")
+    pids.append(_poll(lambda old=pids[-1]: _new_pid(server, old), 60, "the restarted atom-plugin"))
+    os.kill(pids[-1], signal.SIGKILL)
 
     def unhealthy() -> bool:
         if server.proc.poll() is not None:
@@ -438,6 +560,11 @@ def test_killed_atom_go_is_restarted_then_given_up(server: Server, reference: An
 
     _poll(unhealthy, 60, "vLLM to report the dead engine")
     _poll(lambda: "restart budget 3" in server.log_text(), 30, "the budget in vLLM's log")
+    _poll(lambda: server.proc.poll() is not None, 120, "vllm serve to exit")
+    _poll(lambda: not _atom_plugins(plugin_binary), 30, "no atom-plugin process left")
+    for pid in pids:
+        assert _gone(pid), f"atom-plugin {pid} is left"
+    assert not list(socket_base.glob("atomgo-*")), "socket directories are left"
 
 
 def test_missing_binary_fails_at_start_up(model_dir: str, tmp_path: pathlib.Path) -> None:

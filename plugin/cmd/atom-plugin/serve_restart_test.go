@@ -52,13 +52,26 @@ func startRestartServer(t *testing.T, env []string, args ...string) *restartServ
 	t.Helper()
 	modelDir, err := filepath.Abs("../../../testdata/models/llama-bf16")
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	s := &restartServer{tmp: t.TempDir(), stderr: &lockedBuffer{}, hc: &http.Client{Timeout: 2 * time.Minute}}
+	return startRestartServerOn(t, modelDir, env, args...)
+}
+
+// startRestartServerOn is startRestartServer serving the checkpoint in modelDir.
+func startRestartServerOn(t *testing.T, modelDir string, env []string, args ...string) *restartServer {
+	t.Helper()
 	// At most 4 sequences run at once, so that a batch of 16 long requests is far from done
 	// when its first token arrives.
-	s.cmd = exec.CommandContext(ctx, pluginBinary(t), append([]string{"serve", "--model", modelDir, "--port", "0",
-		"--kv-cache-memory", "67108864", "--threads", "1", "--max-num-seqs", "4", "--shutdown-grace", "0s"}, args...)...)
+	return startServe(t, pluginBinary(t), 3*time.Minute, env, append([]string{"--model", modelDir,
+		"--kv-cache-memory", "67108864", "--threads", "1", "--max-num-seqs", "4"}, args...)...)
+}
+
+// startServe runs `bin serve --port 0 --shutdown-grace 0s args...` with env added, killed
+// after limit at the latest, and returns once it listens.
+func startServe(t *testing.T, bin string, limit time.Duration, env []string, args ...string) *restartServer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	s := &restartServer{tmp: t.TempDir(), stderr: &lockedBuffer{}, hc: &http.Client{Timeout: limit}}
+	s.cmd = exec.CommandContext(ctx, bin, append([]string{"serve", "--port", "0", "--shutdown-grace", "0s"}, args...)...)
 	s.cmd.Env = append(append(os.Environ(), "TMPDIR="+s.tmp), env...)
 	s.cmd.Stderr = s.stderr
 	stdout, err := s.cmd.StdoutPipe()
@@ -101,9 +114,11 @@ func (s *restartServer) health(t *testing.T) int {
 	return resp.StatusCode
 }
 
-// streamResult is one streamed completion: its tokens and its error event, if any.
+// streamResult is one streamed completion: its tokens, when each event arrived, and its error
+// event, if any.
 type streamResult struct {
 	tokens []int32
+	times  []time.Time
 	errMsg string
 }
 
@@ -165,6 +180,7 @@ func (s *restartServer) runStreamsWith(t *testing.T, params func(i int) map[stri
 				for _, c := range ev.Choices {
 					res[i].tokens = append(res[i].tokens, c.TokenIDs...)
 				}
+				res[i].times = append(res[i].times, time.Now())
 				if kill != nil && !held {
 					held = true
 					once.Do(func() { close(first) })

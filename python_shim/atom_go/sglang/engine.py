@@ -18,6 +18,8 @@ from typing import Any
 
 from atom_go._proto import atom_pb2
 from atom_go.client import EngineClient
+from atom_go.health import RestartMarker
+from atom_go.metrics import restart_metrics
 from atom_go.plugin import PluginProcess
 from atom_go.restart import RestartingHost, RestartPolicy
 from atom_go.wire import ExecuteResult
@@ -88,7 +90,14 @@ class SlotEngine:
                 raise
             return process, client
 
-        self.host = RestartingHost(launch, options.restart_policy, logger=logging.getLogger("atom_go.sglang.restart"))
+        self.host = RestartingHost(
+            launch,
+            options.restart_policy,
+            logger=logging.getLogger("atom_go.sglang.restart"),
+            # /metrics under --enable-metrics (SGLang collects this process's series), /health
+            # (the plugin's middleware in SGLang's HTTP server reads the restart mark).
+            observers=[restart_metrics(), RestartMarker()],
+        )
         try:
             loaded = self.host.info
             if loaded.num_kv_blocks <= RESERVED_SLOTS:

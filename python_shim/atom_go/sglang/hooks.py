@@ -11,6 +11,10 @@
   the ``i``-th copy of a seeded parallel-sampling request (``n > 1``) the seed ``seed + i``, as
   vLLM does (:mod:`atom_go.sglang.mapping`): SGLang sends the ``n`` copies with one seed, which
   would make every choice the same.
+- ``TokenizerManager.__init__`` (SGLang's main process, before its HTTP server starts) gets an
+  AFTER hook that adds :class:`atom_go.health.RestartHealth` to the HTTP server's app: ``/health``
+  answers 503 while a scheduler's worker restarts atom-plugin (the state id it marks the restart
+  under is made by the ``resolve_once`` hook below, before the schedulers start).
 - ``Scheduler.on_idle`` gets an AFTER hook that frees atom-go's state of requests that finished
   in the scheduler's last step (steps free them too, but an idle scheduler runs none).
 - ``sglang.srt.server_args.ServerArgs.resolve_once`` gets a BEFORE hook that puts SGLang's own
@@ -36,6 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from atom_go import checkpoint
+from atom_go.health import RestartHealth, ensure_state_id
 from atom_go.sglang import ENV_DEVICE
 from atom_go.sglang.compat import SGLangShapeError, check_sglang, shape_error
 from atom_go.sglang.mapping import ParallelSeeds
@@ -48,11 +53,14 @@ SCHEDULER_INIT_TARGET = "sglang.srt.managers.scheduler.Scheduler.__init__"
 IDLE_TARGET = "sglang.srt.managers.scheduler.Scheduler.on_idle"
 ADMISSION_TARGET = "sglang.srt.constrained.grammar_manager.GrammarManager.process_req_with_grammar"
 SEND_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_one_request"
+TOKENIZER_INIT_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager.__init__"
+HTTP_SERVER_MODULE = "sglang.srt.entrypoints.http_server"
 # SGLang's CPU thread binding of its scheduler ranks, one "|"-separated CPU group per rank.
 ENV_CPU_BIND = "SGLANG_CPU_OMP_THREADS_BIND"
 
 
 _installed = False
+_health_attached = False
 
 
 def _prepare_server_args(server_args: Any, *args: Any, **kwargs: Any) -> None:
@@ -71,8 +79,27 @@ def _prepare_server_args(server_args: Any, *args: Any, **kwargs: Any) -> None:
         )
     server_args.device = "cpu"
     server_args.disable_overlap_schedule = True
+    ensure_state_id()  # inherited by the scheduler processes, which mark restarts there
     _check_checkpoint(server_args)
     _share_cpus_between_dp_ranks(int(getattr(server_args, "dp_size", 1) or 1))
+    return None
+
+
+def _attach_health(result: Any, *args: Any, **kwargs: Any) -> None:
+    """AFTER hook of TokenizerManager.__init__: the HTTP server's /health answers 503 while a
+    worker restarts atom-plugin. Nothing in a process without SGLang's HTTP server (the offline
+    Engine)."""
+    global _health_attached
+    server = sys.modules.get(HTTP_SERVER_MODULE)
+    app = getattr(server, "app", None)
+    if _health_attached or app is None:
+        return None
+    try:
+        app.add_middleware(RestartHealth)
+    except RuntimeError as exc:  # the app already started: /health stays SGLang's alone
+        log.warning("atom-go could not attach its /health middleware: %s", exc)
+        return None
+    _health_attached = True
     return None
 
 
@@ -222,6 +249,7 @@ def install(overrides: dict[str, Any] | None = None) -> str:
     HookRegistry.register(SERVER_ARGS_RESOLVE_TARGET, _prepare_server_args, HookType.BEFORE)
     HookRegistry.register(ADMISSION_TARGET, _refuse_unsupported, HookType.BEFORE)
     HookRegistry.register(SEND_TARGET, _seed_parallel_copy, HookType.BEFORE)
+    HookRegistry.register(TOKENIZER_INIT_TARGET, _attach_health, HookType.AFTER)
     HookRegistry.register(IDLE_TARGET, _release_on_idle, HookType.AFTER)
     _installed = True
     log.info("atom-go's SGLang plugin attached to sglang %s", version)

@@ -52,10 +52,17 @@ def is_active() -> bool:
 
 
 def register_platform() -> str | None:
-    """Entry point of ``vllm.platform_plugins``: atom-go's platform when active, else None."""
+    """Entry point of ``vllm.platform_plugins``: atom-go's platform when active, else None.
+
+    It also makes the state id (inherited by the engine cores) under which a worker marks
+    a plugin restart for ``/health`` (:mod:`atom_go.health`).
+    """
     if not is_active():
         return None
     os.environ[ENV_ACTIVE] = "1"
+    from atom_go.health import ensure_state_id
+
+    ensure_state_id()
     return PLATFORM_QUALNAME
 
 

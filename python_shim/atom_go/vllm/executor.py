@@ -34,6 +34,8 @@ from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, ModelRunne
 
 from atom_go.client import EngineClient
 from atom_go.devices import DEVICE_ENV_VARS, visible_devices_env
+from atom_go.health import RestartMarker
+from atom_go.metrics import restart_metrics
 from atom_go.plugin import PluginProcess
 from atom_go.restart import EngineGoneError, RestartingHost, RestartPolicy
 from atom_go.vllm import mapping
@@ -160,6 +162,9 @@ class AtomGoExecutor(Executor):
             RestartPolicy.from_additional_config(getattr(self.vllm_config, "additional_config", None)),
             logger=init_logger("vllm.atom_go.restart"),
             on_gone=self._on_engine_gone,
+            # /metrics when vLLM collects its processes' series (multiprocess prometheus), /health
+            # with --middleware atom_go.health.RestartHealth.
+            observers=[restart_metrics(), RestartMarker()],
         )
         self.info = self.host.info
         if cc.block_size and self.info.block_size != cc.block_size:
