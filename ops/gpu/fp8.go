@@ -11,9 +11,10 @@ import (
 )
 
 // fp8MaxGemvRows is the largest batch whose Linear streams the FP8 codes through the skinny
-// kernel (one pass of 8 rows); larger ones run the tensor-core FP8 GEMM: a second pass over the
-// codes made a decode batch of 16 2.4x slower than in bf16 (Llama-3-8B shape, H100).
-const fp8MaxGemvRows = 8
+// kernel; larger ones run the tensor-core FP8 GEMM, which reads the codes at about the copy
+// rate from 4 rows on (the Llama-3-8B gate|up on an H100: 51 us at 8 rows, the skinny kernel
+// 130 us, bf16 84 us; the GEMM takes no batch below 4).
+const fp8MaxGemvRows = 3
 
 // fp8Weight uploads an FP8 weight [N, K] as it is stored, one byte an element, with its float32
 // scales in rows padded to the GEMM's stride; the scratch (a dequantized weight, or the FP8
