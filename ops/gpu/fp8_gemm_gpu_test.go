@@ -120,8 +120,8 @@ func TestLinearFP8GEMM(t *testing.T) {
 			ms   []int
 		}{
 			{256, 512, []int{4, 5, 12, 17, 100}}, // whole blocks; 5 and 17: groups of 4 rows and an overlapping last one
-			{200, 320, []int{17, 33, 1024}},   // partial blocks; the scratch (200·320·2 bytes) holds 385 rows' codes
-			{1000, 1544, []int{24, 257, 777}}, // K = 12·128 + 8: rows padded to 1552, a last block of 8 columns
+			{200, 320, []int{17, 33, 1024}},      // partial blocks; the scratch (200·320·2 bytes) holds 385 rows' codes
+			{1000, 1544, []int{24, 257, 777}},    // K = 12·128 + 8: rows padded to 1552, a last block of 8 columns
 			{4096, 4096, []int{17, 256}},
 		} {
 			b, c := newGPU(t, dt), newCPU(t) // a fresh backend: its scratch is this weight's
