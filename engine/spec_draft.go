@@ -204,19 +204,25 @@ func (e *Engine) draftAfterStep(items []sched.Item, choices []*choice, work []Wo
 // parameters as if drafts 0..j-1 had been emitted: the argmax for a greedy request, else a
 // draw from q, which it keeps.
 func (e *Engine) drawDraft(c *choice, logits []float32, j int) {
-	d, seq, p := e.drafter, c.seq, &c.req.params
+	seq := c.seq
 	out := append(seq.TokenIDs[seq.NumPromptTokens:], c.draft.drafts...)
-	in := sampleInput{params: p, prompt: seq.TokenIDs[:seq.NumPromptTokens], output: out, rng: c.rng, stopIDs: c.req.stopIDs}
-	processed := d.smp.process(logits, &in)
-	if p.Temperature == 0 {
-		c.draft.drafts = append(c.draft.drafts, argmax(processed))
+	e.drafter.draw(&c.draft, logits, j, &sampleInput{params: &c.req.params, prompt: seq.TokenIDs[:seq.NumPromptTokens],
+		output: out, rng: c.rng, stopIDs: c.req.stopIDs})
+}
+
+// draw appends draft j to st, from the draft's logits after the request's penalties (in): the
+// argmax for a greedy request, else a draw from q, which st keeps for rejection sampling.
+func (d *drafter) draw(st *draftState, logits []float32, j int, in *sampleInput) {
+	processed := d.smp.process(logits, in)
+	if in.params.Temperature == 0 {
+		st.drafts = append(st.drafts, argmax(processed))
 		return
 	}
-	if c.draft.q == nil {
-		c.draft.q = make([]float32, d.k*d.vocab)
+	if st.q == nil {
+		st.q = make([]float32, d.k*d.vocab)
 	}
-	q := c.draft.q[j*d.vocab : (j+1)*d.vocab]
-	c.draft.drafts = append(c.draft.drafts, d.smp.drawQ(processed, p, c.rng, q))
+	q := st.q[j*d.vocab : (j+1)*d.vocab]
+	st.drafts = append(st.drafts, d.smp.drawQ(processed, in.params, in.rng, q))
 }
 
 // drawQ draws a token from softmax(logits/T) restricted by p's top-k, top-p and min-p, as

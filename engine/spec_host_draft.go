@@ -145,19 +145,9 @@ func (h *HostSession) hostDraftAfterStep(plan []planned, drafts [][]int32) {
 // hostDrawDraft appends r's draft j, drawn from the draft model's logits as drawDraft does
 // for an engine-scheduled sequence.
 func (h *HostSession) hostDrawDraft(r *hostRequest, logits []float32, j int) {
-	d, p := h.e.drafter, &r.params
 	out := append(r.tokens[r.numPrompt:], r.draft.drafts...)
-	in := sampleInput{params: p, prompt: r.tokens[:r.numPrompt], output: out, rng: r.rng, stopIDs: r.stopIDs}
-	processed := d.smp.process(logits, &in)
-	if p.Temperature == 0 {
-		r.draft.drafts = append(r.draft.drafts, argmax(processed))
-		return
-	}
-	if r.draft.q == nil {
-		r.draft.q = make([]float32, d.k*d.vocab)
-	}
-	q := r.draft.q[j*d.vocab : (j+1)*d.vocab]
-	r.draft.drafts = append(r.draft.drafts, d.smp.drawQ(processed, p, r.rng, q))
+	h.e.drafter.draw(&r.draft, logits, j, &sampleInput{params: &r.params, prompt: r.tokens[:r.numPrompt], output: out,
+		rng: r.rng, stopIDs: r.stopIDs})
 }
 
 // hostMTPAfterStep is hostDraftAfterStep for an MTP layer (spec_mtp.go): the layer computes
