@@ -21,6 +21,11 @@ type Backend struct {
 	qs    []int8
 	qds   []float32
 	quads []quad // per worker
+	// gqs and gds are the activations in the grouped layout of the grouped kernels, octs
+	// their results per worker.
+	gqs  []int8
+	gds  []float32
+	octs []oct
 	// attnState and attnFirst hold attentionVec's per-part softmax state and its items' index,
 	// kept between calls.
 	attnState []float32
@@ -49,7 +54,7 @@ type Options struct {
 func NewWith(workers int, o Options) *Backend {
 	p := newPool(workers)
 	return &Backend{pool: p, kv: map[*offheap.Block]struct{}{}, vec: o.VectorFloat32 || o.KVFloat16, kv16: o.KVFloat16,
-		quads: make([]quad, p.workers)}
+		quads: make([]quad, p.workers), octs: make([]oct, p.workers)}
 }
 
 // Close stops the worker goroutines and releases every KV cache and buffer the backend

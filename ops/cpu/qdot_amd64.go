@@ -33,6 +33,9 @@ func init() {
 	if hasAVX2 {
 		useAVX2()
 	}
+	if hasAVX512 {
+		useAVX512()
+	}
 }
 
 // useAVX2 installs the AVX2 kernels.

@@ -1,0 +1,41 @@
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+// The AVX-512 VNNI kernels (qdot512_amd64.s): one weight row against 8, 4 or 1 activation
+// rows in the grouped layout (qgroup.go); astride and dstride are the rows' strides in bytes,
+// out takes one result a row.
+
+//go:noescape
+func dotQ4_1x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ4_1x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ4_1x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ4_0x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ4_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ4_0x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+// hasAVX512 is whether the grouped kernels can run here: AVX-512 F, BW, VL and VNNI with the
+// OS saving the ZMM registers (x/sys/cpu checks that), on top of the AVX2 set.
+var hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL &&
+	cpu.X86.HasAVX512VNNI
+
+var groupKernelsAVX512 = groupKernelSet{
+	q41: &qGroupKernels{dotQ4_1x8AVX512, dotQ4_1x4AVX512, dotQ4_1x1AVX512},
+	q40: &qGroupKernels{dotQ4_0x8AVX512, dotQ4_0x4AVX512, dotQ4_0x1AVX512},
+}
+
+// useAVX512 installs the grouped kernels, after useAVX2 (the other kernels stay AVX2).
+func useAVX512() {
+	groupKernels = groupKernelsAVX512
+	kernelSet = "avx512+vnni, " + kernelSet
+}

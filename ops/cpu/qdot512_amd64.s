@@ -1,0 +1,369 @@
+#include "textflag.h"
+
+// The AVX-512 VNNI kernels of qdot512_amd64.go: one weight row of ggml blocks against 8, 4 or 1
+// activation rows in the grouped layout (qgroup.go). A group is 4 blocks: the weight side
+// loads their 16-byte halves into one register (Z16: the low 16 elements of each block, Z17:
+// the high 16) once, and each activation row adds two VPDPBUSD (64 products each) into a
+// register of 16 int32 lanes, 4 a block; the lanes are scaled by d_w·d_a of their block and
+// summed into the row's float accumulator. Every row goes through the same instructions (ROW,
+// HSUM) whichever kernel computes it, so a row's result does not depend on the rows beside it
+// (batch invariance).
+//
+// Registers: Z0-Z7 the rows' accumulators, Y8-Y15 their m·s sums (Q4_1; d·s for Q4_0), Z16/Z17
+// the group's low and high quants (unsigned, Q4; signed, Q8_0), Z18 d_w of each lane, Y19 the
+// (d_w, m_w) pairs of the group's blocks, Z20 the nibble mask, Z21 the lane→block index, Z22/
+// Z23 the rows' int32 sums, Z24/Z25 scratch, Z26 the int32 start of a Q8_0 row's sums.
+
+// Lane i of Z18 takes element i/4·2 of Y19: each block's d_w over its 4 lanes.
+DATA lane2block<>+0(SB)/4, $0
+DATA lane2block<>+4(SB)/4, $0
+DATA lane2block<>+8(SB)/4, $0
+DATA lane2block<>+12(SB)/4, $0
+DATA lane2block<>+16(SB)/4, $2
+DATA lane2block<>+20(SB)/4, $2
+DATA lane2block<>+24(SB)/4, $2
+DATA lane2block<>+28(SB)/4, $2
+DATA lane2block<>+32(SB)/4, $4
+DATA lane2block<>+36(SB)/4, $4
+DATA lane2block<>+40(SB)/4, $4
+DATA lane2block<>+44(SB)/4, $4
+DATA lane2block<>+48(SB)/4, $6
+DATA lane2block<>+52(SB)/4, $6
+DATA lane2block<>+56(SB)/4, $6
+DATA lane2block<>+60(SB)/4, $6
+GLOBL lane2block<>(SB), RODATA|NOPTR, $64
+
+// Arguments, constants and zeroed accumulators. Strides in bytes: R10 = astride, R11 = 3·
+// astride, R12 = dstride, R13 = 3·dstride; BX and R9 the rows 4-7 of a and ds.
+#define PROLOGUE \
+	MOVQ w+0(FP), SI \
+	MOVQ a+8(FP), DI \
+	MOVQ ds+16(FP), R8 \
+	MOVQ nb+24(FP), CX \
+	MOVQ astride+32(FP), R10 \
+	MOVQ dstride+40(FP), R12 \
+	MOVQ out+48(FP), DX \
+	LEAQ (R10)(R10*2), R11 \
+	LEAQ (R12)(R12*2), R13 \
+	LEAQ (DI)(R10*4), BX \
+	LEAQ (R8)(R12*4), R9 \
+	MOVL $0x0f0f0f0f, AX \
+	VPBROADCASTD AX, Z20 \
+	VMOVDQU32 lane2block<>(SB), Z21 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+// The nibbles of the 4 blocks' 16 quant bytes in Z16 into Z16 (low: elements 0-15 of each
+// block) and Z17 (high: 16-31); the (d, m) pairs in X24 (f16) into Y19 and d over the lanes into
+// Z18.
+#define Q4_SPLIT \
+	VPSRLW $4, Z16, Z17 \
+	VPANDD Z20, Z16, Z16 \
+	VPANDD Z20, Z17, Z17 \
+	VCVTPH2PS X24, Y19 \
+	VPERMPS Z19, Z21, Z18
+
+// A whole Q4_1 group (4 blocks of 20 bytes: f16 d, f16 m, 16 bytes of nibbles).
+#define Q4_1_GROUP \
+	VMOVD (SI), X24 \
+	VPINSRD $1, 20(SI), X24, X24 \
+	VPINSRD $2, 40(SI), X24, X24 \
+	VPINSRD $3, 60(SI), X24, X24 \
+	VMOVDQU32 4(SI), X16 \
+	VINSERTI32X4 $1, 24(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 44(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 64(SI), Z16, Z16 \
+	Q4_SPLIT
+
+// Q4_0's (d, d) pairs from the dwords (f16 d, two quant bytes) in X24: its x = d·(q - 8) is
+// Q4_1's form with m = d, the -8 applied to the m·s sum at the end.
+#define Q4_0_PAIRS \
+	VPSLLD $16, X24, X25 \
+	VPSRLD $16, X25, X24 \
+	VPORD X25, X24, X24
+
+// A whole Q4_0 group (4 blocks of 18 bytes: f16 d, 16 bytes of nibbles).
+#define Q4_0_GROUP \
+	VMOVD (SI), X24 \
+	VPINSRD $1, 18(SI), X24, X24 \
+	VPINSRD $2, 36(SI), X24, X24 \
+	VPINSRD $3, 54(SI), X24, X24 \
+	Q4_0_PAIRS \
+	VMOVDQU32 2(SI), X16 \
+	VINSERTI32X4 $1, 20(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 38(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 56(SI), Z16, Z16 \
+	Q4_SPLIT
+
+// One activation row of a Q4 group: the 64 low and 64 high quants at lo and hi, the 16 lane
+// scales d_a at ds and the (0, s_a) pairs at ds+64 (sds).
+#define ROW(lo, hi, ds, sds, acc, ms, t) \
+	VPXORD t, t, t \
+	VPDPBUSD lo, Z16, t \
+	VPDPBUSD hi, Z17, t \
+	VCVTDQ2PS t, t \
+	VMULPS ds, t, t \
+	VFMADD231PS Z18, t, acc \
+	VFMADD231PS sds, Y19, ms
+
+#define ROWS1 \
+	ROW((DI), 64(DI), (R8), 64(R8), Z0, Y8, Z22)
+
+#define ROWS4 \
+	ROW((DI), 64(DI), (R8), 64(R8), Z0, Y8, Z22) \
+	ROW((DI)(R10*1), 64(DI)(R10*1), (R8)(R12*1), 64(R8)(R12*1), Z1, Y9, Z23) \
+	ROW((DI)(R10*2), 64(DI)(R10*2), (R8)(R12*2), 64(R8)(R12*2), Z2, Y10, Z22) \
+	ROW((DI)(R11*1), 64(DI)(R11*1), (R8)(R13*1), 64(R8)(R13*1), Z3, Y11, Z23)
+
+#define ROWS8 \
+	ROWS4 \
+	ROW((BX), 64(BX), (R9), 64(R9), Z4, Y12, Z22) \
+	ROW((BX)(R10*1), 64(BX)(R10*1), (R9)(R12*1), 64(R9)(R12*1), Z5, Y13, Z23) \
+	ROW((BX)(R10*2), 64(BX)(R10*2), (R9)(R12*2), 64(R9)(R12*2), Z6, Y14, Z22) \
+	ROW((BX)(R11*1), 64(BX)(R11*1), (R9)(R13*1), 64(R9)(R13*1), Z7, Y15, Z23)
+
+// The next group: 4 weight blocks of bs bytes, 128 activation bytes, 24 scales.
+#define NEXT(bs) \
+	ADDQ $(4*bs), SI \
+	ADDQ $128, DI \
+	ADDQ $128, BX \
+	ADDQ $96, R8 \
+	ADDQ $96, R9 \
+	SUBQ $4, CX
+
+// The horizontal sum of a row's accumulator (Z, Y and X names of one register), and of its m·s
+// sums, into X of the accumulator.
+#define HSUM(z, y, x, msy, msx) \
+	VEXTRACTF64X4 $1, z, Y24 \
+	VADDPS Y24, y, y \
+	VEXTRACTF32X4 $1, y, X24 \
+	VADDPS X24, x, x \
+	VHADDPS x, x, x \
+	VHADDPS x, x, x \
+	VEXTRACTF32X4 $1, msy, X24 \
+	VADDPS X24, msx, msx \
+	VHADDPS msx, msx, msx \
+	VHADDPS msx, msx, msx
+
+// Q4_1: Σ d_w·d_a·Σq_w·q_a + Σ m·s_a.
+#define OUT41(z, y, x, msy, msx, off) \
+	HSUM(z, y, x, msy, msx) \
+	VADDSS msx, x, x \
+	VMOVSS x, off(DX)
+
+// Q4_0: Σ d_w·d_a·Σq_w·q_a - 8·Σ d·s_a.
+#define OUT40(z, y, x, msy, msx, off) \
+	HSUM(z, y, x, msy, msx) \
+	MOVL $0x41000000, AX \
+	VMOVD AX, X24 \
+	VMULSS X24, msx, msx \
+	VSUBSS msx, x, x \
+	VMOVSS x, off(DX)
+
+#define OUT4_41 \
+	OUT41(Z0, Y0, X0, Y8, X8, 0) \
+	OUT41(Z1, Y1, X1, Y9, X9, 4) \
+	OUT41(Z2, Y2, X2, Y10, X10, 8) \
+	OUT41(Z3, Y3, X3, Y11, X11, 12)
+
+#define OUT8_41 \
+	OUT4_41 \
+	OUT41(Z4, Y4, X4, Y12, X12, 16) \
+	OUT41(Z5, Y5, X5, Y13, X13, 20) \
+	OUT41(Z6, Y6, X6, Y14, X14, 24) \
+	OUT41(Z7, Y7, X7, Y15, X15, 28)
+
+#define OUT1_41 \
+	OUT41(Z0, Y0, X0, Y8, X8, 0)
+
+#define OUT4_40 \
+	OUT40(Z0, Y0, X0, Y8, X8, 0) \
+	OUT40(Z1, Y1, X1, Y9, X9, 4) \
+	OUT40(Z2, Y2, X2, Y10, X10, 8) \
+	OUT40(Z3, Y3, X3, Y11, X11, 12)
+
+#define OUT8_40 \
+	OUT4_40 \
+	OUT40(Z4, Y4, X4, Y12, X12, 16) \
+	OUT40(Z5, Y5, X5, Y13, X13, 20) \
+	OUT40(Z6, Y6, X6, Y14, X14, 24) \
+	OUT40(Z7, Y7, X7, Y15, X15, 28)
+
+#define OUT1_40 \
+	OUT40(Z0, Y0, X0, Y8, X8, 0)
+
+// The tail group of 1-3 blocks (CX): the missing blocks' quants and scales stay zero (the
+// activations are zero there too).
+#define Q4_1_TAIL(split) \
+	VMOVD (SI), X24 \
+	VMOVDQU32 4(SI), X16 \
+	CMPQ CX, $2 \
+	JLT split \
+	VPINSRD $1, 20(SI), X24, X24 \
+	VINSERTI32X4 $1, 24(SI), Z16, Z16 \
+	CMPQ CX, $3 \
+	JLT split \
+	VPINSRD $2, 40(SI), X24, X24 \
+	VINSERTI32X4 $2, 44(SI), Z16, Z16
+
+#define Q4_0_TAIL(split) \
+	VMOVD (SI), X24 \
+	VMOVDQU32 2(SI), X16 \
+	CMPQ CX, $2 \
+	JLT split \
+	VPINSRD $1, 18(SI), X24, X24 \
+	VINSERTI32X4 $1, 20(SI), Z16, Z16 \
+	CMPQ CX, $3 \
+	JLT split \
+	VPINSRD $2, 36(SI), X24, X24 \
+	VINSERTI32X4 $2, 38(SI), Z16, Z16
+
+// func dotQ4_1x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ4_1x8AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+q41x8loop:
+	CMPQ CX, $4
+	JLT q41x8tail
+	Q4_1_GROUP
+	ROWS8
+	NEXT(20)
+	JMP q41x8loop
+q41x8tail:
+	TESTQ CX, CX
+	JZ q41x8done
+	Q4_1_TAIL(q41x8split)
+q41x8split:
+	Q4_SPLIT
+	ROWS8
+q41x8done:
+	OUT8_41
+	VZEROUPPER
+	RET
+
+// func dotQ4_1x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ4_1x4AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+q41x4loop:
+	CMPQ CX, $4
+	JLT q41x4tail
+	Q4_1_GROUP
+	ROWS4
+	NEXT(20)
+	JMP q41x4loop
+q41x4tail:
+	TESTQ CX, CX
+	JZ q41x4done
+	Q4_1_TAIL(q41x4split)
+q41x4split:
+	Q4_SPLIT
+	ROWS4
+q41x4done:
+	OUT4_41
+	VZEROUPPER
+	RET
+
+// func dotQ4_1x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ4_1x1AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+q41x1loop:
+	CMPQ CX, $4
+	JLT q41x1tail
+	Q4_1_GROUP
+	ROWS1
+	NEXT(20)
+	JMP q41x1loop
+q41x1tail:
+	TESTQ CX, CX
+	JZ q41x1done
+	Q4_1_TAIL(q41x1split)
+q41x1split:
+	Q4_SPLIT
+	ROWS1
+q41x1done:
+	OUT1_41
+	VZEROUPPER
+	RET
+
+// func dotQ4_0x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ4_0x8AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+q40x8loop:
+	CMPQ CX, $4
+	JLT q40x8tail
+	Q4_0_GROUP
+	ROWS8
+	NEXT(18)
+	JMP q40x8loop
+q40x8tail:
+	TESTQ CX, CX
+	JZ q40x8done
+	Q4_0_TAIL(q40x8split)
+q40x8split:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	ROWS8
+q40x8done:
+	OUT8_40
+	VZEROUPPER
+	RET
+
+// func dotQ4_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ4_0x4AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+q40x4loop:
+	CMPQ CX, $4
+	JLT q40x4tail
+	Q4_0_GROUP
+	ROWS4
+	NEXT(18)
+	JMP q40x4loop
+q40x4tail:
+	TESTQ CX, CX
+	JZ q40x4done
+	Q4_0_TAIL(q40x4split)
+q40x4split:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	ROWS4
+q40x4done:
+	OUT4_40
+	VZEROUPPER
+	RET
+
+// func dotQ4_0x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ4_0x1AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+q40x1loop:
+	CMPQ CX, $4
+	JLT q40x1tail
+	Q4_0_GROUP
+	ROWS1
+	NEXT(18)
+	JMP q40x1loop
+q40x1tail:
+	TESTQ CX, CX
+	JZ q40x1done
+	Q4_0_TAIL(q40x1split)
+q40x1split:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	ROWS1
+q40x1done:
+	OUT1_40
+	VZEROUPPER
+	RET
+
