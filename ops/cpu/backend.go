@@ -280,7 +280,8 @@ func (b *Backend) SiluMul(out, gate, up ops.Tensor) {
 	})
 }
 
-// SiluMulFused writes silu(gate)*up from the two halves of each row of gateUp.
+// SiluMulFused writes silu(gate)*up from the two halves of each row of gateUp (the exp of the
+// vector kernels where Options.VectorFloat32 is on).
 func (b *Backend) SiluMulFused(out, gateUp ops.Tensor) {
 	o, gu := out.(*Tensor), gateUp.(*Tensor)
 	n := o.cols()
@@ -291,6 +292,10 @@ func (b *Backend) SiluMulFused(out, gateUp ops.Tensor) {
 		for r := lo; r < hi; r++ {
 			row := gu.f32[r*2*n : (r+1)*2*n]
 			dst := o.f32[r*n : (r+1)*n]
+			if b.vec {
+				siluMul(dst, row[:n], row[n:])
+				continue
+			}
 			for i, v := range row[:n] {
 				dst[i] = v / (1 + float32(math.Exp(float64(-v)))) * row[n+i]
 			}

@@ -15,13 +15,15 @@ type kernelFuncs struct {
 	accum         func([]float32, []float32, int, int, int, int, []float32, int)
 	accum16       func([]float32, []uint16, int, int, int, int, []float32, int)
 	group         groupKernelSet
+	expShift      func([]float32, float32) float32
+	siluMul       func([]float32, []float32, []float32)
 }
 
 // install sets the kernels in use to k and returns the previous set.
 func (k kernelFuncs) install() kernelFuncs {
 	prev := kernelFuncs{dotQ4_0, dotQ4_1, dotQ8_0, dotQ4_1x4, dotQ8_0x4, quantizeRow, dotF32, axpyF32,
-		attnScores, attnScores16, attnAccum, attnAccum16, groupKernels}
-	groupKernels = k.group
+		attnScores, attnScores16, attnAccum, attnAccum16, groupKernels, expShift, siluMul}
+	groupKernels, expShift, siluMul = k.group, k.expShift, k.siluMul
 	dotQ4_0, dotQ4_1, dotQ8_0, dotQ4_1x4, dotQ8_0x4 = k.q40, k.q41, k.q80, k.q41x4, k.q80x4
 	quantizeRow, dotF32, axpyF32 = k.quantize, k.dotF, k.axpyF
 	attnScores, attnScores16, attnAccum, attnAccum16 = k.scores, k.scores16, k.accum, k.accum16
@@ -29,7 +31,7 @@ func (k kernelFuncs) install() kernelFuncs {
 }
 
 var portableKernels = kernelFuncs{dotQ4_0Go, dotQ4_1Go, dotQ8_0Go, dotQ4_1x4Go, dotQ8_0x4Go, quantizeRowGo, dot, axpyGo,
-	attnScoresGo, attnScores16Go, attnAccumGo, attnAccum16Go, groupKernelSet{}}
+	attnScoresGo, attnScores16Go, attnAccumGo, attnAccum16Go, groupKernelSet{}, expShiftGo, siluMulGo}
 
 // forEachKernelSet runs f with the kernels chosen at start and, where those are the vector
 // ones, again with the AVX2 set alone where AVX-512 was chosen (what a cpu without AVX-512

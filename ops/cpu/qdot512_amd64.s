@@ -232,6 +232,108 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	VPINSRD $2, 36(SI), X24, X24 \
 	VINSERTI32X4 $2, 38(SI), Z16, Z16
 
+// A whole Q8_0 group (4 blocks of 34 bytes: f16 d, 32 int8): the quants made unsigned (+128,
+// the activation side's correction puts -128·Σq_a back) into Z16 (low 16 of each block) and
+// Z17 (high 16); d with zero m into Y19, and over the lanes into Z18.
+#define Q8_0_GROUP \
+	VMOVD (SI), X24 \
+	VPINSRD $1, 34(SI), X24, X24 \
+	VPINSRD $2, 68(SI), X24, X24 \
+	VPINSRD $3, 102(SI), X24, X24 \
+	VMOVDQU32 2(SI), X16 \
+	VINSERTI32X4 $1, 36(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 70(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 104(SI), Z16, Z16 \
+	VMOVDQU32 18(SI), X17 \
+	VINSERTI32X4 $1, 52(SI), Z17, Z17 \
+	VINSERTI32X4 $2, 86(SI), Z17, Z17 \
+	VINSERTI32X4 $3, 120(SI), Z17, Z17 \
+	Q8_SPLIT
+
+#define Q8_SPLIT \
+	VPSLLD $16, X24, X24 \
+	VPSRLD $16, X24, X24 \
+	VPXORD Z20, Z16, Z16 \
+	VPXORD Z20, Z17, Z17 \
+	VCVTPH2PS X24, Y19 \
+	VPERMPS Z19, Z21, Z18
+
+#define Q8_0_TAIL(split) \
+	VMOVD (SI), X24 \
+	VMOVDQU32 2(SI), X16 \
+	VMOVDQU32 18(SI), X17 \
+	CMPQ CX, $2 \
+	JLT split \
+	VPINSRD $1, 34(SI), X24, X24 \
+	VINSERTI32X4 $1, 36(SI), Z16, Z16 \
+	VINSERTI32X4 $1, 52(SI), Z17, Z17 \
+	CMPQ CX, $3 \
+	JLT split \
+	VPINSRD $2, 68(SI), X24, X24 \
+	VINSERTI32X4 $2, 70(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 86(SI), Z17, Z17
+
+// One activation row of a Q8_0 group: the int32 sums start at the row's correction (at
+// ds+64: -128 times the sum of each lane's 8 activations), so they end exact.
+#define ROW8(lo, hi, ds, corr, acc, t) \
+	VMOVDQU32 corr, t \
+	VPDPBUSD lo, Z16, t \
+	VPDPBUSD hi, Z17, t \
+	VCVTDQ2PS t, t \
+	VMULPS ds, t, t \
+	VFMADD231PS Z18, t, acc
+
+#define ROWS1_8 \
+	ROW8((DI), 64(DI), (R8), 64(R8), Z0, Z22)
+
+#define ROWS4_8 \
+	ROW8((DI), 64(DI), (R8), 64(R8), Z0, Z22) \
+	ROW8((DI)(R10*1), 64(DI)(R10*1), (R8)(R12*1), 64(R8)(R12*1), Z1, Z23) \
+	ROW8((DI)(R10*2), 64(DI)(R10*2), (R8)(R12*2), 64(R8)(R12*2), Z2, Z22) \
+	ROW8((DI)(R11*1), 64(DI)(R11*1), (R8)(R13*1), 64(R8)(R13*1), Z3, Z23)
+
+#define ROWS8_8 \
+	ROWS4_8 \
+	ROW8((BX), 64(BX), (R9), 64(R9), Z4, Z22) \
+	ROW8((BX)(R10*1), 64(BX)(R10*1), (R9)(R12*1), 64(R9)(R12*1), Z5, Z23) \
+	ROW8((BX)(R10*2), 64(BX)(R10*2), (R9)(R12*2), 64(R9)(R12*2), Z6, Z22) \
+	ROW8((BX)(R11*1), 64(BX)(R11*1), (R9)(R13*1), 64(R9)(R13*1), Z7, Z23)
+
+// Q8_0: Σ d_w·d_a·Σq_w·q_a.
+#define OUT80(z, y, x, off) \
+	VEXTRACTF64X4 $1, z, Y24 \
+	VADDPS Y24, y, y \
+	VEXTRACTF32X4 $1, y, X24 \
+	VADDPS X24, x, x \
+	VHADDPS x, x, x \
+	VHADDPS x, x, x \
+	VMOVSS x, off(DX)
+
+#define OUT1_80 \
+	OUT80(Z0, Y0, X0, 0)
+
+#define OUT4_80 \
+	OUT80(Z0, Y0, X0, 0) \
+	OUT80(Z1, Y1, X1, 4) \
+	OUT80(Z2, Y2, X2, 8) \
+	OUT80(Z3, Y3, X3, 12)
+
+#define OUT8_80 \
+	OUT4_80 \
+	OUT80(Z4, Y4, X4, 16) \
+	OUT80(Z5, Y5, X5, 20) \
+	OUT80(Z6, Y6, X6, 24) \
+	OUT80(Z7, Y7, X7, 28)
+
+// The next Q8_0 group: 4 weight blocks, 128 activation bytes, 32 scales.
+#define NEXT8 \
+	ADDQ $136, SI \
+	ADDQ $128, DI \
+	ADDQ $128, BX \
+	ADDQ $128, R8 \
+	ADDQ $128, R9 \
+	SUBQ $4, CX
+
 // func dotQ4_1x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ4_1x8AVX512(SB), NOSPLIT, $0-56
 	PROLOGUE
@@ -367,3 +469,74 @@ q40x1done:
 	VZEROUPPER
 	RET
 
+// func dotQ8_0x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ8_0x8AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x80808080, AX
+	VPBROADCASTD AX, Z20
+q80x8loop:
+	CMPQ CX, $4
+	JLT q80x8tail
+	Q8_0_GROUP
+	ROWS8_8
+	NEXT8
+	JMP q80x8loop
+q80x8tail:
+	TESTQ CX, CX
+	JZ q80x8done
+	Q8_0_TAIL(q80x8split)
+q80x8split:
+	Q8_SPLIT
+	ROWS8_8
+q80x8done:
+	OUT8_80
+	VZEROUPPER
+	RET
+
+// func dotQ8_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ8_0x4AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x80808080, AX
+	VPBROADCASTD AX, Z20
+q80x4loop:
+	CMPQ CX, $4
+	JLT q80x4tail
+	Q8_0_GROUP
+	ROWS4_8
+	NEXT8
+	JMP q80x4loop
+q80x4tail:
+	TESTQ CX, CX
+	JZ q80x4done
+	Q8_0_TAIL(q80x4split)
+q80x4split:
+	Q8_SPLIT
+	ROWS4_8
+q80x4done:
+	OUT4_80
+	VZEROUPPER
+	RET
+
+// func dotQ8_0x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ8_0x1AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x80808080, AX
+	VPBROADCASTD AX, Z20
+q80x1loop:
+	CMPQ CX, $4
+	JLT q80x1tail
+	Q8_0_GROUP
+	ROWS1_8
+	NEXT8
+	JMP q80x1loop
+q80x1tail:
+	TESTQ CX, CX
+	JZ q80x1done
+	Q8_0_TAIL(q80x1split)
+q80x1split:
+	Q8_SPLIT
+	ROWS1_8
+q80x1done:
+	OUT1_80
+	VZEROUPPER
+	RET

@@ -1,17 +1,24 @@
 package cpu
 
-import "github.com/atom-go/atom/ops"
+import (
+	"math"
+
+	"github.com/atom-go/atom/ops"
+)
 
 // The grouped layout of 8-bit activations, which the AVX-512 VNNI kernels read: a row's
 // blocks in groups of 4 (the last one padded with zero blocks), a group 128 bytes (the low 16
 // quants of each of its 4 blocks, then their high 16, the halves in which a Q4 block stores its
-// nibbles) and groupScales floats: each block's d_a over 4 lanes (16), then (0, s_a) for each
-// block (8). A weight group is then two 64-byte registers of quants against the activation
-// group's two, the int32 lanes of the products 4 a block.
+// nibbles) and its scales: each block's d_a over 4 lanes (16 floats), then for Q4 weights
+// (0, s_a) for each block (8 floats), for Q8_0 weights each lane's -128·Σq_a (16 int32, as
+// float32 bits: the kernel reads the weights as unsigned bytes, q_w + 128). A weight group is
+// then two 64-byte registers of quants against the activation group's two, the int32 lanes of
+// the products 4 a block.
 const (
-	groupBlocks = 4
-	groupBytes  = groupBlocks * qBlock
-	groupScales = 24
+	groupBlocks   = 4
+	groupBytes    = groupBlocks * qBlock
+	groupScalesQ4 = 24
+	groupScalesQ8 = 32
 )
 
 // qGroupFunc is a grouped kernel: one weight row of nb blocks against 8, 4 or 1 activation
@@ -23,7 +30,7 @@ type qGroupFunc func(w *byte, a *int8, ds *float32, nb, astride, dstride int, ou
 type qGroupKernels struct{ x8, x4, x1 qGroupFunc }
 
 // groupKernelSet holds the grouped kernels of the types that have them.
-type groupKernelSet struct{ q40, q41 *qGroupKernels }
+type groupKernelSet struct{ q40, q41, q80 *qGroupKernels }
 
 // groupKernels are the grouped kernels in use: none unless the cpu has AVX-512 VNNI
 // (qdot512_amd64.go); qLinear then uses the per-row kernels of qdot.go.
@@ -36,22 +43,33 @@ func (s groupKernelSet) of(t ops.GGMLType) *qGroupKernels {
 		return s.q40
 	case ops.GGMLQ4_1:
 		return s.q41
+	case ops.GGMLQ8_0:
+		return s.q80
 	}
 	return nil
 }
 
-// groupGeometry returns a row's groups, bytes and scales in the grouped layout for k values.
-func groupGeometry(k int) (groups, bytes, scales int) {
+// groupGeometry returns a row's groups, bytes and scales in the grouped layout for k values,
+// for Q8_0 weights or Q4 ones.
+func groupGeometry(k int, q8 bool) (groups, bytes, scales int) {
 	groups = (k/qBlock + groupBlocks - 1) / groupBlocks
-	return groups, groups * groupBytes, groups * groupScales
+	per := groupScalesQ4
+	if q8 {
+		per = groupScalesQ8
+	}
+	return groups, groups * groupBytes, groups * per
 }
 
 // groupRow rewrites one row quantized by quantizeRow (qs, ds: nb blocks) into the grouped
-// layout (gq, gs).
-func groupRow(gq []int8, gs []float32, qs []int8, ds []float32) {
+// layout (gq, gs) for Q8_0 weights or Q4 ones.
+func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, q8 bool) {
 	nb := len(qs) / qBlock
+	per := groupScalesQ4
+	if q8 {
+		per = groupScalesQ8
+	}
 	for g := 0; g*groupBlocks < nb; g++ {
-		q, s := gq[g*groupBytes:(g+1)*groupBytes], gs[g*groupScales:(g+1)*groupScales]
+		q, s := gq[g*groupBytes:(g+1)*groupBytes], gs[g*per:(g+1)*per]
 		for j := range groupBlocks {
 			b := g*groupBlocks + j
 			lo, hi := q[j*16:j*16+16], q[64+j*16:64+j*16+16]
@@ -59,23 +77,37 @@ func groupRow(gq []int8, gs []float32, qs []int8, ds []float32) {
 				clear(lo)
 				clear(hi)
 				clear(s[4*j : 4*j+4])
-				s[16+2*j], s[17+2*j] = 0, 0
+				if q8 {
+					clear(s[16+4*j : 20+4*j])
+				} else {
+					s[16+2*j], s[17+2*j] = 0, 0
+				}
 				continue
 			}
 			copy(lo, qs[b*qBlock:b*qBlock+16])
 			copy(hi, qs[b*qBlock+16:(b+1)*qBlock])
 			d := ds[2*b]
 			s[4*j], s[4*j+1], s[4*j+2], s[4*j+3] = d, d, d, d
-			s[16+2*j], s[17+2*j] = 0, ds[2*b+1]
+			if !q8 {
+				s[16+2*j], s[17+2*j] = 0, ds[2*b+1]
+				continue
+			}
+			for c := range 4 {
+				var sum int32
+				for i := range 4 {
+					sum += int32(lo[4*c+i]) + int32(hi[4*c+i])
+				}
+				s[16+4*j+c] = math.Float32frombits(uint32(-128 * sum))
+			}
 		}
 	}
 }
 
 // groupActs quantizes the first rows rows of x and writes them grouped into the backend's
 // scratch (grown to the largest call and reused).
-func (b *Backend) groupActs(x *Tensor, rows, k int) ([]int8, []float32) {
+func (b *Backend) groupActs(x *Tensor, rows, k int, q8 bool) ([]int8, []float32) {
 	qs, ds := b.quantizeActs(x, rows, k)
-	_, gb, gsc := groupGeometry(k)
+	_, gb, gsc := groupGeometry(k, q8)
 	if cap(b.gqs) < rows*gb {
 		b.gqs = make([]int8, rows*gb)
 	}
@@ -85,7 +117,7 @@ func (b *Backend) groupActs(x *Tensor, rows, k int) ([]int8, []float32) {
 	gq, gs := b.gqs[:rows*gb], b.gds[:rows*gsc]
 	nb := k / qBlock
 	for r := range rows {
-		groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], qs[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb])
+		groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], qs[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], q8)
 	}
 	return gq, gs
 }
@@ -95,8 +127,9 @@ func (b *Backend) groupActs(x *Tensor, rows, k int) ([]int8, []float32) {
 func (b *Backend) qLinearGrouped(o, xt, bt *Tensor, q *qData, kern *qGroupKernels) {
 	rows, k, n := xt.rows(), q.k, q.n
 	nb := k / qBlock
-	gq, gs := b.groupActs(xt, rows, k)
-	_, gb, gsc := groupGeometry(k)
+	q8 := q.typ == ops.GGMLQ8_0
+	gq, gs := b.groupActs(xt, rows, k, q8)
+	_, gb, gsc := groupGeometry(k, q8)
 	tiles := (n + qTileRows - 1) / qTileRows
 	b.pool.run(tiles, func(lo, hi, worker int) {
 		j0, j1 := lo*qTileRows, min(n, hi*qTileRows)

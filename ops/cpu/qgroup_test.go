@@ -27,6 +27,7 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 	}{
 		{ops.GGMLQ4_0, dotQ4_0Go},
 		{ops.GGMLQ4_1, dotQ4_1Go},
+		{ops.GGMLQ8_0, dotQ8_0Go},
 	}
 	for _, kind := range kinds {
 		kern := groupKernels.of(kind.typ)
@@ -38,11 +39,11 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 			x := randRow(rng, rows*k)
 			clear(x[k : k+qBlock]) // a zero block: d = 0
 			a, ds := make([]int8, rows*k), make([]float32, rows*2*nb)
-			_, gb, gsc := groupGeometry(k)
+			_, gb, gsc := groupGeometry(k, kind.typ == ops.GGMLQ8_0)
 			gq, gs := make([]int8, rows*gb), make([]float32, rows*gsc)
 			for r := range rows {
 				quantizeRow(a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], x[r*k:(r+1)*k])
-				groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb])
+				groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], kind.typ == ops.GGMLQ8_0)
 			}
 			var got8, got4, got1 [8]float32
 			kern.x8(&w[0], &gq[0], &gs[0], nb, gb, 4*gsc, &got8[0])

@@ -28,7 +28,7 @@ func testQLinearAgainstDequantized(t *testing.T) {
 	}{
 		{ops.GGMLQ4_1, 1, 13, 64}, {ops.GGMLQ4_1, 7, 40, 96}, {ops.GGMLQ4_1, 70, 9, 32},
 		{ops.GGMLQ8_0, 5, 17, 64}, {ops.GGMLQ4_0, 6, 11, 128}, {ops.GGMLQ4_0, 13, 10, 160},
-		{ops.GGMLQ4_1, 21, 19, 576},
+		{ops.GGMLQ4_1, 21, 19, 576}, {ops.GGMLQ8_0, 11, 9, 224},
 	}
 	be := New(2)
 	defer be.Close()
