@@ -77,7 +77,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		return err
 	})
 	fs.IntVar(&c.Threads, "threads", 0, "cpu backend: worker goroutines; 0: one per core")
-	fs.StringVar(&c.CPUWeights, "cpu-weights", "blocks", "cpu backend, GGUF Q4_0/Q4_1/Q8_0 tensors: blocks (kept as their blocks, dot products with activations rounded to 8 bits per block of 32, as llama.cpp computes: fast, approximate) or float32 (dequantized at load: the exact reference); with blocks kept, the KV cache is float16 and attention uses vector kernels too")
+	fs.StringVar(&c.CPUWeights, "cpu-weights", "blocks", "cpu backend, GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K tensors: blocks (kept as their blocks, dot products with activations rounded to 8 bits per block of 32, as llama.cpp computes: fast, approximate) or float32 (dequantized at load: the exact reference); with blocks kept, the KV cache is float16 and attention uses vector kernels too")
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of the generator for requests without their own seed")
 	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "devices one model is split across")
 	fs.StringVar(&c.SpeculativeConfig, "speculative-config", "", `speculative decoding as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": a, "prompt_lookup_max": b} or {"method": "draft_model", "model": DIR, "num_speculative_tokens": K} (a smaller checkpoint with the target's vocabulary, its own KV cache on the same device) or {"method": "mtp", "num_speculative_tokens": K} (DeepSeek-V3's MTP layer, one device, no CUDA graphs); K in [1, 16]; outputs are exact, verify steps run eagerly without scheduling ahead`)

@@ -82,7 +82,7 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 	if cfg.Device == "cpu" {
 		weights := "float32 and 16-bit weights, exact path"
 		if fast {
-			weights = "GGUF Q4_0/Q4_1/Q8_0 weights as blocks with 8-bit activations, float16 KV cache (--cpu-weights float32: the exact path)"
+			weights = "GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights as blocks with 8-bit activations, float16 KV cache (--cpu-weights float32: the exact path)"
 		}
 		log.Info("cpu kernels " + cpu.Kernels() + " (chosen by cpu features); " + weights)
 	}

@@ -101,7 +101,8 @@ func (b *Backend) KVValueBytes() int {
 }
 
 // Weight wraps checkpoint bytes of a weight: 16-bit weights stay 16-bit and are widened row by
-// row, FP8 ones are dequantized row by row, ggml Q4_0, Q4_1 and Q8_0 blocks stay blocks.
+// row, FP8 ones are dequantized row by row, ggml Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and
+// Q6_K blocks stay blocks.
 func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
 	if d.Format == ops.GGMLBlocks {
 		t, err := b.qWeight(d, shape, raw)

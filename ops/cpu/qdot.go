@@ -52,6 +52,16 @@ func qDotFor(t ops.GGMLType) qDotFunc {
 		return dotQ4_0
 	case ops.GGMLQ4_1:
 		return dotQ4_1
+	case ops.GGMLQ5_0:
+		return dotQ5_0Go
+	case ops.GGMLQ5_1:
+		return dotQ5_1Go
+	case ops.GGMLQ4_K:
+		return dotQ4KGo
+	case ops.GGMLQ5_K:
+		return dotQ5KGo
+	case ops.GGMLQ6_K:
+		return dotQ6KGo
 	}
 	return dotQ8_0
 }
