@@ -8,7 +8,29 @@ import "math"
 var (
 	expShift = expShiftGo
 	siluMul  = siluMulGo
+	expSum   = expSumGo
 )
+
+// LogSumExp returns log Σ exp(x[i]) (the normalizer of a row of logits), with the vector exp
+// where the cpu has it: within about 1e-6 of float64's.
+func LogSumExp(x []float32) float32 {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		if v > m {
+			m = v
+		}
+	}
+	return m + float32(math.Log(expSum(x, m)))
+}
+
+// expSumGo: Σ exp(x[i] - m) in float64.
+func expSumGo(x []float32, m float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += math.Exp(float64(v - m))
+	}
+	return s
+}
 
 // expShiftGo: x[i] = exp(x[i] - m); returns Σ x[i] (softmax's weights and their sum).
 func expShiftGo(x []float32, m float32) float32 {

@@ -41,3 +41,16 @@ func siluMulVec(dst, gate, up []float32) {
 		copy(dst[n8:], d[:len(t)])
 	}
 }
+
+//go:noescape
+func expSumAVX2(x *float32, n int, m float32) float64
+
+// expSumVec is expSumGo with the vector kernel for whole groups of 8.
+func expSumVec(x []float32, m float32) float64 {
+	n8 := len(x) &^ 7
+	var s float64
+	if n8 > 0 {
+		s = expSumAVX2(&x[0], n8, m)
+	}
+	return s + expSumGo(x[n8:], m)
+}

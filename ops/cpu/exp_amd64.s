@@ -134,3 +134,37 @@ siluloop:
 siludone:
 	VZEROUPPER
 	RET
+
+// func expSumAVX2(x *float32, n int, m float32) float64
+//
+// Σ exp(x[i] - m) for i < n (a multiple of 8), x unchanged; each 8 exps widened to float64
+// before they are added (the sum of a vocabulary's worth stays exact to float32's precision).
+TEXT ·expSumAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	EXP_CONSTS
+	VXORPD Y4, Y4, Y4
+
+esumloop:
+	CMPQ CX, $8
+	JLT esumdone
+	VBROADCASTSS m+16(FP), Y1
+	VMOVUPS (SI), Y0
+	VSUBPS Y1, Y0, Y0
+	EXP8
+	VCVTPS2PD X0, Y1
+	VADDPD Y1, Y4, Y4
+	VEXTRACTF128 $1, Y0, X0
+	VCVTPS2PD X0, Y1
+	VADDPD Y1, Y4, Y4
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JMP esumloop
+
+esumdone:
+	VEXTRACTF128 $1, Y4, X1
+	VADDPD X1, X4, X4
+	VHADDPD X4, X4, X4
+	VMOVSD X4, ret+24(FP)
+	VZEROUPPER
+	RET

@@ -43,3 +43,26 @@ func TestExpKernelsMatchMath(t *testing.T) {
 		}
 	}
 }
+
+// TestLogSumExp checks the logits normalizer against float64 math on rows the size of small
+// and large vocabularies, with logits spread as a model's are.
+func TestLogSumExp(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 33))
+	for _, n := range []int{1, 5, 8, 13, 49152, 151936} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64()*3 - 4)
+		}
+		mx := math.Inf(-1)
+		for _, v := range x {
+			mx = math.Max(mx, float64(v))
+		}
+		var s float64
+		for _, v := range x {
+			s += math.Exp(float64(v) - mx)
+		}
+		require.InDelta(t, mx+math.Log(s), LogSumExp(x), 2e-6*(1+math.Abs(mx+math.Log(s))), "n=%d", n)
+	}
+}

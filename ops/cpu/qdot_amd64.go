@@ -45,7 +45,7 @@ func useAVX2() {
 	quantizeRow = quantizeRowVec
 	attnScores16, attnAccum16 = attnScores16Vec, attnAccum16Vec
 	dotF32, axpyF32, attnScores, attnAccum = dotF32Vec, axpyF32Vec, attnScoresVec, attnAccumVec
-	expShift, siluMul = expShiftVec, siluMulVec
+	expShift, siluMul, expSum = expShiftVec, siluMulVec, expSumVec
 	kernelSet = "avx2+fma+f16c"
 }
 
