@@ -106,7 +106,7 @@ func TestKQuantBlocksAgainstFloat32(t *testing.T) {
 			exact := ggufLogprobs(t, path, false, prompt)
 			quant := ggufLogprobs(t, path, true, prompt)
 			worst, agree := requireNearFloat32(t, exact, quant, kquantBlocksLogprobTol)
-			t.Logf("%v: largest |blocks - float32| top-10 log-probability difference %.3g; greedy agrees at %d of %d positions", typ, worst, agree, len(prompt))
+			t.Logf("%v: largest |blocks - float32| top-10 log-probability difference %.4g; greedy agrees at %d of %d positions", typ, worst, agree, len(prompt))
 		})
 	}
 }

@@ -30,7 +30,7 @@ type qGroupFunc func(w *byte, a *int8, ds *float32, nb, astride, dstride int, ou
 type qGroupKernels struct{ x8, x4, x1 qGroupFunc }
 
 // groupKernelSet holds the grouped kernels of the types that have them.
-type groupKernelSet struct{ q40, q41, q80 *qGroupKernels }
+type groupKernelSet struct{ q40, q41, q80, q4k *qGroupKernels }
 
 // groupKernels are the grouped kernels in use: none unless the cpu has AVX-512 VNNI
 // (qdot512_amd64.go); qLinear then uses the per-row kernels of qdot.go.
@@ -45,6 +45,8 @@ func (s groupKernelSet) of(t ops.GGMLType) *qGroupKernels {
 		return s.q41
 	case ops.GGMLQ8_0:
 		return s.q80
+	case ops.GGMLQ4_K:
+		return s.q4k
 	}
 	return nil
 }
@@ -60,9 +62,17 @@ func groupGeometry(k int, q8 bool) (groups, bytes, scales int) {
 	return groups, groups * groupBytes, groups * per
 }
 
+// groupOrder is the order of a group's blocks in the grouped layout: as they come, or, for
+// Q4_K weights, 0, 2, 1, 3 (the order in which the kernel's shuffles leave a Q4_K group's
+// nibbles: sub-blocks 0 and 2 are the low nibbles of its bytes).
+var (
+	groupInOrder = [groupBlocks]int{0, 1, 2, 3}
+	groupQ4K     = [groupBlocks]int{0, 2, 1, 3}
+)
+
 // groupRow rewrites one row quantized by quantizeRow (qs, ds: nb blocks) into the grouped
-// layout (gq, gs) for Q8_0 weights or Q4 ones.
-func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, q8 bool) {
+// layout (gq, gs) for Q8_0 weights or Q4 ones, a group's blocks in the given order.
+func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, q8 bool, order *[groupBlocks]int) {
 	nb := len(qs) / qBlock
 	per := groupScalesQ4
 	if q8 {
@@ -71,7 +81,7 @@ func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, q8 bool) {
 	for g := 0; g*groupBlocks < nb; g++ {
 		q, s := gq[g*groupBytes:(g+1)*groupBytes], gs[g*per:(g+1)*per]
 		for j := range groupBlocks {
-			b := g*groupBlocks + j
+			b := g*groupBlocks + order[j]
 			lo, hi := q[j*16:j*16+16], q[64+j*16:64+j*16+16]
 			if b >= nb {
 				clear(lo)
@@ -105,7 +115,7 @@ func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, q8 bool) {
 
 // groupActs quantizes the first rows rows of x and writes them grouped into the backend's
 // scratch (grown to the largest call and reused).
-func (b *Backend) groupActs(x *Tensor, rows, k int, q8 bool) ([]int8, []float32) {
+func (b *Backend) groupActs(x *Tensor, rows, k int, q8 bool, order *[groupBlocks]int) ([]int8, []float32) {
 	qs, ds := b.quantizeActs(x, rows, k)
 	_, gb, gsc := groupGeometry(k, q8)
 	if cap(b.gqs) < rows*gb {
@@ -117,7 +127,7 @@ func (b *Backend) groupActs(x *Tensor, rows, k int, q8 bool) ([]int8, []float32)
 	gq, gs := b.gqs[:rows*gb], b.gds[:rows*gsc]
 	nb := k / qBlock
 	for r := range rows {
-		groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], qs[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], q8)
+		groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], qs[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], q8, order)
 	}
 	return gq, gs
 }
@@ -128,7 +138,11 @@ func (b *Backend) qLinearGrouped(o, xt, bt *Tensor, q *qData, kern *qGroupKernel
 	rows, k, n := xt.rows(), q.k, q.n
 	nb := k / qBlock
 	q8 := q.typ == ops.GGMLQ8_0
-	gq, gs := b.groupActs(xt, rows, k, q8)
+	order := &groupInOrder
+	if q.typ == ops.GGMLQ4_K {
+		order = &groupQ4K
+	}
+	gq, gs := b.groupActs(xt, rows, k, q8, order)
 	_, gb, gsc := groupGeometry(k, q8)
 	tiles := (n + qTileRows - 1) / qTileRows
 	b.pool.run(tiles, func(lo, hi, worker int) {

@@ -28,38 +28,51 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 		{ops.GGMLQ4_0, dotQ4_0Go},
 		{ops.GGMLQ4_1, dotQ4_1Go},
 		{ops.GGMLQ8_0, dotQ8_0Go},
+		{ops.GGMLQ4_K, dotQ4KGo},
 	}
 	for _, kind := range kinds {
 		kern := groupKernels.of(kind.typ)
 		require.NotNil(t, kern, "%v", kind.typ)
-		for _, nb := range []int{1, 2, 3, 4, 5, 7, 18, 48, 49} {
+		for _, nb := range []int{1, 2, 3, 4, 5, 7, 8, 16, 18, 48, 49} {
 			const rows = 8
 			k := nb * qBlock
+			if kind.typ.BlockElems() == 256 {
+				if nb%8 != 0 {
+					continue
+				}
+				nb /= 8 // weight blocks
+			}
+			nb32 := k / qBlock
 			w := randBlocks(rng, kind.typ, nb)
 			x := randRow(rng, rows*k)
 			clear(x[k : k+qBlock]) // a zero block: d = 0
-			a, ds := make([]int8, rows*k), make([]float32, rows*2*nb)
+			a, ds := make([]int8, rows*k), make([]float32, rows*2*nb32)
 			_, gb, gsc := groupGeometry(k, kind.typ == ops.GGMLQ8_0)
 			gq, gs := make([]int8, rows*gb), make([]float32, rows*gsc)
+			order := &groupInOrder
+			if kind.typ == ops.GGMLQ4_K {
+				order = &groupQ4K
+			}
 			for r := range rows {
-				quantizeRow(a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], x[r*k:(r+1)*k])
-				groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], kind.typ == ops.GGMLQ8_0)
+				quantizeRow(a[r*k:(r+1)*k], ds[r*2*nb32:(r+1)*2*nb32], x[r*k:(r+1)*k])
+				groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], a[r*k:(r+1)*k], ds[r*2*nb32:(r+1)*2*nb32], kind.typ == ops.GGMLQ8_0, order)
 			}
 			var got8, got4, got1 [8]float32
-			kern.x8(&w[0], &gq[0], &gs[0], nb, gb, 4*gsc, &got8[0])
-			kern.x4(&w[0], &gq[0], &gs[0], nb, gb, 4*gsc, &got4[0])
-			kern.x4(&w[0], &gq[4*gb], &gs[4*gsc], nb, gb, 4*gsc, &got4[4])
+			kern.x8(&w[0], &gq[0], &gs[0], nb32, gb, 4*gsc, &got8[0])
+			kern.x4(&w[0], &gq[0], &gs[0], nb32, gb, 4*gsc, &got4[0])
+			kern.x4(&w[0], &gq[4*gb], &gs[4*gsc], nb32, gb, 4*gsc, &got4[4])
 			for r := range rows {
-				kern.x1(&w[0], &gq[r*gb], &gs[r*gsc], nb, gb, 4*gsc, &got1[r])
+				kern.x1(&w[0], &gq[r*gb], &gs[r*gsc], nb32, gb, 4*gsc, &got1[r])
 			}
 			for r := range rows {
 				require.Equal(t, got1[r], got8[r], "%v, %d blocks, row %d: 8 rows against 1", kind.typ, nb, r)
 				require.Equal(t, got1[r], got4[r], "%v, %d blocks, row %d: 4 rows against 1", kind.typ, nb, r)
-				want := kind.ref(w, a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb])
+				want := kind.ref(w, a[r*k:(r+1)*k], ds[r*2*nb32:(r+1)*2*nb32])
 				// Both sum exact int32 products; only the float accumulation order differs.
 				var scale float64
-				for b := range nb {
-					scale += math.Abs(float64(f16le(w[b*kind.typ.BlockBytes():]) * ds[r*2*nb+2*b] * 127 * 128 * 32))
+				for b := range nb32 {
+					wb := b * qBlock / kind.typ.BlockElems() * kind.typ.BlockBytes()
+					scale += math.Abs(float64(f16le(w[wb:]) * 64 * ds[r*2*nb32+2*b] * 127 * 128 * 32))
 				}
 				require.InDelta(t, want, got1[r], 1e-5*scale+1e-6, "%v, %d blocks, row %d", kind.typ, nb, r)
 			}

@@ -1,0 +1,260 @@
+#include "textflag.h"
+
+// The AVX-512 VNNI kernels of Q4_K blocks, in the registers and with the row macros of
+// qdot512_amd64.s (repeated here: macros do not cross files). A Q4_K block of 256 (f16 d, f16
+// dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles) is two groups of 4 sub-blocks
+// of 32; a group's 64 bytes of nibbles hold sub-blocks 0 and 2 in their low nibbles and 1 and 3
+// in their high ones, which two 128-bit lane shuffles turn into the layout of a Q4 group with
+// its blocks in the order 0, 2, 1, 3 (the activations' grouped layout takes that order).
+
+DATA lane2blockk<>+0(SB)/4, $0
+DATA lane2blockk<>+4(SB)/4, $0
+DATA lane2blockk<>+8(SB)/4, $0
+DATA lane2blockk<>+12(SB)/4, $0
+DATA lane2blockk<>+16(SB)/4, $2
+DATA lane2blockk<>+20(SB)/4, $2
+DATA lane2blockk<>+24(SB)/4, $2
+DATA lane2blockk<>+28(SB)/4, $2
+DATA lane2blockk<>+32(SB)/4, $4
+DATA lane2blockk<>+36(SB)/4, $4
+DATA lane2blockk<>+40(SB)/4, $4
+DATA lane2blockk<>+44(SB)/4, $4
+DATA lane2blockk<>+48(SB)/4, $6
+DATA lane2blockk<>+52(SB)/4, $6
+DATA lane2blockk<>+56(SB)/4, $6
+DATA lane2blockk<>+60(SB)/4, $6
+GLOBL lane2blockk<>(SB), RODATA|NOPTR, $64
+
+#define KPROLOGUE \
+	MOVQ w+0(FP), SI \
+	MOVQ a+8(FP), DI \
+	MOVQ ds+16(FP), R8 \
+	MOVQ nb+24(FP), CX \
+	MOVQ astride+32(FP), R10 \
+	MOVQ dstride+40(FP), R12 \
+	LEAQ (R10)(R10*2), R11 \
+	LEAQ (R12)(R12*2), R13 \
+	LEAQ (DI)(R10*4), BX \
+	LEAQ (R8)(R12*4), R9 \
+	MOVL $0x0f0f0f0f, AX \
+	VPBROADCASTD AX, Z20 \
+	VMOVDQU32 lane2blockk<>(SB), Z21 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+// A block's d (X28, all lanes) and -dmin (X29), and its scale dwords: AX = bytes 0-3 (the
+// low 6 bits: sub-blocks 0-3's scales; the high 2: 4-7's), DX = bytes 4-7 (the mins alike);
+// bytes 8-11 (sub-blocks 4-7's low 4 bits of scale and of min) are read where needed.
+#define KBLOCK \
+	VCVTPH2PS (SI), X28 \
+	VPSHUFD $0x55, X28, X29 \
+	VBROADCASTSS X28, X28 \
+	VXORPS X30, X30, X30 \
+	VSUBPS X29, X30, X29 \
+	MOVL 4(SI), AX \
+	MOVL 8(SI), DX
+
+// The group's (d·sc, -dmin·m) pairs from its scale bytes (sc in X24, m in X25, as KSCALES0
+// and KSCALES1 leave them) into Y19 in the block order 0, 2, 1, 3, and d·sc over the lanes in Z18;
+// then the nibbles at qoff(SI) into Z16/Z17 in the same order.
+#define KGROUP(qoff) \
+	VPMOVZXBD X24, X24 \
+	VPMOVZXBD X25, X25 \
+	VCVTDQ2PS X24, X24 \
+	VCVTDQ2PS X25, X25 \
+	VMULPS X28, X24, X24 \
+	VMULPS X29, X25, X25 \
+	VUNPCKLPS X25, X24, X26 \
+	VUNPCKHPS X25, X24, X27 \
+	VINSERTF32X4 $1, X27, Y26, Y26 \
+	VPERMQ $0xD8, Y26, Y19 \
+	VPERMPS Z19, Z21, Z18 \
+	VMOVDQU64 qoff(SI), Z16 \
+	VPSRLW $4, Z16, Z17 \
+	VPANDD Z20, Z16, Z16 \
+	VPANDD Z20, Z17, Z17 \
+	VSHUFI64X2 $0x88, Z17, Z16, Z26 \
+	VSHUFI64X2 $0xDD, Z17, Z16, Z17 \
+	VMOVDQA64 Z26, Z16
+
+// Sub-blocks 0-3: scale = bytes 0-3 & 63, min = bytes 4-7 & 63.
+#define KSCALES0 \
+	MOVL AX, R14 \
+	ANDL $0x3f3f3f3f, R14 \
+	VMOVD R14, X24 \
+	MOVL DX, R14 \
+	ANDL $0x3f3f3f3f, R14 \
+	VMOVD R14, X25
+
+// Sub-blocks 4-7: scale = bytes 8-11 & 15 | (bytes 0-3 >> 6) << 4, min = bytes 8-11 >> 4 |
+// (bytes 4-7 >> 6) << 4.
+#define KSCALES1 \
+	MOVL 12(SI), R14 \
+	ANDL $0x0f0f0f0f, R14 \
+	SHRL $2, AX \
+	ANDL $0x30303030, AX \
+	ORL AX, R14 \
+	VMOVD R14, X24 \
+	MOVL 12(SI), R14 \
+	SHRL $4, R14 \
+	ANDL $0x0f0f0f0f, R14 \
+	SHRL $2, DX \
+	ANDL $0x30303030, DX \
+	ORL DX, R14 \
+	VMOVD R14, X25
+
+#define ROW(lo, hi, ds, sds, acc, ms, t) \
+	VPXORD t, t, t \
+	VPDPBUSD lo, Z16, t \
+	VPDPBUSD hi, Z17, t \
+	VCVTDQ2PS t, t \
+	VMULPS ds, t, t \
+	VFMADD231PS Z18, t, acc \
+	VFMADD231PS sds, Y19, ms
+
+#define ROWS1 \
+	ROW((DI), 64(DI), (R8), 64(R8), Z0, Y8, Z22)
+
+#define ROWS4 \
+	ROW((DI), 64(DI), (R8), 64(R8), Z0, Y8, Z22) \
+	ROW((DI)(R10*1), 64(DI)(R10*1), (R8)(R12*1), 64(R8)(R12*1), Z1, Y9, Z23) \
+	ROW((DI)(R10*2), 64(DI)(R10*2), (R8)(R12*2), 64(R8)(R12*2), Z2, Y10, Z22) \
+	ROW((DI)(R11*1), 64(DI)(R11*1), (R8)(R13*1), 64(R8)(R13*1), Z3, Y11, Z23)
+
+#define ROWS8 \
+	ROWS4 \
+	ROW((BX), 64(BX), (R9), 64(R9), Z4, Y12, Z22) \
+	ROW((BX)(R10*1), 64(BX)(R10*1), (R9)(R12*1), 64(R9)(R12*1), Z5, Y13, Z23) \
+	ROW((BX)(R10*2), 64(BX)(R10*2), (R9)(R12*2), 64(R9)(R12*2), Z6, Y14, Z22) \
+	ROW((BX)(R11*1), 64(BX)(R11*1), (R9)(R13*1), 64(R9)(R13*1), Z7, Y15, Z23)
+
+// The activations' next group: 128 bytes, 24 scales.
+#define KNEXTACT \
+	ADDQ $128, DI \
+	ADDQ $128, BX \
+	ADDQ $96, R8 \
+	ADDQ $96, R9
+
+#define HSUM(z, y, x, msy, msx) \
+	VEXTRACTF64X4 $1, z, Y24 \
+	VADDPS Y24, y, y \
+	VEXTRACTF32X4 $1, y, X24 \
+	VADDPS X24, x, x \
+	VHADDPS x, x, x \
+	VHADDPS x, x, x \
+	VEXTRACTF32X4 $1, msy, X24 \
+	VADDPS X24, msx, msx \
+	VHADDPS msx, msx, msx \
+	VHADDPS msx, msx, msx
+
+#define OUT(z, y, x, msy, msx, off) \
+	HSUM(z, y, x, msy, msx) \
+	VADDSS msx, x, x \
+	VMOVSS x, off(DX)
+
+#define OUT1 \
+	MOVQ out+48(FP), DX \
+	OUT(Z0, Y0, X0, Y8, X8, 0)
+
+#define OUT4 \
+	MOVQ out+48(FP), DX \
+	OUT(Z0, Y0, X0, Y8, X8, 0) \
+	OUT(Z1, Y1, X1, Y9, X9, 4) \
+	OUT(Z2, Y2, X2, Y10, X10, 8) \
+	OUT(Z3, Y3, X3, Y11, X11, 12)
+
+#define OUT8 \
+	OUT4 \
+	OUT(Z4, Y4, X4, Y12, X12, 16) \
+	OUT(Z5, Y5, X5, Y13, X13, 20) \
+	OUT(Z6, Y6, X6, Y14, X14, 24) \
+	OUT(Z7, Y7, X7, Y15, X15, 28)
+
+// func dotQ4Kx8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// nb counts blocks of 32 (8 a Q4_K block).
+TEXT ·dotQ4Kx8AVX512(SB), NOSPLIT, $0-56
+	KPROLOGUE
+q4kx8loop:
+	CMPQ CX, $8
+	JLT q4kx8done
+	KBLOCK
+	KSCALES0
+	KGROUP(16)
+	ROWS8
+	KNEXTACT
+	KSCALES1
+	KGROUP(80)
+	ROWS8
+	KNEXTACT
+	ADDQ $144, SI
+	SUBQ $8, CX
+	JMP q4kx8loop
+q4kx8done:
+	OUT8
+	VZEROUPPER
+	RET
+
+// func dotQ4Kx4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// nb counts blocks of 32 (8 a Q4_K block).
+TEXT ·dotQ4Kx4AVX512(SB), NOSPLIT, $0-56
+	KPROLOGUE
+q4kx4loop:
+	CMPQ CX, $8
+	JLT q4kx4done
+	KBLOCK
+	KSCALES0
+	KGROUP(16)
+	ROWS4
+	KNEXTACT
+	KSCALES1
+	KGROUP(80)
+	ROWS4
+	KNEXTACT
+	ADDQ $144, SI
+	SUBQ $8, CX
+	JMP q4kx4loop
+q4kx4done:
+	OUT4
+	VZEROUPPER
+	RET
+
+// func dotQ4Kx1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// nb counts blocks of 32 (8 a Q4_K block).
+TEXT ·dotQ4Kx1AVX512(SB), NOSPLIT, $0-56
+	KPROLOGUE
+q4kx1loop:
+	CMPQ CX, $8
+	JLT q4kx1done
+	KBLOCK
+	KSCALES0
+	KGROUP(16)
+	ROWS1
+	KNEXTACT
+	KSCALES1
+	KGROUP(80)
+	ROWS1
+	KNEXTACT
+	ADDQ $144, SI
+	SUBQ $8, CX
+	JMP q4kx1loop
+q4kx1done:
+	OUT1
+	VZEROUPPER
+	RET
