@@ -26,6 +26,9 @@ type Backend struct {
 	gqs  []int8
 	gds  []float32
 	octs []oct
+	// portableBlocks keeps the block types whose only kernels here are the portable ones
+	// (tests of those kernels); otherwise qWeight refuses them.
+	portableBlocks bool
 	// attnState and attnFirst hold attentionVec's per-part softmax state and its items' index,
 	// kept between calls.
 	attnState []float32

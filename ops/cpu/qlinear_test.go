@@ -34,6 +34,7 @@ func testQLinearAgainstDequantized(t *testing.T) {
 	}
 	be := New(2)
 	defer be.Close()
+	be.portableBlocks = true
 	for _, c := range cases {
 		raw := randBlocks(rng, c.typ, c.n*c.k/c.typ.BlockElems())
 		w, err := be.Weight("w", ops.WeightDesc{Format: ops.GGMLBlocks, GGML: c.typ}, []int{c.n, c.k}, raw)

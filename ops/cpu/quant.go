@@ -25,7 +25,13 @@ func (b *Backend) qWeight(d ops.WeightDesc, shape []int, raw [][]byte) (*Tensor,
 		return nil, fmt.Errorf("%w: ggml %v blocks need a 2-D weight, got shape %v", ops.ErrUnsupportedWeight, d.GGML, shape)
 	}
 	switch d.GGML {
-	case ops.GGMLQ4_0, ops.GGMLQ4_1, ops.GGMLQ8_0, ops.GGMLQ5_0, ops.GGMLQ5_1, ops.GGMLQ4_K, ops.GGMLQ5_K, ops.GGMLQ6_K:
+	case ops.GGMLQ4_0, ops.GGMLQ4_1, ops.GGMLQ8_0:
+	case ops.GGMLQ5_0, ops.GGMLQ5_1, ops.GGMLQ4_K, ops.GGMLQ5_K, ops.GGMLQ6_K:
+		// Their portable kernels are much slower than the float32 path's vector dot: without
+		// vector ones the loader dequantizes them instead.
+		if groupKernels.of(d.GGML) == nil && !b.portableBlocks {
+			return nil, fmt.Errorf("%w: ggml type %v has no vector kernels on this cpu (%s)", ops.ErrUnsupportedWeight, d.GGML, Kernels())
+		}
 	default:
 		return nil, fmt.Errorf("%w: ggml type %v", ops.ErrUnsupportedWeight, d.GGML)
 	}
