@@ -1,6 +1,6 @@
 #include "textflag.h"
 
-// The AVX-512 VNNI kernels of Q4_K blocks, in the registers and with the row macros of
+// The AVX-512 VNNI kernels of Q4_K and Q6_K blocks, in the registers and with the row macros of
 // qdot512_amd64.s (repeated here: macros do not cross files). A Q4_K block of 256 (f16 d, f16
 // dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles) is two groups of 4 sub-blocks
 // of 32; a group's 64 bytes of nibbles hold sub-blocks 0 and 2 in their low nibbles and 1 and 3
@@ -256,5 +256,216 @@ q4kx1loop:
 	JMP q4kx1loop
 q4kx1done:
 	OUT1
+	VZEROUPPER
+	RET
+
+// Q6_K (blocks of 256: 128 bytes of low 4 bits, 64 of high 2 bits, 16 int8 scales a 16 values,
+// f16 d): a group is one half of a block, its 4 sub-blocks of 32 in DequantQ6K's order. Z16
+// takes sub-blocks 0 and 1 (the low nibbles of the half's 64 ql bytes with bits 0-1 and 2-3 of
+// its 32 qh bytes), Z17 sub-blocks 2 and 3 (the high nibbles with bits 4-5 and 6-7), as
+// unsigned q + 32; an int32 lane covers 4 values of one scale, so each register has its own
+// sums: Z18 and Z19 hold d·sc of their lanes. The activations' corrections start the sums at
+// -32·Σq_a.
+
+DATA q6lo<>+0(SB)/4, $0
+DATA q6lo<>+4(SB)/4, $0
+DATA q6lo<>+8(SB)/4, $0
+DATA q6lo<>+12(SB)/4, $0
+DATA q6lo<>+16(SB)/4, $1
+DATA q6lo<>+20(SB)/4, $1
+DATA q6lo<>+24(SB)/4, $1
+DATA q6lo<>+28(SB)/4, $1
+DATA q6lo<>+32(SB)/4, $2
+DATA q6lo<>+36(SB)/4, $2
+DATA q6lo<>+40(SB)/4, $2
+DATA q6lo<>+44(SB)/4, $2
+DATA q6lo<>+48(SB)/4, $3
+DATA q6lo<>+52(SB)/4, $3
+DATA q6lo<>+56(SB)/4, $3
+DATA q6lo<>+60(SB)/4, $3
+GLOBL q6lo<>(SB), RODATA|NOPTR, $64
+DATA q6hi<>+0(SB)/4, $4
+DATA q6hi<>+4(SB)/4, $4
+DATA q6hi<>+8(SB)/4, $4
+DATA q6hi<>+12(SB)/4, $4
+DATA q6hi<>+16(SB)/4, $5
+DATA q6hi<>+20(SB)/4, $5
+DATA q6hi<>+24(SB)/4, $5
+DATA q6hi<>+28(SB)/4, $5
+DATA q6hi<>+32(SB)/4, $6
+DATA q6hi<>+36(SB)/4, $6
+DATA q6hi<>+40(SB)/4, $6
+DATA q6hi<>+44(SB)/4, $6
+DATA q6hi<>+48(SB)/4, $7
+DATA q6hi<>+52(SB)/4, $7
+DATA q6hi<>+56(SB)/4, $7
+DATA q6hi<>+60(SB)/4, $7
+GLOBL q6hi<>(SB), RODATA|NOPTR, $64
+
+// A Q6_K half at ql qloff(SI), qh qhoff(SI), scales scoff(SI); d over the lanes in Y29.
+#define Q6GROUP(qloff, qhoff, scoff) \
+	VMOVDQU64 qloff(SI), Z16 \
+	VMOVDQU64 qhoff(SI), Y24 \
+	VPSRLW $2, Y24, Y25 \
+	VINSERTI64X4 $1, Y25, Z24, Z24 \
+	VPSLLW $4, Z24, Z25 \
+	VPANDD Z26, Z25, Z25 \
+	VPANDD Z26, Z24, Z24 \
+	VPSRLW $4, Z16, Z17 \
+	VPANDD Z20, Z16, Z16 \
+	VPANDD Z20, Z17, Z17 \
+	VPORD Z25, Z16, Z16 \
+	VPORD Z24, Z17, Z17 \
+	VPMOVSXBD scoff(SI), Y28 \
+	VCVTDQ2PS Y28, Y28 \
+	VMULPS Y29, Y28, Y28 \
+	VPERMPS Z28, Z21, Z18 \
+	VPERMPS Z28, Z27, Z19
+
+// One activation row of a Q6_K group: quants at a (first 64) and 64(a), d_a over the lanes at
+// ds and 64(ds), the corrections at 128(ds) and 192(ds).
+#define Q6ROW(a0, a1, d0, d1, c0, c1, acc, t1, t2) \
+	VMOVDQU32 c0, t1 \
+	VMOVDQU32 c1, t2 \
+	VPDPBUSD a0, Z16, t1 \
+	VPDPBUSD a1, Z17, t2 \
+	VCVTDQ2PS t1, t1 \
+	VCVTDQ2PS t2, t2 \
+	VMULPS d0, t1, t1 \
+	VMULPS d1, t2, t2 \
+	VFMADD231PS Z18, t1, acc \
+	VFMADD231PS Z19, t2, acc
+
+#define Q6ROWS1 \
+	Q6ROW((DI), 64(DI), (R8), 64(R8), 128(R8), 192(R8), Z0, Z22, Z23)
+
+#define Q6ROWS4 \
+	Q6ROW((DI), 64(DI), (R8), 64(R8), 128(R8), 192(R8), Z0, Z22, Z23) \
+	Q6ROW((DI)(R10*1), 64(DI)(R10*1), (R8)(R12*1), 64(R8)(R12*1), 128(R8)(R12*1), 192(R8)(R12*1), Z1, Z30, Z31) \
+	Q6ROW((DI)(R10*2), 64(DI)(R10*2), (R8)(R12*2), 64(R8)(R12*2), 128(R8)(R12*2), 192(R8)(R12*2), Z2, Z22, Z23) \
+	Q6ROW((DI)(R11*1), 64(DI)(R11*1), (R8)(R13*1), 64(R8)(R13*1), 128(R8)(R13*1), 192(R8)(R13*1), Z3, Z30, Z31)
+
+#define Q6ROWS8 \
+	Q6ROWS4 \
+	Q6ROW((BX), 64(BX), (R9), 64(R9), 128(R9), 192(R9), Z4, Z22, Z23) \
+	Q6ROW((BX)(R10*1), 64(BX)(R10*1), (R9)(R12*1), 64(R9)(R12*1), 128(R9)(R12*1), 192(R9)(R12*1), Z5, Z30, Z31) \
+	Q6ROW((BX)(R10*2), 64(BX)(R10*2), (R9)(R12*2), 64(R9)(R12*2), 128(R9)(R12*2), 192(R9)(R12*2), Z6, Z22, Z23) \
+	Q6ROW((BX)(R11*1), 64(BX)(R11*1), (R9)(R13*1), 64(R9)(R13*1), 128(R9)(R13*1), 192(R9)(R13*1), Z7, Z30, Z31)
+
+#define Q6NEXTACT \
+	ADDQ $128, DI \
+	ADDQ $128, BX \
+	ADDQ $256, R8 \
+	ADDQ $256, R9
+
+// The horizontal sum of a row's accumulator, stored at off(DX).
+#define OUTA(z, y, x, off) \
+	VEXTRACTF64X4 $1, z, Y24 \
+	VADDPS Y24, y, y \
+	VEXTRACTF32X4 $1, y, X24 \
+	VADDPS X24, x, x \
+	VHADDPS x, x, x \
+	VHADDPS x, x, x \
+	VMOVSS x, off(DX)
+
+#define OUTA1 \
+	MOVQ out+48(FP), DX \
+	OUTA(Z0, Y0, X0, 0)
+
+#define OUTA4 \
+	MOVQ out+48(FP), DX \
+	OUTA(Z0, Y0, X0, 0) \
+	OUTA(Z1, Y1, X1, 4) \
+	OUTA(Z2, Y2, X2, 8) \
+	OUTA(Z3, Y3, X3, 12)
+
+#define OUTA8 \
+	OUTA4 \
+	OUTA(Z4, Y4, X4, 16) \
+	OUTA(Z5, Y5, X5, 20) \
+	OUTA(Z6, Y6, X6, 24) \
+	OUTA(Z7, Y7, X7, 28)
+
+// func dotQ6Kx8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// nb counts blocks of 32 (8 a Q6_K block).
+TEXT ·dotQ6Kx8AVX512(SB), NOSPLIT, $0-56
+	KPROLOGUE
+	MOVL $0x30303030, AX
+	VPBROADCASTD AX, Z26
+	VMOVDQU32 q6lo<>(SB), Z21
+	VMOVDQU32 q6hi<>(SB), Z27
+q6kx8loop:
+	CMPQ CX, $8
+	JLT q6kx8done
+	VPBROADCASTW 208(SI), X29
+	VCVTPH2PS X29, Y29
+	Q6GROUP(0, 128, 192)
+	Q6ROWS8
+	Q6NEXTACT
+	Q6GROUP(64, 160, 200)
+	Q6ROWS8
+	Q6NEXTACT
+	ADDQ $210, SI
+	SUBQ $8, CX
+	JMP q6kx8loop
+q6kx8done:
+	OUTA8
+	VZEROUPPER
+	RET
+
+// func dotQ6Kx4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// nb counts blocks of 32 (8 a Q6_K block).
+TEXT ·dotQ6Kx4AVX512(SB), NOSPLIT, $0-56
+	KPROLOGUE
+	MOVL $0x30303030, AX
+	VPBROADCASTD AX, Z26
+	VMOVDQU32 q6lo<>(SB), Z21
+	VMOVDQU32 q6hi<>(SB), Z27
+q6kx4loop:
+	CMPQ CX, $8
+	JLT q6kx4done
+	VPBROADCASTW 208(SI), X29
+	VCVTPH2PS X29, Y29
+	Q6GROUP(0, 128, 192)
+	Q6ROWS4
+	Q6NEXTACT
+	Q6GROUP(64, 160, 200)
+	Q6ROWS4
+	Q6NEXTACT
+	ADDQ $210, SI
+	SUBQ $8, CX
+	JMP q6kx4loop
+q6kx4done:
+	OUTA4
+	VZEROUPPER
+	RET
+
+// func dotQ6Kx1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// nb counts blocks of 32 (8 a Q6_K block).
+TEXT ·dotQ6Kx1AVX512(SB), NOSPLIT, $0-56
+	KPROLOGUE
+	MOVL $0x30303030, AX
+	VPBROADCASTD AX, Z26
+	VMOVDQU32 q6lo<>(SB), Z21
+	VMOVDQU32 q6hi<>(SB), Z27
+q6kx1loop:
+	CMPQ CX, $8
+	JLT q6kx1done
+	VPBROADCASTW 208(SI), X29
+	VCVTPH2PS X29, Y29
+	Q6GROUP(0, 128, 192)
+	Q6ROWS1
+	Q6NEXTACT
+	Q6GROUP(64, 160, 200)
+	Q6ROWS1
+	Q6NEXTACT
+	ADDQ $210, SI
+	SUBQ $8, CX
+	JMP q6kx1loop
+q6kx1done:
+	OUTA1
 	VZEROUPPER
 	RET

@@ -7,19 +7,61 @@ import (
 )
 
 // The grouped layout of 8-bit activations, which the AVX-512 VNNI kernels read: a row's
-// blocks in groups of 4 (the last one padded with zero blocks), a group 128 bytes (the low 16
-// quants of each of its 4 blocks, then their high 16, the halves in which a Q4 block stores its
-// nibbles) and its scales: each block's d_a over 4 lanes (16 floats), then for Q4 weights
-// (0, s_a) for each block (8 floats), for Q8_0 weights each lane's -128·Σq_a (16 int32, as
-// float32 bits: the kernel reads the weights as unsigned bytes, q_w + 128). A weight group is
-// then two 64-byte registers of quants against the activation group's two, the int32 lanes of
-// the products 4 a block.
+// blocks in groups of 4 (the last one padded with zero blocks), a group 128 bytes of quants and
+// its scales, as a weight format's kernel wants them (groupLayout). A weight group is then two
+// 64-byte registers of quants against the activation group's two, the int32 lanes of the
+// products 4 a block (8 for Q6_K).
 const (
-	groupBlocks   = 4
-	groupBytes    = groupBlocks * qBlock
-	groupScalesQ4 = 24
-	groupScalesQ8 = 32
+	groupBlocks = 4
+	groupBytes  = groupBlocks * qBlock
 )
+
+// groupLayout is how a weight format's kernels want an activation group.
+//
+// Q4 (Q4_0, Q4_1, Q4_K): the low 16 quants of each of the 4 blocks (in order), then their high
+// 16, the halves in which a Q4 block stores its nibbles; scales: each block's d_a over 4 lanes
+// (16 floats), then (0, s_a) for each block (8).
+//
+// Q8 (Q8_0): the quants as Q4; scales: d_a over 4 lanes (16), then each lane's -128·Σq_a (16
+// int32 as float32 bits: the kernel reads the weights as unsigned bytes, q_w + 128).
+//
+// Q6K (Q6_K): the 4 blocks' quants as they come; scales: d_a of the first two blocks over 8
+// lanes each (16), of the last two (16), then each lane's -32·Σq_a for the first 64 quants
+// (16 int32) and for the last 64 (16): the kernel reads the weights as unsigned q_w + 32.
+type groupLayout struct {
+	kind   int
+	scales int              // floats a group
+	order  [groupBlocks]int // the group's blocks in the order its kernel meets them
+}
+
+// The kinds of groupLayout.
+const (
+	layoutQ4 = iota
+	layoutQ8
+	layoutQ6K
+)
+
+var (
+	groupQ4  = groupLayout{layoutQ4, 24, [groupBlocks]int{0, 1, 2, 3}}
+	groupQ8  = groupLayout{layoutQ8, 32, [groupBlocks]int{0, 1, 2, 3}}
+	groupQ6K = groupLayout{layoutQ6K, 64, [groupBlocks]int{0, 1, 2, 3}}
+	// A Q4_K group's low nibbles hold its sub-blocks 0 and 2: the kernel's shuffles leave
+	// them in the order 0, 2, 1, 3.
+	groupQ4K = groupLayout{layoutQ4, 24, [groupBlocks]int{0, 2, 1, 3}}
+)
+
+// layoutOf returns the grouped layout of a weight format's kernels.
+func layoutOf(t ops.GGMLType) *groupLayout {
+	switch t {
+	case ops.GGMLQ8_0:
+		return &groupQ8
+	case ops.GGMLQ4_K:
+		return &groupQ4K
+	case ops.GGMLQ6_K:
+		return &groupQ6K
+	}
+	return &groupQ4
+}
 
 // qGroupFunc is a grouped kernel: one weight row of nb blocks against 8, 4 or 1 activation
 // rows (astride and dstride bytes apart), a result a row into out.
@@ -30,7 +72,7 @@ type qGroupFunc func(w *byte, a *int8, ds *float32, nb, astride, dstride int, ou
 type qGroupKernels struct{ x8, x4, x1 qGroupFunc }
 
 // groupKernelSet holds the grouped kernels of the types that have them.
-type groupKernelSet struct{ q40, q41, q80, q4k *qGroupKernels }
+type groupKernelSet struct{ q40, q41, q80, q4k, q6k *qGroupKernels }
 
 // groupKernels are the grouped kernels in use: none unless the cpu has AVX-512 VNNI
 // (qdot512_amd64.go); qLinear then uses the per-row kernels of qdot.go.
@@ -47,67 +89,71 @@ func (s groupKernelSet) of(t ops.GGMLType) *qGroupKernels {
 		return s.q80
 	case ops.GGMLQ4_K:
 		return s.q4k
+	case ops.GGMLQ6_K:
+		return s.q6k
 	}
 	return nil
 }
 
-// groupGeometry returns a row's groups, bytes and scales in the grouped layout for k values,
-// for Q8_0 weights or Q4 ones.
-func groupGeometry(k int, q8 bool) (groups, bytes, scales int) {
+// groupGeometry returns a row's groups, bytes and scales in a grouped layout for k values.
+func groupGeometry(k int, l *groupLayout) (groups, bytes, scales int) {
 	groups = (k/qBlock + groupBlocks - 1) / groupBlocks
-	per := groupScalesQ4
-	if q8 {
-		per = groupScalesQ8
-	}
-	return groups, groups * groupBytes, groups * per
+	return groups, groups * groupBytes, groups * l.scales
 }
 
-// groupOrder is the order of a group's blocks in the grouped layout: as they come, or, for
-// Q4_K weights, 0, 2, 1, 3 (the order in which the kernel's shuffles leave a Q4_K group's
-// nibbles: sub-blocks 0 and 2 are the low nibbles of its bytes).
-var (
-	groupInOrder = [groupBlocks]int{0, 1, 2, 3}
-	groupQ4K     = [groupBlocks]int{0, 2, 1, 3}
-)
-
-// groupRow rewrites one row quantized by quantizeRow (qs, ds: nb blocks) into the grouped
-// layout (gq, gs) for Q8_0 weights or Q4 ones, a group's blocks in the given order.
-func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, q8 bool, order *[groupBlocks]int) {
+// groupRow rewrites one row quantized by quantizeRow (qs, ds: nb blocks) into a grouped layout
+// (gq, gs).
+func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, l *groupLayout) {
 	nb := len(qs) / qBlock
-	per := groupScalesQ4
-	if q8 {
-		per = groupScalesQ8
-	}
 	for g := 0; g*groupBlocks < nb; g++ {
-		q, s := gq[g*groupBytes:(g+1)*groupBytes], gs[g*per:(g+1)*per]
+		q, s := gq[g*groupBytes:(g+1)*groupBytes], gs[g*l.scales:(g+1)*l.scales]
+		clear(s)
 		for j := range groupBlocks {
-			b := g*groupBlocks + order[j]
+			b := g*groupBlocks + l.order[j]
+			if l.kind == layoutQ6K {
+				blk := q[j*qBlock : (j+1)*qBlock]
+				if b >= nb {
+					clear(blk)
+					continue
+				}
+				copy(blk, qs[b*qBlock:(b+1)*qBlock])
+				for i := range 8 {
+					s[8*j+i] = ds[2*b]
+				}
+				continue
+			}
 			lo, hi := q[j*16:j*16+16], q[64+j*16:64+j*16+16]
 			if b >= nb {
 				clear(lo)
 				clear(hi)
-				clear(s[4*j : 4*j+4])
-				if q8 {
-					clear(s[16+4*j : 20+4*j])
-				} else {
-					s[16+2*j], s[17+2*j] = 0, 0
-				}
 				continue
 			}
 			copy(lo, qs[b*qBlock:b*qBlock+16])
 			copy(hi, qs[b*qBlock+16:(b+1)*qBlock])
 			d := ds[2*b]
 			s[4*j], s[4*j+1], s[4*j+2], s[4*j+3] = d, d, d, d
-			if !q8 {
-				s[16+2*j], s[17+2*j] = 0, ds[2*b+1]
-				continue
+			if l.kind == layoutQ4 {
+				s[17+2*j] = ds[2*b+1]
 			}
-			for c := range 4 {
+		}
+		// The int32 corrections: -bias·Σq_a over each lane's bytes (4 in each half for Q8,
+		// 4 consecutive for Q6K).
+		switch l.kind {
+		case layoutQ8:
+			for c := range 16 {
 				var sum int32
 				for i := range 4 {
-					sum += int32(lo[4*c+i]) + int32(hi[4*c+i])
+					sum += int32(q[4*c+i]) + int32(q[64+4*c+i])
 				}
-				s[16+4*j+c] = math.Float32frombits(uint32(-128 * sum))
+				s[16+c] = math.Float32frombits(uint32(-128 * sum))
+			}
+		case layoutQ6K:
+			for c := range 32 {
+				var sum int32
+				for i := range 4 {
+					sum += int32(q[4*c+i])
+				}
+				s[32+c] = math.Float32frombits(uint32(-32 * sum))
 			}
 		}
 	}
@@ -115,9 +161,9 @@ func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, q8 bool, order *
 
 // groupActs quantizes the first rows rows of x and writes them grouped into the backend's
 // scratch (grown to the largest call and reused).
-func (b *Backend) groupActs(x *Tensor, rows, k int, q8 bool, order *[groupBlocks]int) ([]int8, []float32) {
+func (b *Backend) groupActs(x *Tensor, rows, k int, l *groupLayout) ([]int8, []float32) {
 	qs, ds := b.quantizeActs(x, rows, k)
-	_, gb, gsc := groupGeometry(k, q8)
+	_, gb, gsc := groupGeometry(k, l)
 	if cap(b.gqs) < rows*gb {
 		b.gqs = make([]int8, rows*gb)
 	}
@@ -127,7 +173,7 @@ func (b *Backend) groupActs(x *Tensor, rows, k int, q8 bool, order *[groupBlocks
 	gq, gs := b.gqs[:rows*gb], b.gds[:rows*gsc]
 	nb := k / qBlock
 	for r := range rows {
-		groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], qs[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], q8, order)
+		groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], qs[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], l)
 	}
 	return gq, gs
 }
@@ -137,13 +183,9 @@ func (b *Backend) groupActs(x *Tensor, rows, k int, q8 bool, order *[groupBlocks
 func (b *Backend) qLinearGrouped(o, xt, bt *Tensor, q *qData, kern *qGroupKernels) {
 	rows, k, n := xt.rows(), q.k, q.n
 	nb := k / qBlock
-	q8 := q.typ == ops.GGMLQ8_0
-	order := &groupInOrder
-	if q.typ == ops.GGMLQ4_K {
-		order = &groupQ4K
-	}
-	gq, gs := b.groupActs(xt, rows, k, q8, order)
-	_, gb, gsc := groupGeometry(k, q8)
+	l := layoutOf(q.typ)
+	gq, gs := b.groupActs(xt, rows, k, l)
+	_, gb, gsc := groupGeometry(k, l)
 	tiles := (n + qTileRows - 1) / qTileRows
 	b.pool.run(tiles, func(lo, hi, worker int) {
 		j0, j1 := lo*qTileRows, min(n, hi*qTileRows)

@@ -29,6 +29,7 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 		{ops.GGMLQ4_1, dotQ4_1Go},
 		{ops.GGMLQ8_0, dotQ8_0Go},
 		{ops.GGMLQ4_K, dotQ4KGo},
+		{ops.GGMLQ6_K, dotQ6KGo},
 	}
 	for _, kind := range kinds {
 		kern := groupKernels.of(kind.typ)
@@ -47,15 +48,11 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 			x := randRow(rng, rows*k)
 			clear(x[k : k+qBlock]) // a zero block: d = 0
 			a, ds := make([]int8, rows*k), make([]float32, rows*2*nb32)
-			_, gb, gsc := groupGeometry(k, kind.typ == ops.GGMLQ8_0)
+			_, gb, gsc := groupGeometry(k, layoutOf(kind.typ))
 			gq, gs := make([]int8, rows*gb), make([]float32, rows*gsc)
-			order := &groupInOrder
-			if kind.typ == ops.GGMLQ4_K {
-				order = &groupQ4K
-			}
 			for r := range rows {
 				quantizeRow(a[r*k:(r+1)*k], ds[r*2*nb32:(r+1)*2*nb32], x[r*k:(r+1)*k])
-				groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], a[r*k:(r+1)*k], ds[r*2*nb32:(r+1)*2*nb32], kind.typ == ops.GGMLQ8_0, order)
+				groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], a[r*k:(r+1)*k], ds[r*2*nb32:(r+1)*2*nb32], layoutOf(kind.typ))
 			}
 			var got8, got4, got1 [8]float32
 			kern.x8(&w[0], &gq[0], &gs[0], nb32, gb, 4*gsc, &got8[0])
@@ -72,7 +69,10 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 				var scale float64
 				for b := range nb32 {
 					wb := b * qBlock / kind.typ.BlockElems() * kind.typ.BlockBytes()
-					scale += math.Abs(float64(f16le(w[wb:]) * 64 * ds[r*2*nb32+2*b] * 127 * 128 * 32))
+					if kind.typ == ops.GGMLQ6_K {
+						wb += 208
+					}
+					scale += math.Abs(float64(f16le(w[wb:]) * 128 * ds[r*2*nb32+2*b] * 127 * 128 * 32))
 				}
 				require.InDelta(t, want, got1[r], 1e-5*scale+1e-6, "%v, %d blocks, row %d", kind.typ, nb, r)
 			}
