@@ -51,6 +51,15 @@ func dotQ6Kx4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out
 //go:noescape
 func dotQ6Kx1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 
+//go:noescape
+func dotQ5Kx8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ5Kx4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ5Kx1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
 // hasAVX512 is whether the grouped kernels can run here: AVX-512 F, BW, VL and VNNI with the
 // OS saving the ZMM registers (x/sys/cpu checks that), on top of the AVX2 set.
 var hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL &&
@@ -61,6 +70,7 @@ var groupKernelsAVX512 = groupKernelSet{
 	q40: &qGroupKernels{dotQ4_0x8AVX512, dotQ4_0x4AVX512, dotQ4_0x1AVX512},
 	q80: &qGroupKernels{dotQ8_0x8AVX512, dotQ8_0x4AVX512, dotQ8_0x1AVX512},
 	q4k: &qGroupKernels{dotQ4Kx8AVX512, dotQ4Kx4AVX512, dotQ4Kx1AVX512},
+	q5k: &qGroupKernels{dotQ5Kx8AVX512, dotQ5Kx4AVX512, dotQ5Kx1AVX512},
 	q6k: &qGroupKernels{dotQ6Kx8AVX512, dotQ6Kx4AVX512, dotQ6Kx1AVX512},
 }
 

@@ -1,6 +1,6 @@
 #include "textflag.h"
 
-// The AVX-512 VNNI kernels of Q4_K and Q6_K blocks, in the registers and with the row macros of
+// The AVX-512 VNNI kernels of Q4_K, Q5_K and Q6_K blocks, in the registers and with the row macros of
 // qdot512_amd64.s (repeated here: macros do not cross files). A Q4_K block of 256 (f16 d, f16
 // dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles) is two groups of 4 sub-blocks
 // of 32; a group's 64 bytes of nibbles hold sub-blocks 0 and 2 in their low nibbles and 1 and 3
@@ -69,9 +69,9 @@ GLOBL lane2blockk<>(SB), RODATA|NOPTR, $64
 	MOVL 8(SI), DX
 
 // The group's (d·sc, -dmin·m) pairs from its scale bytes (sc in X24, m in X25, as KSCALES0
-// and KSCALES1 leave them) into Y19 in the block order 0, 2, 1, 3, and d·sc over the lanes in Z18;
-// then the nibbles at qoff(SI) into Z16/Z17 in the same order.
-#define KGROUP(qoff) \
+// and KSCALES1 leave them) into Y19 in the block order 0, 2, 1, 3, and d·sc over the lanes in
+// Z18.
+#define KSCALEVEC \
 	VPMOVZXBD X24, X24 \
 	VPMOVZXBD X25, X25 \
 	VCVTDQ2PS X24, X24 \
@@ -82,14 +82,48 @@ GLOBL lane2blockk<>(SB), RODATA|NOPTR, $64
 	VUNPCKHPS X25, X24, X27 \
 	VINSERTF32X4 $1, X27, Y26, Y26 \
 	VPERMQ $0xD8, Y26, Y19 \
-	VPERMPS Z19, Z21, Z18 \
+	VPERMPS Z19, Z21, Z18
+
+// The nibbles at qoff(SI): sub-blocks 0 and 2 (low) into Z16, 1 and 3 (high) into Z17.
+#define KNIBBLES(qoff) \
 	VMOVDQU64 qoff(SI), Z16 \
 	VPSRLW $4, Z16, Z17 \
 	VPANDD Z20, Z16, Z16 \
-	VPANDD Z20, Z17, Z17 \
+	VPANDD Z20, Z17, Z17
+
+// Z16/Z17 into the Q4 group layout, blocks in the order 0, 2, 1, 3.
+#define KSHUFFLE \
 	VSHUFI64X2 $0x88, Z17, Z16, Z26 \
 	VSHUFI64X2 $0xDD, Z17, Z16, Z17 \
 	VMOVDQA64 Z26, Z16
+
+#define KGROUP(qoff) \
+	KSCALEVEC \
+	KNIBBLES(qoff) \
+	KSHUFFLE
+
+// Q5_K's fifth bits: Z30 = its 32 qh bytes, then the same shifted right by 2 (bit 2c of qh[l]
+// goes to sub-block 2c, 2c+1 to 2c+1); for a group's Z16/Z17 as KNIBBLES leaves them, the bits
+// of group 0 (sub-blocks 0-3) or 1 (4-7) at bit 4 of each byte, Z31 the 0x10 mask.
+#define K5QH \
+	VMOVDQU64 16(SI), Y30 \
+	VPSRLW $2, Y30, Y24 \
+	VINSERTI64X4 $1, Y24, Z30, Z30
+
+#define K5BITS0 \
+	VPSLLW $4, Z30, Z24 \
+	VPANDD Z31, Z24, Z24 \
+	VPSLLW $3, Z30, Z25 \
+	VPANDD Z31, Z25, Z25 \
+	VPORD Z24, Z16, Z16 \
+	VPORD Z25, Z17, Z17
+
+#define K5BITS1 \
+	VPANDD Z31, Z30, Z24 \
+	VPSRLW $1, Z30, Z25 \
+	VPANDD Z31, Z25, Z25 \
+	VPORD Z24, Z16, Z16 \
+	VPORD Z25, Z17, Z17
 
 // Sub-blocks 0-3: scale = bytes 0-3 & 63, min = bytes 4-7 & 63.
 #define KSCALES0 \
@@ -467,5 +501,107 @@ q6kx1loop:
 	JMP q6kx1loop
 q6kx1done:
 	OUTA1
+	VZEROUPPER
+	RET
+
+// func dotQ5Kx8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// Q5_K: Q4_K's kernel with the fifth bits (32 qh bytes after the scales) put on the nibbles.
+TEXT ·dotQ5Kx8AVX512(SB), NOSPLIT, $0-56
+	KPROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q5kx8loop:
+	CMPQ CX, $8
+	JLT q5kx8done
+	KBLOCK
+	K5QH
+	KSCALES0
+	KSCALEVEC
+	KNIBBLES(48)
+	K5BITS0
+	KSHUFFLE
+	ROWS8
+	KNEXTACT
+	KSCALES1
+	KSCALEVEC
+	KNIBBLES(112)
+	K5BITS1
+	KSHUFFLE
+	ROWS8
+	KNEXTACT
+	ADDQ $176, SI
+	SUBQ $8, CX
+	JMP q5kx8loop
+q5kx8done:
+	OUT8
+	VZEROUPPER
+	RET
+
+// func dotQ5Kx4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// Q5_K: Q4_K's kernel with the fifth bits (32 qh bytes after the scales) put on the nibbles.
+TEXT ·dotQ5Kx4AVX512(SB), NOSPLIT, $0-56
+	KPROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q5kx4loop:
+	CMPQ CX, $8
+	JLT q5kx4done
+	KBLOCK
+	K5QH
+	KSCALES0
+	KSCALEVEC
+	KNIBBLES(48)
+	K5BITS0
+	KSHUFFLE
+	ROWS4
+	KNEXTACT
+	KSCALES1
+	KSCALEVEC
+	KNIBBLES(112)
+	K5BITS1
+	KSHUFFLE
+	ROWS4
+	KNEXTACT
+	ADDQ $176, SI
+	SUBQ $8, CX
+	JMP q5kx4loop
+q5kx4done:
+	OUT4
+	VZEROUPPER
+	RET
+
+// func dotQ5Kx1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+//
+// Q5_K: Q4_K's kernel with the fifth bits (32 qh bytes after the scales) put on the nibbles.
+TEXT ·dotQ5Kx1AVX512(SB), NOSPLIT, $0-56
+	KPROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q5kx1loop:
+	CMPQ CX, $8
+	JLT q5kx1done
+	KBLOCK
+	K5QH
+	KSCALES0
+	KSCALEVEC
+	KNIBBLES(48)
+	K5BITS0
+	KSHUFFLE
+	ROWS1
+	KNEXTACT
+	KSCALES1
+	KSCALEVEC
+	KNIBBLES(112)
+	K5BITS1
+	KSHUFFLE
+	ROWS1
+	KNEXTACT
+	ADDQ $176, SI
+	SUBQ $8, CX
+	JMP q5kx1loop
+q5kx1done:
+	OUT1
 	VZEROUPPER
 	RET

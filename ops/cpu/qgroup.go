@@ -18,7 +18,7 @@ const (
 
 // groupLayout is how a weight format's kernels want an activation group.
 //
-// Q4 (Q4_0, Q4_1, Q4_K): the low 16 quants of each of the 4 blocks (in order), then their high
+// Q4 (Q4_0, Q4_1, Q4_K, Q5_K): the low 16 quants of each of the 4 blocks (in order), then their high
 // 16, the halves in which a Q4 block stores its nibbles; scales: each block's d_a over 4 lanes
 // (16 floats), then (0, s_a) for each block (8).
 //
@@ -45,8 +45,8 @@ var (
 	groupQ4  = groupLayout{layoutQ4, 24, [groupBlocks]int{0, 1, 2, 3}}
 	groupQ8  = groupLayout{layoutQ8, 32, [groupBlocks]int{0, 1, 2, 3}}
 	groupQ6K = groupLayout{layoutQ6K, 64, [groupBlocks]int{0, 1, 2, 3}}
-	// A Q4_K group's low nibbles hold its sub-blocks 0 and 2: the kernel's shuffles leave
-	// them in the order 0, 2, 1, 3.
+	// A Q4_K (Q5_K) group's low nibbles hold its sub-blocks 0 and 2: the kernel's shuffles
+	// leave them in the order 0, 2, 1, 3.
 	groupQ4K = groupLayout{layoutQ4, 24, [groupBlocks]int{0, 2, 1, 3}}
 )
 
@@ -55,7 +55,7 @@ func layoutOf(t ops.GGMLType) *groupLayout {
 	switch t {
 	case ops.GGMLQ8_0:
 		return &groupQ8
-	case ops.GGMLQ4_K:
+	case ops.GGMLQ4_K, ops.GGMLQ5_K:
 		return &groupQ4K
 	case ops.GGMLQ6_K:
 		return &groupQ6K
@@ -72,7 +72,7 @@ type qGroupFunc func(w *byte, a *int8, ds *float32, nb, astride, dstride int, ou
 type qGroupKernels struct{ x8, x4, x1 qGroupFunc }
 
 // groupKernelSet holds the grouped kernels of the types that have them.
-type groupKernelSet struct{ q40, q41, q80, q4k, q6k *qGroupKernels }
+type groupKernelSet struct{ q40, q41, q80, q4k, q5k, q6k *qGroupKernels }
 
 // groupKernels are the grouped kernels in use: none unless the cpu has AVX-512 VNNI
 // (qdot512_amd64.go); qLinear then uses the per-row kernels of qdot.go.
@@ -89,6 +89,8 @@ func (s groupKernelSet) of(t ops.GGMLType) *qGroupKernels {
 		return s.q80
 	case ops.GGMLQ4_K:
 		return s.q4k
+	case ops.GGMLQ5_K:
+		return s.q5k
 	case ops.GGMLQ6_K:
 		return s.q6k
 	}

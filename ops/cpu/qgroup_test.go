@@ -29,6 +29,7 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 		{ops.GGMLQ4_1, dotQ4_1Go},
 		{ops.GGMLQ8_0, dotQ8_0Go},
 		{ops.GGMLQ4_K, dotQ4KGo},
+		{ops.GGMLQ5_K, dotQ5KGo},
 		{ops.GGMLQ6_K, dotQ6KGo},
 	}
 	for _, kind := range kinds {
