@@ -60,6 +60,24 @@ func dotQ5Kx4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out
 //go:noescape
 func dotQ5Kx1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 
+//go:noescape
+func dotQ5_0x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ5_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ5_0x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ5_1x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ5_1x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
+//go:noescape
+func dotQ5_1x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+
 // hasAVX512 is whether the grouped kernels can run here: AVX-512 F, BW, VL and VNNI with the
 // OS saving the ZMM registers (x/sys/cpu checks that), on top of the AVX2 set.
 var hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL &&
@@ -68,6 +86,8 @@ var hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.
 var groupKernelsAVX512 = groupKernelSet{
 	q41: &qGroupKernels{dotQ4_1x8AVX512, dotQ4_1x4AVX512, dotQ4_1x1AVX512},
 	q40: &qGroupKernels{dotQ4_0x8AVX512, dotQ4_0x4AVX512, dotQ4_0x1AVX512},
+	q50: &qGroupKernels{dotQ5_0x8AVX512, dotQ5_0x4AVX512, dotQ5_0x1AVX512},
+	q51: &qGroupKernels{dotQ5_1x8AVX512, dotQ5_1x4AVX512, dotQ5_1x1AVX512},
 	q80: &qGroupKernels{dotQ8_0x8AVX512, dotQ8_0x4AVX512, dotQ8_0x1AVX512},
 	q4k: &qGroupKernels{dotQ4Kx8AVX512, dotQ4Kx4AVX512, dotQ4Kx1AVX512},
 	q5k: &qGroupKernels{dotQ5Kx8AVX512, dotQ5Kx4AVX512, dotQ5Kx1AVX512},

@@ -334,6 +334,114 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	ADDQ $128, R9 \
 	SUBQ $4, CX
 
+// Q5_0 and Q5_1: Q4_0's and Q4_1's groups with fifth bits. A block's 32 bits qh (bit j for
+// element j) go, the low 16 of the group's 4 blocks and then the high 16, into a 64-bit mask
+// of the bytes of Z16 and of Z17, whose bit 4 they set (Z31 = 0x10 bytes).
+#define Q5_BITS \
+	VPMOVDW X26, X27 \
+	VMOVQ X27, AX \
+	KMOVQ AX, K1 \
+	VPMOVM2B K1, Z27 \
+	VPANDD Z31, Z27, Z27 \
+	VPORD Z27, Z16, Z16 \
+	VPSRLD $16, X26, X26 \
+	VPMOVDW X26, X27 \
+	VMOVQ X27, AX \
+	KMOVQ AX, K1 \
+	VPMOVM2B K1, Z27 \
+	VPANDD Z31, Z27, Z27 \
+	VPORD Z27, Z17, Z17
+
+// A whole Q5_0 group (4 blocks of 22 bytes: f16 d, 32 bits qh, 16 bytes of nibbles).
+#define Q5_0_GROUP \
+	VMOVD (SI), X24 \
+	VPINSRD $1, 22(SI), X24, X24 \
+	VPINSRD $2, 44(SI), X24, X24 \
+	VPINSRD $3, 66(SI), X24, X24 \
+	Q4_0_PAIRS \
+	VMOVD 2(SI), X26 \
+	VPINSRD $1, 24(SI), X26, X26 \
+	VPINSRD $2, 46(SI), X26, X26 \
+	VPINSRD $3, 68(SI), X26, X26 \
+	VMOVDQU32 6(SI), X16 \
+	VINSERTI32X4 $1, 28(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 50(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 72(SI), Z16, Z16 \
+	Q4_SPLIT \
+	Q5_BITS
+
+#define Q5_0_TAIL(split) \
+	VMOVD (SI), X24 \
+	VMOVD 2(SI), X26 \
+	VMOVDQU32 6(SI), X16 \
+	CMPQ CX, $2 \
+	JLT split \
+	VPINSRD $1, 22(SI), X24, X24 \
+	VPINSRD $1, 24(SI), X26, X26 \
+	VINSERTI32X4 $1, 28(SI), Z16, Z16 \
+	CMPQ CX, $3 \
+	JLT split \
+	VPINSRD $2, 44(SI), X24, X24 \
+	VPINSRD $2, 46(SI), X26, X26 \
+	VINSERTI32X4 $2, 50(SI), Z16, Z16
+
+// A whole Q5_1 group (4 blocks of 24 bytes: f16 d, f16 m, 32 bits qh, 16 bytes of nibbles).
+#define Q5_1_GROUP \
+	VMOVD (SI), X24 \
+	VPINSRD $1, 24(SI), X24, X24 \
+	VPINSRD $2, 48(SI), X24, X24 \
+	VPINSRD $3, 72(SI), X24, X24 \
+	VMOVD 4(SI), X26 \
+	VPINSRD $1, 28(SI), X26, X26 \
+	VPINSRD $2, 52(SI), X26, X26 \
+	VPINSRD $3, 76(SI), X26, X26 \
+	VMOVDQU32 8(SI), X16 \
+	VINSERTI32X4 $1, 32(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 56(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 80(SI), Z16, Z16 \
+	Q4_SPLIT \
+	Q5_BITS
+
+#define Q5_1_TAIL(split) \
+	VMOVD (SI), X24 \
+	VMOVD 4(SI), X26 \
+	VMOVDQU32 8(SI), X16 \
+	CMPQ CX, $2 \
+	JLT split \
+	VPINSRD $1, 24(SI), X24, X24 \
+	VPINSRD $1, 28(SI), X26, X26 \
+	VINSERTI32X4 $1, 32(SI), Z16, Z16 \
+	CMPQ CX, $3 \
+	JLT split \
+	VPINSRD $2, 48(SI), X24, X24 \
+	VPINSRD $2, 52(SI), X26, X26 \
+	VINSERTI32X4 $2, 56(SI), Z16, Z16
+
+// Q5_0: Σ d_w·d_a·Σq_w·q_a - 16·Σ d·s_a.
+#define OUT50(z, y, x, msy, msx, off) \
+	HSUM(z, y, x, msy, msx) \
+	MOVL $0x41800000, AX \
+	VMOVD AX, X24 \
+	VMULSS X24, msx, msx \
+	VSUBSS msx, x, x \
+	VMOVSS x, off(DX)
+
+#define OUT1_50 \
+	OUT50(Z0, Y0, X0, Y8, X8, 0)
+
+#define OUT4_50 \
+	OUT50(Z0, Y0, X0, Y8, X8, 0) \
+	OUT50(Z1, Y1, X1, Y9, X9, 4) \
+	OUT50(Z2, Y2, X2, Y10, X10, 8) \
+	OUT50(Z3, Y3, X3, Y11, X11, 12)
+
+#define OUT8_50 \
+	OUT4_50 \
+	OUT50(Z4, Y4, X4, Y12, X12, 16) \
+	OUT50(Z5, Y5, X5, Y13, X13, 20) \
+	OUT50(Z6, Y6, X6, Y14, X14, 24) \
+	OUT50(Z7, Y7, X7, Y15, X15, 28)
+
 // func dotQ4_1x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ4_1x8AVX512(SB), NOSPLIT, $0-56
 	PROLOGUE
@@ -538,5 +646,158 @@ q80x1split:
 	ROWS1_8
 q80x1done:
 	OUT1_80
+	VZEROUPPER
+	RET
+
+// func dotQ5_0x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ5_0x8AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q50x8loop:
+	CMPQ CX, $4
+	JLT q50x8tail
+	Q5_0_GROUP
+	ROWS8
+	NEXT(22)
+	JMP q50x8loop
+q50x8tail:
+	TESTQ CX, CX
+	JZ q50x8done
+	Q5_0_TAIL(q50x8split)
+q50x8split:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	Q5_BITS
+	ROWS8
+q50x8done:
+	OUT8_50
+	VZEROUPPER
+	RET
+
+// func dotQ5_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ5_0x4AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q50x4loop:
+	CMPQ CX, $4
+	JLT q50x4tail
+	Q5_0_GROUP
+	ROWS4
+	NEXT(22)
+	JMP q50x4loop
+q50x4tail:
+	TESTQ CX, CX
+	JZ q50x4done
+	Q5_0_TAIL(q50x4split)
+q50x4split:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	Q5_BITS
+	ROWS4
+q50x4done:
+	OUT4_50
+	VZEROUPPER
+	RET
+
+// func dotQ5_0x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ5_0x1AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q50x1loop:
+	CMPQ CX, $4
+	JLT q50x1tail
+	Q5_0_GROUP
+	ROWS1
+	NEXT(22)
+	JMP q50x1loop
+q50x1tail:
+	TESTQ CX, CX
+	JZ q50x1done
+	Q5_0_TAIL(q50x1split)
+q50x1split:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	Q5_BITS
+	ROWS1
+q50x1done:
+	OUT1_50
+	VZEROUPPER
+	RET
+
+// func dotQ5_1x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ5_1x8AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q51x8loop:
+	CMPQ CX, $4
+	JLT q51x8tail
+	Q5_1_GROUP
+	ROWS8
+	NEXT(24)
+	JMP q51x8loop
+q51x8tail:
+	TESTQ CX, CX
+	JZ q51x8done
+	Q5_1_TAIL(q51x8split)
+q51x8split:
+	Q4_SPLIT
+	Q5_BITS
+	ROWS8
+q51x8done:
+	OUT8_41
+	VZEROUPPER
+	RET
+
+// func dotQ5_1x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ5_1x4AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q51x4loop:
+	CMPQ CX, $4
+	JLT q51x4tail
+	Q5_1_GROUP
+	ROWS4
+	NEXT(24)
+	JMP q51x4loop
+q51x4tail:
+	TESTQ CX, CX
+	JZ q51x4done
+	Q5_1_TAIL(q51x4split)
+q51x4split:
+	Q4_SPLIT
+	Q5_BITS
+	ROWS4
+q51x4done:
+	OUT4_41
+	VZEROUPPER
+	RET
+
+// func dotQ5_1x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ5_1x1AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q51x1loop:
+	CMPQ CX, $4
+	JLT q51x1tail
+	Q5_1_GROUP
+	ROWS1
+	NEXT(24)
+	JMP q51x1loop
+q51x1tail:
+	TESTQ CX, CX
+	JZ q51x1done
+	Q5_1_TAIL(q51x1split)
+q51x1split:
+	Q4_SPLIT
+	Q5_BITS
+	ROWS1
+q51x1done:
+	OUT1_41
 	VZEROUPPER
 	RET

@@ -18,7 +18,7 @@ const (
 
 // groupLayout is how a weight format's kernels want an activation group.
 //
-// Q4 (Q4_0, Q4_1, Q4_K, Q5_K): the low 16 quants of each of the 4 blocks (in order), then their high
+// Q4 (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K): the low 16 quants of each of the 4 blocks (in order), then their high
 // 16, the halves in which a Q4 block stores its nibbles; scales: each block's d_a over 4 lanes
 // (16 floats), then (0, s_a) for each block (8).
 //
@@ -72,7 +72,7 @@ type qGroupFunc func(w *byte, a *int8, ds *float32, nb, astride, dstride int, ou
 type qGroupKernels struct{ x8, x4, x1 qGroupFunc }
 
 // groupKernelSet holds the grouped kernels of the types that have them.
-type groupKernelSet struct{ q40, q41, q80, q4k, q5k, q6k *qGroupKernels }
+type groupKernelSet struct{ q40, q41, q50, q51, q80, q4k, q5k, q6k *qGroupKernels }
 
 // groupKernels are the grouped kernels in use: none unless the cpu has AVX-512 VNNI
 // (qdot512_amd64.go); qLinear then uses the per-row kernels of qdot.go.
@@ -85,6 +85,10 @@ func (s groupKernelSet) of(t ops.GGMLType) *qGroupKernels {
 		return s.q40
 	case ops.GGMLQ4_1:
 		return s.q41
+	case ops.GGMLQ5_0:
+		return s.q50
+	case ops.GGMLQ5_1:
+		return s.q51
 	case ops.GGMLQ8_0:
 		return s.q80
 	case ops.GGMLQ4_K:

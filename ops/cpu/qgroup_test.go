@@ -27,6 +27,8 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 	}{
 		{ops.GGMLQ4_0, dotQ4_0Go},
 		{ops.GGMLQ4_1, dotQ4_1Go},
+		{ops.GGMLQ5_0, dotQ5_0Go},
+		{ops.GGMLQ5_1, dotQ5_1Go},
 		{ops.GGMLQ8_0, dotQ8_0Go},
 		{ops.GGMLQ4_K, dotQ4KGo},
 		{ops.GGMLQ5_K, dotQ5KGo},

@@ -29,7 +29,7 @@ func testQLinearAgainstDequantized(t *testing.T) {
 		{ops.GGMLQ4_1, 1, 13, 64}, {ops.GGMLQ4_1, 7, 40, 96}, {ops.GGMLQ4_1, 70, 9, 32},
 		{ops.GGMLQ8_0, 5, 17, 64}, {ops.GGMLQ4_0, 6, 11, 128}, {ops.GGMLQ4_0, 13, 10, 160},
 		{ops.GGMLQ4_1, 21, 19, 576}, {ops.GGMLQ8_0, 11, 9, 224},
-		{ops.GGMLQ5_0, 3, 7, 96}, {ops.GGMLQ5_1, 9, 5, 64}, {ops.GGMLQ4_K, 5, 6, 512}, {ops.GGMLQ4_K, 11, 3, 256}, {ops.GGMLQ5_K, 2, 5, 256},
+		{ops.GGMLQ5_0, 3, 7, 96}, {ops.GGMLQ5_1, 9, 5, 64}, {ops.GGMLQ5_0, 10, 6, 320}, {ops.GGMLQ5_1, 8, 3, 448}, {ops.GGMLQ4_K, 5, 6, 512}, {ops.GGMLQ4_K, 11, 3, 256}, {ops.GGMLQ5_K, 2, 5, 256},
 		{ops.GGMLQ6_K, 9, 4, 512},
 	}
 	be := New(2)
