@@ -46,6 +46,7 @@ func useAVX2() {
 	attnScores16, attnAccum16 = attnScores16Vec, attnAccum16Vec
 	dotF32, axpyF32, attnScores, attnAccum = dotF32Vec, axpyF32Vec, attnScoresVec, attnAccumVec
 	expShift, siluMul, expSum = expShiftVec, siluMulVec, expSumVec
+	useDot16AVX2()
 	kernelSet = "avx2+fma+f16c"
 }
 

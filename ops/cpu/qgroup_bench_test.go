@@ -18,7 +18,7 @@ func BenchmarkQLinear(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	be := New(0)
 	defer be.Close()
-	for _, typ := range []ops.GGMLType{ops.GGMLQ4_1, ops.GGMLQ8_0, ops.GGMLQ4_K, ops.GGMLQ6_K, 0} {
+	for _, typ := range []ops.GGMLType{ops.GGMLQ4_1, ops.GGMLQ8_0, ops.GGMLQ5_0, ops.GGMLQ4_K, ops.GGMLQ6_K, 0} {
 		var w ops.Tensor
 		var err error
 		name := "f32"
