@@ -1,7 +1,5 @@
 package cpu
 
-
-
 //go:noescape
 func dotF16x4AVX2(w *uint16, x *float32, n, xstride int, out *float32)
 
@@ -21,4 +19,3 @@ var dot16KernelsAVX2 = [2]*dot16Kernels{
 
 // useDot16AVX2 installs the 16-bit weight kernels (with the AVX2 set).
 func useDot16AVX2() { dot16 = dot16KernelsAVX2 }
-
