@@ -42,7 +42,8 @@ func axpyGo(dst []float32, a float32, src []float32) {
 }
 
 // Kernels names the dot-product kernels this process chose at start by cpu feature detection
-// ("avx2+fma+f16c", or "go (portable)" where the vector ones cannot run).
+// ("avx512+vnni, avx2+fma+f16c" with AVX-512 F/BW/VL/VNNI, "avx2+fma+f16c", or "go (portable)"
+// where the vector ones cannot run).
 func Kernels() string { return kernelSet }
 
 // qDotFor returns the kernel of a ggml type.
