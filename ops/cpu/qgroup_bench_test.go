@@ -53,3 +53,50 @@ func BenchmarkQLinear(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkQ4_1Kernels times the Q4_1 kernels alone on one goroutine over a 1536 × 576 weight
+// (L2-resident): the grouped ones (8 and 1 activation rows) where the cpu has them, and the
+// AVX2 ones (4 rows and 1); GMAC/s counts the multiply-adds of every row.
+func BenchmarkQ4_1Kernels(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("no vector kernels here")
+	}
+	const n, k = 1536, 576
+	nb := k / qBlock
+	rng := rand.New(rand.NewPCG(1, 2))
+	w := randBlocks(rng, ops.GGMLQ4_1, n*nb)
+	rb := nb * 20
+	x := randRow(rng, 8*k)
+	a, ds := make([]int8, 8*k), make([]float32, 8*2*nb)
+	_, gb, gsc := groupGeometry(k, &groupQ4)
+	gq, gs := make([]int8, 8*gb), make([]float32, 8*gsc)
+	for r := range 8 {
+		quantizeRow(a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], x[r*k:(r+1)*k])
+		groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], &groupQ4)
+	}
+	var out [8]float32
+	var four [4]float32
+	kern := groupKernels.of(ops.GGMLQ4_1)
+	for _, c := range []struct {
+		name string
+		rows int
+		f    func(j int)
+	}{
+		{"grouped-x8", 8, func(j int) { kern.x8(&w[j*rb], &gq[0], &gs[0], nb, gb, 4*gsc, &out[0]) }},
+		{"grouped-x1", 1, func(j int) { kern.x1(&w[j*rb], &gq[0], &gs[0], nb, gb, 4*gsc, &out[0]) }},
+		{"avx2-x4", 4, func(j int) { dotQ4_1x4(w[j*rb:(j+1)*rb], a, ds, k, &four) }},
+		{"avx2-x1", 1, func(j int) { out[0] = dotQ4_1(w[j*rb:(j+1)*rb], a[:k], ds[:2*nb]) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if kern == nil && c.rows == 8 || kern == nil && c.name == "grouped-x1" {
+				b.Skip("no grouped kernels here")
+			}
+			for b.Loop() {
+				for j := range n {
+					c.f(j)
+				}
+			}
+			b.ReportMetric(float64(b.N*c.rows*n*k)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+		})
+	}
+}
