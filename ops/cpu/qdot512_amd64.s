@@ -1,7 +1,7 @@
 #include "textflag.h"
 
-// The AVX-512 VNNI kernels of qdot512_amd64.go: one weight row of ggml blocks against 8, 4 or 1
-// activation rows in the grouped layout (qgroup.go). A group is 4 blocks: the weight side
+// The AVX-512 VNNI kernels of qdot512_amd64.go for the blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0): one weight row against 8, 4 or 1 activation rows in the grouped layout (qgroup.go). A group is 4 blocks: the weight side
 // loads their 16-byte halves into one register (Z16: the low 16 elements of each block, Z17:
 // the high 16) once, and each activation row adds two VPDPBUSD (64 products each) into a
 // register of 16 int32 lanes, 4 a block; the lanes are scaled by d_w·d_a of their block and
@@ -9,10 +9,11 @@
 // HSUM) whichever kernel computes it, so a row's result does not depend on the rows beside it
 // (batch invariance).
 //
-// Registers: Z0-Z7 the rows' accumulators, Y8-Y15 their m·s sums (Q4_1; d·s for Q4_0), Z16/Z17
-// the group's low and high quants (unsigned, Q4; signed, Q8_0), Z18 d_w of each lane, Y19 the
-// (d_w, m_w) pairs of the group's blocks, Z20 the nibble mask, Z21 the lane→block index, Z22/
-// Z23 the rows' int32 sums, Z24/Z25 scratch, Z26 the int32 start of a Q8_0 row's sums.
+// Registers: Z0-Z7 the rows' accumulators, Y8-Y15 their m·s sums (Q4_1, Q5_1; d·s for Q4_0,
+// Q5_0), Z16/Z17 the group's low and high quants (unsigned; Q8_0's made so by +128), Z18 d_w of
+// each lane, Y19 the (d_w, m_w) pairs of the group's blocks, Z20 the nibble mask (Q8_0: the
+// 0x80 bytes), Z21 the lane→block index, Z22/Z23 the rows' int32 sums, Z24-Z27 and K1 scratch,
+// Z31 the fifth bit (Q5).
 
 // Lane i of Z18 takes element i/4·2 of Y19: each block's d_w over its 4 lanes.
 DATA lane2block<>+0(SB)/4, $0
