@@ -87,7 +87,7 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		case fast:
 			weights = "GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights as blocks with 8-bit activations, float16 KV cache (--cpu-weights float32: the exact path)"
 		case blocks:
-			weights = "16-bit weights dotted in place by the vector kernels (--cpu-weights float32: the exact path)"
+			weights = "vector kernels for 16-bit weights (dotted in place) and attention (--cpu-weights float32: the exact path)"
 		}
 		log.Info("cpu kernels " + cpu.Kernels() + " (chosen by cpu features); " + weights)
 	}

@@ -166,21 +166,31 @@ func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, l *groupLayout) 
 }
 
 // groupActs quantizes the first rows rows of x and writes them grouped into the backend's
-// scratch (grown to the largest call and reused).
+// scratch (all grown to the largest call and reused), the rows split over the workers.
 func (b *Backend) groupActs(x *Tensor, rows, k int, l *groupLayout) ([]int8, []float32) {
-	qs, ds := b.quantizeActs(x, rows, k)
+	nb := k / qBlock
 	_, gb, gsc := groupGeometry(k, l)
+	if cap(b.qs) < rows*k {
+		b.qs = make([]int8, rows*k)
+	}
+	if cap(b.qds) < rows*2*nb {
+		b.qds = make([]float32, rows*2*nb)
+	}
 	if cap(b.gqs) < rows*gb {
 		b.gqs = make([]int8, rows*gb)
 	}
 	if cap(b.gds) < rows*gsc {
 		b.gds = make([]float32, rows*gsc)
 	}
+	qs, ds := b.qs[:rows*k], b.qds[:rows*2*nb]
 	gq, gs := b.gqs[:rows*gb], b.gds[:rows*gsc]
-	nb := k / qBlock
-	for r := range rows {
-		groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], qs[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], l)
-	}
+	b.pool.run(rows, func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
+			q, d := qs[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb]
+			quantizeRow(q, d, x.f32[r*k:(r+1)*k])
+			groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], q, d, l)
+		}
+	})
 	return gq, gs
 }
 
