@@ -6,7 +6,7 @@
 // the high 16) once, and each activation row adds two VPDPBUSD (64 products each) into a
 // register of 16 int32 lanes, 4 a block; the lanes are scaled by d_w·d_a of their block and
 // summed into the row's float accumulator. Every row goes through the same instructions (ROW,
-// HSUM) whichever kernel computes it, so a row's result does not depend on the rows beside it
+// REDUCE) whichever kernel computes it, so a row's result does not depend on the rows beside it
 // (batch invariance).
 //
 // Registers: Z0-Z7 the rows' accumulators, Y8-Y15 their m·s sums (Q4_1, Q5_1; d·s for Q4_0,
@@ -146,67 +146,6 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	ADDQ $96, R9 \
 	SUBQ $4, CX
 
-// The horizontal sum of a row's accumulator (Z, Y and X names of one register), and of its m·s
-// sums, into X of the accumulator.
-#define HSUM(z, y, x, msy, msx) \
-	VEXTRACTF64X4 $1, z, Y24 \
-	VADDPS Y24, y, y \
-	VEXTRACTF32X4 $1, y, X24 \
-	VADDPS X24, x, x \
-	VHADDPS x, x, x \
-	VHADDPS x, x, x \
-	VEXTRACTF32X4 $1, msy, X24 \
-	VADDPS X24, msx, msx \
-	VHADDPS msx, msx, msx \
-	VHADDPS msx, msx, msx
-
-// Q4_1: Σ d_w·d_a·Σq_w·q_a + Σ m·s_a.
-#define OUT41(z, y, x, msy, msx, off) \
-	HSUM(z, y, x, msy, msx) \
-	VADDSS msx, x, x \
-	VMOVSS x, off(DX)
-
-// Q4_0: Σ d_w·d_a·Σq_w·q_a - 8·Σ d·s_a.
-#define OUT40(z, y, x, msy, msx, off) \
-	HSUM(z, y, x, msy, msx) \
-	MOVL $0x41000000, AX \
-	VMOVD AX, X24 \
-	VMULSS X24, msx, msx \
-	VSUBSS msx, x, x \
-	VMOVSS x, off(DX)
-
-#define OUT4_41 \
-	OUT41(Z0, Y0, X0, Y8, X8, 0) \
-	OUT41(Z1, Y1, X1, Y9, X9, 4) \
-	OUT41(Z2, Y2, X2, Y10, X10, 8) \
-	OUT41(Z3, Y3, X3, Y11, X11, 12)
-
-#define OUT8_41 \
-	OUT4_41 \
-	OUT41(Z4, Y4, X4, Y12, X12, 16) \
-	OUT41(Z5, Y5, X5, Y13, X13, 20) \
-	OUT41(Z6, Y6, X6, Y14, X14, 24) \
-	OUT41(Z7, Y7, X7, Y15, X15, 28)
-
-#define OUT1_41 \
-	OUT41(Z0, Y0, X0, Y8, X8, 0)
-
-#define OUT4_40 \
-	OUT40(Z0, Y0, X0, Y8, X8, 0) \
-	OUT40(Z1, Y1, X1, Y9, X9, 4) \
-	OUT40(Z2, Y2, X2, Y10, X10, 8) \
-	OUT40(Z3, Y3, X3, Y11, X11, 12)
-
-#define OUT8_40 \
-	OUT4_40 \
-	OUT40(Z4, Y4, X4, Y12, X12, 16) \
-	OUT40(Z5, Y5, X5, Y13, X13, 20) \
-	OUT40(Z6, Y6, X6, Y14, X14, 24) \
-	OUT40(Z7, Y7, X7, Y15, X15, 28)
-
-#define OUT1_40 \
-	OUT40(Z0, Y0, X0, Y8, X8, 0)
-
 // The tail group of 1-3 blocks (CX): the missing blocks' quants and scales stay zero (the
 // activations are zero there too).
 #define Q4_1_TAIL(split) \
@@ -300,32 +239,6 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	ROW8((BX)(R10*2), 64(BX)(R10*2), (R9)(R12*2), 64(R9)(R12*2), Z6, Z22) \
 	ROW8((BX)(R11*1), 64(BX)(R11*1), (R9)(R13*1), 64(R9)(R13*1), Z7, Z23)
 
-// Q8_0: Σ d_w·d_a·Σq_w·q_a.
-#define OUT80(z, y, x, off) \
-	VEXTRACTF64X4 $1, z, Y24 \
-	VADDPS Y24, y, y \
-	VEXTRACTF32X4 $1, y, X24 \
-	VADDPS X24, x, x \
-	VHADDPS x, x, x \
-	VHADDPS x, x, x \
-	VMOVSS x, off(DX)
-
-#define OUT1_80 \
-	OUT80(Z0, Y0, X0, 0)
-
-#define OUT4_80 \
-	OUT80(Z0, Y0, X0, 0) \
-	OUT80(Z1, Y1, X1, 4) \
-	OUT80(Z2, Y2, X2, 8) \
-	OUT80(Z3, Y3, X3, 12)
-
-#define OUT8_80 \
-	OUT4_80 \
-	OUT80(Z4, Y4, X4, 16) \
-	OUT80(Z5, Y5, X5, 20) \
-	OUT80(Z6, Y6, X6, 24) \
-	OUT80(Z7, Y7, X7, 28)
-
 // The next Q8_0 group: 4 weight blocks, 128 activation bytes, 32 scales.
 #define NEXT8 \
 	ADDQ $136, SI \
@@ -418,30 +331,186 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	VPINSRD $2, 52(SI), X26, X26 \
 	VINSERTI32X4 $2, 56(SI), Z16, Z16
 
-// Q5_0: Σ d_w·d_a·Σq_w·q_a - 16·Σ d·s_a.
-#define OUT50(z, y, x, msy, msx, off) \
-	HSUM(z, y, x, msy, msx) \
-	MOVL $0x41800000, AX \
-	VMOVD AX, X24 \
-	VMULSS X24, msx, msx \
-	VSUBSS msx, x, x \
-	VMOVSS x, off(DX)
+// The rows' results. Each row's accumulator is folded to 8 lanes and its m·s sums added lane by
+// lane (scaled by sc: FOLDS; FOLDM adds them as they are; FOLD has none), then three levels of
+// pairwise sums over the rows together leave row r's result, ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+
+// l7)) of its lanes, in lane r%4 of X0 (rows 0-3) and X4 (rows 4-7); the 4- and 1-row kernels
+// take the same pairs of their rows' lanes (TREE4, TREE1), so that every row's sums are the
+// same instructions in the 8-, 4- and 1-row kernels.
+#define FOLD(z, y) \
+	VEXTRACTF64X4 $1, z, Y24 \
+	VADDPS Y24, y, y
 
-#define OUT1_50 \
-	OUT50(Z0, Y0, X0, Y8, X8, 0)
+#define FOLDM(z, y, ms) \
+	FOLD(z, y) \
+	VADDPS ms, y, y
 
-#define OUT4_50 \
-	OUT50(Z0, Y0, X0, Y8, X8, 0) \
-	OUT50(Z1, Y1, X1, Y9, X9, 4) \
-	OUT50(Z2, Y2, X2, Y10, X10, 8) \
-	OUT50(Z3, Y3, X3, Y11, X11, 12)
+#define FOLDS(z, y, ms) \
+	FOLD(z, y) \
+	VFMADD231PS Y26, ms, y
+
+#define TREE8 \
+	VHADDPS Y1, Y0, Y0 \
+	VHADDPS Y3, Y2, Y2 \
+	VHADDPS Y5, Y4, Y4 \
+	VHADDPS Y7, Y6, Y6 \
+	VHADDPS Y2, Y0, Y0 \
+	VHADDPS Y6, Y4, Y4 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS X1, X0, X0 \
+	VEXTRACTF128 $1, Y4, X5 \
+	VADDPS X5, X4, X4
+
+// TREE8's sums of rows 0-3 alone, and of row 0 alone (the pairs of its own lanes).
+#define TREE4 \
+	VHADDPS Y1, Y0, Y0 \
+	VHADDPS Y3, Y2, Y2 \
+	VHADDPS Y2, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS X1, X0, X0
+
+#define TREE1 \
+	VHADDPS Y0, Y0, Y0 \
+	VHADDPS Y0, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS X1, X0, X0
+
+#define REDUCE_M8 \
+	FOLDM(Z0, Y0, Y8) \
+	FOLDM(Z1, Y1, Y9) \
+	FOLDM(Z2, Y2, Y10) \
+	FOLDM(Z3, Y3, Y11) \
+	FOLDM(Z4, Y4, Y12) \
+	FOLDM(Z5, Y5, Y13) \
+	FOLDM(Z6, Y6, Y14) \
+	FOLDM(Z7, Y7, Y15) \
+	TREE8
+
+#define REDUCE_M4 \
+	FOLDM(Z0, Y0, Y8) \
+	FOLDM(Z1, Y1, Y9) \
+	FOLDM(Z2, Y2, Y10) \
+	FOLDM(Z3, Y3, Y11) \
+	TREE4
+
+#define REDUCE_M1 \
+	FOLDM(Z0, Y0, Y8) \
+	TREE1
+
+// REDUCE_S*: Y26 = -scale (8 for Q4_0, 16 for Q5_0) over the lanes, from the float32 bits in AX.
+#define REDUCE_S8 \
+	VPBROADCASTD AX, Y26 \
+	FOLDS(Z0, Y0, Y8) \
+	FOLDS(Z1, Y1, Y9) \
+	FOLDS(Z2, Y2, Y10) \
+	FOLDS(Z3, Y3, Y11) \
+	FOLDS(Z4, Y4, Y12) \
+	FOLDS(Z5, Y5, Y13) \
+	FOLDS(Z6, Y6, Y14) \
+	FOLDS(Z7, Y7, Y15) \
+	TREE8
+
+#define REDUCE_S4 \
+	VPBROADCASTD AX, Y26 \
+	FOLDS(Z0, Y0, Y8) \
+	FOLDS(Z1, Y1, Y9) \
+	FOLDS(Z2, Y2, Y10) \
+	FOLDS(Z3, Y3, Y11) \
+	TREE4
+
+#define REDUCE_S1 \
+	VPBROADCASTD AX, Y26 \
+	FOLDS(Z0, Y0, Y8) \
+	TREE1
+
+#define REDUCE8 \
+	FOLD(Z0, Y0) \
+	FOLD(Z1, Y1) \
+	FOLD(Z2, Y2) \
+	FOLD(Z3, Y3) \
+	FOLD(Z4, Y4) \
+	FOLD(Z5, Y5) \
+	FOLD(Z6, Y6) \
+	FOLD(Z7, Y7) \
+	TREE8
+
+#define REDUCE4 \
+	FOLD(Z0, Y0) \
+	FOLD(Z1, Y1) \
+	FOLD(Z2, Y2) \
+	FOLD(Z3, Y3) \
+	TREE4
+
+#define REDUCE1 \
+	FOLD(Z0, Y0) \
+	TREE1
+
+#define STORE8 \
+	MOVQ out+48(FP), DX \
+	VMOVUPS X0, (DX) \
+	VMOVUPS X4, 16(DX)
+
+#define STORE4 \
+	MOVQ out+48(FP), DX \
+	VMOVUPS X0, (DX)
+
+#define STORE1 \
+	MOVQ out+48(FP), DX \
+	VMOVSS X0, (DX)
+
+#define OUT8_41 \
+	REDUCE_M8 \
+	STORE8
+
+#define OUT4_41 \
+	REDUCE_M4 \
+	STORE4
+
+#define OUT1_41 \
+	REDUCE_M1 \
+	STORE1
+
+#define OUT8_40 \
+	MOVL $0xc1000000, AX \
+	REDUCE_S8 \
+	STORE8
+
+#define OUT4_40 \
+	MOVL $0xc1000000, AX \
+	REDUCE_S4 \
+	STORE4
+
+#define OUT1_40 \
+	MOVL $0xc1000000, AX \
+	REDUCE_S1 \
+	STORE1
 
 #define OUT8_50 \
-	OUT4_50 \
-	OUT50(Z4, Y4, X4, Y12, X12, 16) \
-	OUT50(Z5, Y5, X5, Y13, X13, 20) \
-	OUT50(Z6, Y6, X6, Y14, X14, 24) \
-	OUT50(Z7, Y7, X7, Y15, X15, 28)
+	MOVL $0xc1800000, AX \
+	REDUCE_S8 \
+	STORE8
+
+#define OUT4_50 \
+	MOVL $0xc1800000, AX \
+	REDUCE_S4 \
+	STORE4
+
+#define OUT1_50 \
+	MOVL $0xc1800000, AX \
+	REDUCE_S1 \
+	STORE1
+
+#define OUT8_80 \
+	REDUCE8 \
+	STORE8
+
+#define OUT4_80 \
+	REDUCE4 \
+	STORE4
+
+#define OUT1_80 \
+	REDUCE1 \
+	STORE1
 
 // func dotQ4_1x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ4_1x8AVX512(SB), NOSPLIT, $0-56

@@ -183,40 +183,126 @@ GLOBL lane2blockk<>(SB), RODATA|NOPTR, $64
 	ADDQ $96, R8 \
 	ADDQ $96, R9
 
-#define HSUM(z, y, x, msy, msx) \
+// The rows' results. Each row's accumulator is folded to 8 lanes and its m·s sums added lane by
+// lane (FOLDM; FOLD where there are none), then three levels of
+// pairwise sums over the rows together leave row r's result, ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+
+// l7)) of its lanes, in lane r%4 of X0 (rows 0-3) and X4 (rows 4-7); the 4- and 1-row kernels
+// take the same pairs of their rows' lanes (TREE4, TREE1), so that every row's sums are the
+// same instructions in the 8-, 4- and 1-row kernels.
+#define FOLD(z, y) \
 	VEXTRACTF64X4 $1, z, Y24 \
-	VADDPS Y24, y, y \
-	VEXTRACTF32X4 $1, y, X24 \
-	VADDPS X24, x, x \
-	VHADDPS x, x, x \
-	VHADDPS x, x, x \
-	VEXTRACTF32X4 $1, msy, X24 \
-	VADDPS X24, msx, msx \
-	VHADDPS msx, msx, msx \
-	VHADDPS msx, msx, msx
+	VADDPS Y24, y, y
 
-#define OUT(z, y, x, msy, msx, off) \
-	HSUM(z, y, x, msy, msx) \
-	VADDSS msx, x, x \
-	VMOVSS x, off(DX)
+#define FOLDM(z, y, ms) \
+	FOLD(z, y) \
+	VADDPS ms, y, y
 
-#define OUT1 \
+#define TREE8 \
+	VHADDPS Y1, Y0, Y0 \
+	VHADDPS Y3, Y2, Y2 \
+	VHADDPS Y5, Y4, Y4 \
+	VHADDPS Y7, Y6, Y6 \
+	VHADDPS Y2, Y0, Y0 \
+	VHADDPS Y6, Y4, Y4 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS X1, X0, X0 \
+	VEXTRACTF128 $1, Y4, X5 \
+	VADDPS X5, X4, X4
+
+// TREE8's sums of rows 0-3 alone, and of row 0 alone (the pairs of its own lanes).
+#define TREE4 \
+	VHADDPS Y1, Y0, Y0 \
+	VHADDPS Y3, Y2, Y2 \
+	VHADDPS Y2, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS X1, X0, X0
+
+#define TREE1 \
+	VHADDPS Y0, Y0, Y0 \
+	VHADDPS Y0, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS X1, X0, X0
+
+#define REDUCE_M8 \
+	FOLDM(Z0, Y0, Y8) \
+	FOLDM(Z1, Y1, Y9) \
+	FOLDM(Z2, Y2, Y10) \
+	FOLDM(Z3, Y3, Y11) \
+	FOLDM(Z4, Y4, Y12) \
+	FOLDM(Z5, Y5, Y13) \
+	FOLDM(Z6, Y6, Y14) \
+	FOLDM(Z7, Y7, Y15) \
+	TREE8
+
+#define REDUCE_M4 \
+	FOLDM(Z0, Y0, Y8) \
+	FOLDM(Z1, Y1, Y9) \
+	FOLDM(Z2, Y2, Y10) \
+	FOLDM(Z3, Y3, Y11) \
+	TREE4
+
+#define REDUCE_M1 \
+	FOLDM(Z0, Y0, Y8) \
+	TREE1
+
+#define REDUCE8 \
+	FOLD(Z0, Y0) \
+	FOLD(Z1, Y1) \
+	FOLD(Z2, Y2) \
+	FOLD(Z3, Y3) \
+	FOLD(Z4, Y4) \
+	FOLD(Z5, Y5) \
+	FOLD(Z6, Y6) \
+	FOLD(Z7, Y7) \
+	TREE8
+
+#define REDUCE4 \
+	FOLD(Z0, Y0) \
+	FOLD(Z1, Y1) \
+	FOLD(Z2, Y2) \
+	FOLD(Z3, Y3) \
+	TREE4
+
+#define REDUCE1 \
+	FOLD(Z0, Y0) \
+	TREE1
+
+#define STORE8 \
 	MOVQ out+48(FP), DX \
-	OUT(Z0, Y0, X0, Y8, X8, 0)
+	VMOVUPS X0, (DX) \
+	VMOVUPS X4, 16(DX)
 
-#define OUT4 \
+#define STORE4 \
 	MOVQ out+48(FP), DX \
-	OUT(Z0, Y0, X0, Y8, X8, 0) \
-	OUT(Z1, Y1, X1, Y9, X9, 4) \
-	OUT(Z2, Y2, X2, Y10, X10, 8) \
-	OUT(Z3, Y3, X3, Y11, X11, 12)
+	VMOVUPS X0, (DX)
+
+#define STORE1 \
+	MOVQ out+48(FP), DX \
+	VMOVSS X0, (DX)
 
 #define OUT8 \
-	OUT4 \
-	OUT(Z4, Y4, X4, Y12, X12, 16) \
-	OUT(Z5, Y5, X5, Y13, X13, 20) \
-	OUT(Z6, Y6, X6, Y14, X14, 24) \
-	OUT(Z7, Y7, X7, Y15, X15, 28)
+	REDUCE_M8 \
+	STORE8
+
+#define OUT4 \
+	REDUCE_M4 \
+	STORE4
+
+#define OUT1 \
+	REDUCE_M1 \
+	STORE1
+
+#define OUTA8 \
+	REDUCE8 \
+	STORE8
+
+#define OUTA4 \
+	REDUCE4 \
+	STORE4
+
+#define OUTA1 \
+	REDUCE1 \
+	STORE1
 
 // func dotQ4Kx8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 //
@@ -391,34 +477,6 @@ GLOBL q6hi<>(SB), RODATA|NOPTR, $64
 	ADDQ $128, BX \
 	ADDQ $256, R8 \
 	ADDQ $256, R9
-
-// The horizontal sum of a row's accumulator, stored at off(DX).
-#define OUTA(z, y, x, off) \
-	VEXTRACTF64X4 $1, z, Y24 \
-	VADDPS Y24, y, y \
-	VEXTRACTF32X4 $1, y, X24 \
-	VADDPS X24, x, x \
-	VHADDPS x, x, x \
-	VHADDPS x, x, x \
-	VMOVSS x, off(DX)
-
-#define OUTA1 \
-	MOVQ out+48(FP), DX \
-	OUTA(Z0, Y0, X0, 0)
-
-#define OUTA4 \
-	MOVQ out+48(FP), DX \
-	OUTA(Z0, Y0, X0, 0) \
-	OUTA(Z1, Y1, X1, 4) \
-	OUTA(Z2, Y2, X2, 8) \
-	OUTA(Z3, Y3, X3, 12)
-
-#define OUTA8 \
-	OUTA4 \
-	OUTA(Z4, Y4, X4, 16) \
-	OUTA(Z5, Y5, X5, 20) \
-	OUTA(Z6, Y6, X6, 24) \
-	OUTA(Z7, Y7, X7, 28)
 
 // func dotQ6Kx8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 //
