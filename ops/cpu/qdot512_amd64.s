@@ -445,11 +445,6 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	FOLD(Z0, Y0) \
 	TREE1
 
-#define STORE8 \
-	MOVQ out+48(FP), DX \
-	VMOVUPS X0, (DX) \
-	VMOVUPS X4, 16(DX)
-
 #define STORE4 \
 	MOVQ out+48(FP), DX \
 	VMOVUPS X0, (DX)
@@ -458,10 +453,6 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	MOVQ out+48(FP), DX \
 	VMOVSS X0, (DX)
 
-#define OUT8_41 \
-	REDUCE_M8 \
-	STORE8
-
 #define OUT4_41 \
 	REDUCE_M4 \
 	STORE4
@@ -469,11 +460,6 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 #define OUT1_41 \
 	REDUCE_M1 \
 	STORE1
-
-#define OUT8_40 \
-	MOVL $0xc1000000, AX \
-	REDUCE_S8 \
-	STORE8
 
 #define OUT4_40 \
 	MOVL $0xc1000000, AX \
@@ -485,11 +471,6 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	REDUCE_S1 \
 	STORE1
 
-#define OUT8_50 \
-	MOVL $0xc1800000, AX \
-	REDUCE_S8 \
-	STORE8
-
 #define OUT4_50 \
 	MOVL $0xc1800000, AX \
 	REDUCE_S4 \
@@ -500,10 +481,6 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	REDUCE_S1 \
 	STORE1
 
-#define OUT8_80 \
-	REDUCE8 \
-	STORE8
-
 #define OUT4_80 \
 	REDUCE4 \
 	STORE4
@@ -512,27 +489,62 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	REDUCE1 \
 	STORE1
 
-// func dotQ4_1x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
-TEXT ·dotQ4_1x8AVX512(SB), NOSPLIT, $0-56
-	PROLOGUE
-q41x8loop:
-	CMPQ CX, $4
-	JLT q41x8tail
-	Q4_1_GROUP
-	ROWS8
-	NEXT(20)
-	JMP q41x8loop
-q41x8tail:
-	TESTQ CX, CX
-	JZ q41x8done
-	Q4_1_TAIL(q41x8split)
-q41x8split:
-	Q4_SPLIT
-	ROWS8
-q41x8done:
-	OUT8_41
-	VZEROUPPER
-	RET
+// The x8r kernels: an x8 kernel over cnt weight rows wstride bytes apart, row j's 8 results
+// stored at out + 4·j + i·ostride (i < 8), the constants set once.
+#define ZERO16 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+#define RSAVE \
+	MOVQ w+0(FP), AX \
+	MOVQ AX, wcur-8(SP) \
+	MOVQ out+48(FP), AX \
+	MOVQ AX, ocur-16(SP) \
+	MOVQ cnt+56(FP), AX \
+	MOVQ AX, left-24(SP)
+
+#define RSTART \
+	MOVQ wcur-8(SP), SI \
+	MOVQ a+8(FP), DI \
+	MOVQ ds+16(FP), R8 \
+	MOVQ nb+24(FP), CX \
+	LEAQ (R10)(R10*2), R11 \
+	LEAQ (R12)(R12*2), R13 \
+	LEAQ (DI)(R10*4), BX \
+	LEAQ (R8)(R12*4), R9 \
+	ZERO16
+
+#define RSTORE \
+	MOVQ ocur-16(SP), DX \
+	MOVQ ostride+64(FP), R11 \
+	LEAQ (R11)(R11*2), R13 \
+	VMOVSS X0, (DX) \
+	VEXTRACTPS $1, X0, (DX)(R11*1) \
+	VEXTRACTPS $2, X0, (DX)(R11*2) \
+	VEXTRACTPS $3, X0, (DX)(R13*1) \
+	LEAQ (DX)(R11*4), DX \
+	VMOVSS X4, (DX) \
+	VEXTRACTPS $1, X4, (DX)(R11*1) \
+	VEXTRACTPS $2, X4, (DX)(R11*2) \
+	VEXTRACTPS $3, X4, (DX)(R13*1) \
+	MOVQ wstride+72(FP), AX \
+	ADDQ AX, wcur-8(SP) \
+	ADDQ $4, ocur-16(SP)
+
 
 // func dotQ4_1x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ4_1x4AVX512(SB), NOSPLIT, $0-56
@@ -578,28 +590,6 @@ q41x1done:
 	VZEROUPPER
 	RET
 
-// func dotQ4_0x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
-TEXT ·dotQ4_0x8AVX512(SB), NOSPLIT, $0-56
-	PROLOGUE
-q40x8loop:
-	CMPQ CX, $4
-	JLT q40x8tail
-	Q4_0_GROUP
-	ROWS8
-	NEXT(18)
-	JMP q40x8loop
-q40x8tail:
-	TESTQ CX, CX
-	JZ q40x8done
-	Q4_0_TAIL(q40x8split)
-q40x8split:
-	Q4_0_PAIRS
-	Q4_SPLIT
-	ROWS8
-q40x8done:
-	OUT8_40
-	VZEROUPPER
-	RET
 
 // func dotQ4_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ4_0x4AVX512(SB), NOSPLIT, $0-56
@@ -647,29 +637,6 @@ q40x1done:
 	VZEROUPPER
 	RET
 
-// func dotQ8_0x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
-TEXT ·dotQ8_0x8AVX512(SB), NOSPLIT, $0-56
-	PROLOGUE
-	MOVL $0x80808080, AX
-	VPBROADCASTD AX, Z20
-q80x8loop:
-	CMPQ CX, $4
-	JLT q80x8tail
-	Q8_0_GROUP
-	ROWS8_8
-	NEXT8
-	JMP q80x8loop
-q80x8tail:
-	TESTQ CX, CX
-	JZ q80x8done
-	Q8_0_TAIL(q80x8split)
-q80x8split:
-	Q8_SPLIT
-	ROWS8_8
-q80x8done:
-	OUT8_80
-	VZEROUPPER
-	RET
 
 // func dotQ8_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ8_0x4AVX512(SB), NOSPLIT, $0-56
@@ -719,31 +686,6 @@ q80x1done:
 	VZEROUPPER
 	RET
 
-// func dotQ5_0x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
-TEXT ·dotQ5_0x8AVX512(SB), NOSPLIT, $0-56
-	PROLOGUE
-	MOVL $0x10101010, AX
-	VPBROADCASTD AX, Z31
-q50x8loop:
-	CMPQ CX, $4
-	JLT q50x8tail
-	Q5_0_GROUP
-	ROWS8
-	NEXT(22)
-	JMP q50x8loop
-q50x8tail:
-	TESTQ CX, CX
-	JZ q50x8done
-	Q5_0_TAIL(q50x8split)
-q50x8split:
-	Q4_0_PAIRS
-	Q4_SPLIT
-	Q5_BITS
-	ROWS8
-q50x8done:
-	OUT8_50
-	VZEROUPPER
-	RET
 
 // func dotQ5_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ5_0x4AVX512(SB), NOSPLIT, $0-56
@@ -797,30 +739,6 @@ q50x1done:
 	VZEROUPPER
 	RET
 
-// func dotQ5_1x8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
-TEXT ·dotQ5_1x8AVX512(SB), NOSPLIT, $0-56
-	PROLOGUE
-	MOVL $0x10101010, AX
-	VPBROADCASTD AX, Z31
-q51x8loop:
-	CMPQ CX, $4
-	JLT q51x8tail
-	Q5_1_GROUP
-	ROWS8
-	NEXT(24)
-	JMP q51x8loop
-q51x8tail:
-	TESTQ CX, CX
-	JZ q51x8done
-	Q5_1_TAIL(q51x8split)
-q51x8split:
-	Q4_SPLIT
-	Q5_BITS
-	ROWS8
-q51x8done:
-	OUT8_41
-	VZEROUPPER
-	RET
 
 // func dotQ5_1x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ5_1x4AVX512(SB), NOSPLIT, $0-56
@@ -869,5 +787,157 @@ q51x1split:
 	ROWS1
 q51x1done:
 	OUT1_41
+	VZEROUPPER
+	RET
+
+// func dotQ4_1x8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ4_1x8rAVX512(SB), NOSPLIT, $24-80
+	PROLOGUE
+	RSAVE
+q41x8rrow:
+	RSTART
+q41x8rloop:
+	CMPQ CX, $4
+	JLT q41x8rtail
+	Q4_1_GROUP
+	ROWS8
+	NEXT(20)
+	JMP q41x8rloop
+q41x8rtail:
+	TESTQ CX, CX
+	JZ q41x8rdone
+	Q4_1_TAIL(q41x8rsplit)
+q41x8rsplit:
+	Q4_SPLIT
+	ROWS8
+q41x8rdone:
+	REDUCE_M8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q41x8rrow
+	VZEROUPPER
+	RET
+
+// func dotQ4_0x8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ4_0x8rAVX512(SB), NOSPLIT, $24-80
+	PROLOGUE
+	RSAVE
+q40x8rrow:
+	RSTART
+q40x8rloop:
+	CMPQ CX, $4
+	JLT q40x8rtail
+	Q4_0_GROUP
+	ROWS8
+	NEXT(18)
+	JMP q40x8rloop
+q40x8rtail:
+	TESTQ CX, CX
+	JZ q40x8rdone
+	Q4_0_TAIL(q40x8rsplit)
+q40x8rsplit:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	ROWS8
+q40x8rdone:
+	MOVL $0xc1000000, AX
+	REDUCE_S8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q40x8rrow
+	VZEROUPPER
+	RET
+
+// func dotQ8_0x8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ8_0x8rAVX512(SB), NOSPLIT, $24-80
+	PROLOGUE
+	MOVL $0x80808080, AX
+	VPBROADCASTD AX, Z20
+	RSAVE
+q80x8rrow:
+	RSTART
+q80x8rloop:
+	CMPQ CX, $4
+	JLT q80x8rtail
+	Q8_0_GROUP
+	ROWS8_8
+	NEXT8
+	JMP q80x8rloop
+q80x8rtail:
+	TESTQ CX, CX
+	JZ q80x8rdone
+	Q8_0_TAIL(q80x8rsplit)
+q80x8rsplit:
+	Q8_SPLIT
+	ROWS8_8
+q80x8rdone:
+	REDUCE8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q80x8rrow
+	VZEROUPPER
+	RET
+
+// func dotQ5_0x8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ5_0x8rAVX512(SB), NOSPLIT, $24-80
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+	RSAVE
+q50x8rrow:
+	RSTART
+q50x8rloop:
+	CMPQ CX, $4
+	JLT q50x8rtail
+	Q5_0_GROUP
+	ROWS8
+	NEXT(22)
+	JMP q50x8rloop
+q50x8rtail:
+	TESTQ CX, CX
+	JZ q50x8rdone
+	Q5_0_TAIL(q50x8rsplit)
+q50x8rsplit:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	Q5_BITS
+	ROWS8
+q50x8rdone:
+	MOVL $0xc1800000, AX
+	REDUCE_S8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q50x8rrow
+	VZEROUPPER
+	RET
+
+// func dotQ5_1x8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ5_1x8rAVX512(SB), NOSPLIT, $24-80
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+	RSAVE
+q51x8rrow:
+	RSTART
+q51x8rloop:
+	CMPQ CX, $4
+	JLT q51x8rtail
+	Q5_1_GROUP
+	ROWS8
+	NEXT(24)
+	JMP q51x8rloop
+q51x8rtail:
+	TESTQ CX, CX
+	JZ q51x8rdone
+	Q5_1_TAIL(q51x8rsplit)
+q51x8rsplit:
+	Q4_SPLIT
+	Q5_BITS
+	ROWS8
+q51x8rdone:
+	REDUCE_M8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q51x8rrow
 	VZEROUPPER
 	RET

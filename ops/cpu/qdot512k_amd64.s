@@ -267,11 +267,6 @@ GLOBL lane2blockk<>(SB), RODATA|NOPTR, $64
 	FOLD(Z0, Y0) \
 	TREE1
 
-#define STORE8 \
-	MOVQ out+48(FP), DX \
-	VMOVUPS X0, (DX) \
-	VMOVUPS X4, 16(DX)
-
 #define STORE4 \
 	MOVQ out+48(FP), DX \
 	VMOVUPS X0, (DX)
@@ -279,10 +274,6 @@ GLOBL lane2blockk<>(SB), RODATA|NOPTR, $64
 #define STORE1 \
 	MOVQ out+48(FP), DX \
 	VMOVSS X0, (DX)
-
-#define OUT8 \
-	REDUCE_M8 \
-	STORE8
 
 #define OUT4 \
 	REDUCE_M4 \
@@ -292,10 +283,6 @@ GLOBL lane2blockk<>(SB), RODATA|NOPTR, $64
 	REDUCE_M1 \
 	STORE1
 
-#define OUTA8 \
-	REDUCE8 \
-	STORE8
-
 #define OUTA4 \
 	REDUCE4 \
 	STORE4
@@ -304,30 +291,62 @@ GLOBL lane2blockk<>(SB), RODATA|NOPTR, $64
 	REDUCE1 \
 	STORE1
 
-// func dotQ4Kx8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
-//
-// nb counts blocks of 32 (8 a Q4_K block).
-TEXT ·dotQ4Kx8AVX512(SB), NOSPLIT, $0-56
-	KPROLOGUE
-q4kx8loop:
-	CMPQ CX, $8
-	JLT q4kx8done
-	KBLOCK
-	KSCALES0
-	KGROUP(16)
-	ROWS8
-	KNEXTACT
-	KSCALES1
-	KGROUP(80)
-	ROWS8
-	KNEXTACT
-	ADDQ $144, SI
-	SUBQ $8, CX
-	JMP q4kx8loop
-q4kx8done:
-	OUT8
-	VZEROUPPER
-	RET
+// The x8r kernels: an x8 kernel over cnt weight rows wstride bytes apart, row j's 8 results
+// stored at out + 4·j + i·ostride (i < 8), the constants set once.
+#define ZERO16 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+#define RSAVE \
+	MOVQ w+0(FP), AX \
+	MOVQ AX, wcur-8(SP) \
+	MOVQ out+48(FP), AX \
+	MOVQ AX, ocur-16(SP) \
+	MOVQ cnt+56(FP), AX \
+	MOVQ AX, left-24(SP)
+
+#define RSTART \
+	MOVQ wcur-8(SP), SI \
+	MOVQ a+8(FP), DI \
+	MOVQ ds+16(FP), R8 \
+	MOVQ nb+24(FP), CX \
+	LEAQ (R10)(R10*2), R11 \
+	LEAQ (R12)(R12*2), R13 \
+	LEAQ (DI)(R10*4), BX \
+	LEAQ (R8)(R12*4), R9 \
+	ZERO16
+
+#define RSTORE \
+	MOVQ ocur-16(SP), DX \
+	MOVQ ostride+64(FP), R11 \
+	LEAQ (R11)(R11*2), R13 \
+	VMOVSS X0, (DX) \
+	VEXTRACTPS $1, X0, (DX)(R11*1) \
+	VEXTRACTPS $2, X0, (DX)(R11*2) \
+	VEXTRACTPS $3, X0, (DX)(R13*1) \
+	LEAQ (DX)(R11*4), DX \
+	VMOVSS X4, (DX) \
+	VEXTRACTPS $1, X4, (DX)(R11*1) \
+	VEXTRACTPS $2, X4, (DX)(R11*2) \
+	VEXTRACTPS $3, X4, (DX)(R13*1) \
+	MOVQ wstride+72(FP), AX \
+	ADDQ AX, wcur-8(SP) \
+	ADDQ $4, ocur-16(SP)
+
 
 // func dotQ4Kx4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 //
@@ -478,33 +497,6 @@ GLOBL q6hi<>(SB), RODATA|NOPTR, $64
 	ADDQ $256, R8 \
 	ADDQ $256, R9
 
-// func dotQ6Kx8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
-//
-// nb counts blocks of 32 (8 a Q6_K block).
-TEXT ·dotQ6Kx8AVX512(SB), NOSPLIT, $0-56
-	KPROLOGUE
-	MOVL $0x30303030, AX
-	VPBROADCASTD AX, Z26
-	VMOVDQU32 q6lo<>(SB), Z21
-	VMOVDQU32 q6hi<>(SB), Z27
-q6kx8loop:
-	CMPQ CX, $8
-	JLT q6kx8done
-	VPBROADCASTW 208(SI), X29
-	VCVTPH2PS X29, Y29
-	Q6GROUP(0, 128, 192)
-	Q6ROWS8
-	Q6NEXTACT
-	Q6GROUP(64, 160, 200)
-	Q6ROWS8
-	Q6NEXTACT
-	ADDQ $210, SI
-	SUBQ $8, CX
-	JMP q6kx8loop
-q6kx8done:
-	OUTA8
-	VZEROUPPER
-	RET
 
 // func dotQ6Kx4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 //
@@ -562,39 +554,6 @@ q6kx1done:
 	VZEROUPPER
 	RET
 
-// func dotQ5Kx8AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
-//
-// Q5_K: Q4_K's kernel with the fifth bits (32 qh bytes after the scales) put on the nibbles.
-TEXT ·dotQ5Kx8AVX512(SB), NOSPLIT, $0-56
-	KPROLOGUE
-	MOVL $0x10101010, AX
-	VPBROADCASTD AX, Z31
-q5kx8loop:
-	CMPQ CX, $8
-	JLT q5kx8done
-	KBLOCK
-	K5QH
-	KSCALES0
-	KSCALEVEC
-	KNIBBLES(48)
-	K5BITS0
-	KSHUFFLE
-	ROWS8
-	KNEXTACT
-	KSCALES1
-	KSCALEVEC
-	KNIBBLES(112)
-	K5BITS1
-	KSHUFFLE
-	ROWS8
-	KNEXTACT
-	ADDQ $176, SI
-	SUBQ $8, CX
-	JMP q5kx8loop
-q5kx8done:
-	OUT8
-	VZEROUPPER
-	RET
 
 // func dotQ5Kx4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 //
@@ -661,5 +620,104 @@ q5kx1loop:
 	JMP q5kx1loop
 q5kx1done:
 	OUT1
+	VZEROUPPER
+	RET
+
+// func dotQ4Kx8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ4Kx8rAVX512(SB), NOSPLIT, $24-80
+	KPROLOGUE
+	RSAVE
+q4kx8rrow:
+	RSTART
+q4kx8rloop:
+	CMPQ CX, $8
+	JLT q4kx8rdone
+	KBLOCK
+	KSCALES0
+	KGROUP(16)
+	ROWS8
+	KNEXTACT
+	KSCALES1
+	KGROUP(80)
+	ROWS8
+	KNEXTACT
+	ADDQ $144, SI
+	SUBQ $8, CX
+	JMP q4kx8rloop
+q4kx8rdone:
+	REDUCE_M8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q4kx8rrow
+	VZEROUPPER
+	RET
+
+// func dotQ6Kx8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ6Kx8rAVX512(SB), NOSPLIT, $24-80
+	KPROLOGUE
+	MOVL $0x30303030, AX
+	VPBROADCASTD AX, Z26
+	VMOVDQU32 q6lo<>(SB), Z21
+	VMOVDQU32 q6hi<>(SB), Z27
+	RSAVE
+q6kx8rrow:
+	RSTART
+q6kx8rloop:
+	CMPQ CX, $8
+	JLT q6kx8rdone
+	VPBROADCASTW 208(SI), X29
+	VCVTPH2PS X29, Y29
+	Q6GROUP(0, 128, 192)
+	Q6ROWS8
+	Q6NEXTACT
+	Q6GROUP(64, 160, 200)
+	Q6ROWS8
+	Q6NEXTACT
+	ADDQ $210, SI
+	SUBQ $8, CX
+	JMP q6kx8rloop
+q6kx8rdone:
+	REDUCE8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q6kx8rrow
+	VZEROUPPER
+	RET
+
+// func dotQ5Kx8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ5Kx8rAVX512(SB), NOSPLIT, $24-80
+	KPROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+	RSAVE
+q5kx8rrow:
+	RSTART
+q5kx8rloop:
+	CMPQ CX, $8
+	JLT q5kx8rdone
+	KBLOCK
+	K5QH
+	KSCALES0
+	KSCALEVEC
+	KNIBBLES(48)
+	K5BITS0
+	KSHUFFLE
+	ROWS8
+	KNEXTACT
+	KSCALES1
+	KSCALEVEC
+	KNIBBLES(112)
+	K5BITS1
+	KSHUFFLE
+	ROWS8
+	KNEXTACT
+	ADDQ $176, SI
+	SUBQ $8, CX
+	JMP q5kx8rloop
+q5kx8rdone:
+	REDUCE_M8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q5kx8rrow
 	VZEROUPPER
 	RET

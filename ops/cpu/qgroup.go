@@ -63,13 +63,20 @@ func layoutOf(t ops.GGMLType) *groupLayout {
 	return &groupQ4
 }
 
-// qGroupFunc is a grouped kernel: one weight row of nb blocks against 8, 4 or 1 activation
-// rows (astride and dstride bytes apart), a result a row into out.
+// qGroupFunc is a grouped kernel: one weight row of nb blocks against 4 or 1 activation rows
+// (astride and dstride bytes apart), a result a row into out.
 type qGroupFunc func(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 
-// qGroupKernels are a ggml type's grouped kernels over 8, 4 and 1 rows, each row's result bit
-// for bit the same in all three.
-type qGroupKernels struct{ x8, x4, x1 qGroupFunc }
+// qGroupRowsFunc is a grouped kernel over cnt weight rows (wstride bytes apart) against 8
+// activation rows, weight row j's results at out + 4·j + i·ostride bytes (i < 8).
+type qGroupRowsFunc func(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+
+// qGroupKernels are a ggml type's grouped kernels over 8, 4 and 1 activation rows, each row's
+// result bit for bit the same in all three.
+type qGroupKernels struct {
+	x8r    qGroupRowsFunc
+	x4, x1 qGroupFunc
+}
 
 // groupKernelSet holds the grouped kernels of the types that have them.
 type groupKernelSet struct{ q40, q41, q50, q51, q80, q4k, q5k, q6k *qGroupKernels }
@@ -194,8 +201,8 @@ func (b *Backend) groupActs(x *Tensor, rows, k int, l *groupLayout) ([]int8, []f
 	return gq, gs
 }
 
-// qLinearGrouped is qLinear with a type's grouped kernels: each weight row, read once, against
-// the activation rows 8 at a time (then 4, then 1).
+// qLinearGrouped is qLinear with a type's grouped kernels: a worker's weight rows against the
+// activation rows 8 at a time (x8r, one call for all of them), then 4, then 1.
 func (b *Backend) qLinearGrouped(o, xt, bt *Tensor, q *qData, kern *qGroupKernels) {
 	rows, k, n := xt.rows(), q.k, q.n
 	nb := k / qBlock
@@ -208,21 +215,23 @@ func (b *Backend) qLinearGrouped(o, xt, bt *Tensor, q *qData, kern *qGroupKernel
 		res := &b.octs[worker].v
 		for r0 := 0; r0 < rows; r0 += qTileActs {
 			r1 := min(rows, r0+qTileActs)
-			for j := j0; j < j1; j++ {
+			r := r0
+			for ; r+8 <= r1; r += 8 {
+				_ = o.f32[(r+7)*n+j1-1]
+				kern.x8r(&q.raw[j0*q.rowBytes], &gq[r*gb], &gs[r*gsc], nb, gb, 4*gsc, &o.f32[r*n+j0], j1-j0, 4*n, q.rowBytes)
+			}
+			for j := j0; r < r1 && j < j1; j++ {
 				w := &q.raw[j*q.rowBytes]
-				for r := r0; r < r1; {
+				for rr := r; rr < r1; {
 					f, m := kern.x1, 1
-					switch {
-					case r+8 <= r1:
-						f, m = kern.x8, 8
-					case r+4 <= r1:
+					if rr+4 <= r1 {
 						f, m = kern.x4, 4
 					}
-					f(w, &gq[r*gb], &gs[r*gsc], nb, gb, 4*gsc, &res[0])
+					f(w, &gq[rr*gb], &gs[rr*gsc], nb, gb, 4*gsc, &res[0])
 					for i := range m {
-						o.f32[(r+i)*n+j] = res[i]
+						o.f32[(rr+i)*n+j] = res[i]
 					}
-					r += m
+					rr += m
 				}
 			}
 			if bt != nil {

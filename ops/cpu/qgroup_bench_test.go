@@ -82,7 +82,7 @@ func BenchmarkQ4_1Kernels(b *testing.B) {
 		rows int
 		f    func(j int)
 	}{
-		{"grouped-x8", 8, func(j int) { kern.x8(&w[j*rb], &gq[0], &gs[0], nb, gb, 4*gsc, &out[0]) }},
+		{"grouped-x8", 8, func(j int) { kern.x8r(&w[j*rb], &gq[0], &gs[0], nb, gb, 4*gsc, &out[0], 1, 4, rb) }},
 		{"grouped-x1", 1, func(j int) { kern.x1(&w[j*rb], &gq[0], &gs[0], nb, gb, 4*gsc, &out[0]) }},
 		{"avx2-x4", 4, func(j int) { dotQ4_1x4(w[j*rb:(j+1)*rb], a, ds, k, &four) }},
 		{"avx2-x1", 1, func(j int) { out[0] = dotQ4_1(w[j*rb:(j+1)*rb], a[:k], ds[:2*nb]) }},

@@ -10,8 +10,8 @@ import (
 	"github.com/atom-go/atom/ops"
 )
 
-// TestGroupKernelsMatchGo runs the grouped kernels (8, 4 and 1 rows) against the portable
-// single-row dots on fresh random weights and activations, for block counts around the groups
+// TestGroupKernelsMatchGo runs the grouped kernels (8 rows over one or three weight rows, 4
+// rows and 1) against the portable single-row dots on fresh random weights and activations, for block counts around the groups
 // of 4 (whole, with a tail of 1-3, fewer than one) and a model row's, and requires each row's
 // result bit-identical from the three kernels (batch invariance).
 func TestGroupKernelsMatchGo(t *testing.T) {
@@ -58,11 +58,23 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 				groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], a[r*k:(r+1)*k], ds[r*2*nb32:(r+1)*2*nb32], layoutOf(kind.typ))
 			}
 			var got8, got4, got1 [8]float32
-			kern.x8(&w[0], &gq[0], &gs[0], nb32, gb, 4*gsc, &got8[0])
+			kern.x8r(&w[0], &gq[0], &gs[0], nb32, gb, 4*gsc, &got8[0], 1, 4, len(w))
 			kern.x4(&w[0], &gq[0], &gs[0], nb32, gb, 4*gsc, &got4[0])
 			kern.x4(&w[0], &gq[4*gb], &gs[4*gsc], nb32, gb, 4*gsc, &got4[4])
 			for r := range rows {
 				kern.x1(&w[0], &gq[r*gb], &gs[r*gsc], nb32, gb, 4*gsc, &got1[r])
+			}
+			// x8r over 3 weight rows (w, then two more), results strided as in an output matrix.
+			w3 := append(append(append([]byte(nil), w...), randBlocks(rng, kind.typ, nb)...), randBlocks(rng, kind.typ, nb)...)
+			const ostride = 5
+			strided := make([]float32, rows*ostride)
+			kern.x8r(&w3[0], &gq[0], &gs[0], nb32, gb, 4*gsc, &strided[0], 3, 4*ostride, len(w))
+			for j := range 3 {
+				for r := range rows {
+					var one float32
+					kern.x1(&w3[j*len(w)], &gq[r*gb], &gs[r*gsc], nb32, gb, 4*gsc, &one)
+					require.Equal(t, one, strided[r*ostride+j], "%v, %d blocks, weight row %d, row %d: x8r against 1", kind.typ, nb, j, r)
+				}
 			}
 			for r := range rows {
 				require.Equal(t, got1[r], got8[r], "%v, %d blocks, row %d: 8 rows against 1", kind.typ, nb, r)
