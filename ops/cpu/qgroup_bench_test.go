@@ -55,8 +55,9 @@ func BenchmarkQLinear(b *testing.B) {
 }
 
 // BenchmarkQ4_1Kernels times the Q4_1 kernels alone on one goroutine over a 1536 × 576 weight
-// (L2-resident): the grouped ones (8 and 1 activation rows) where the cpu has them, and the
-// AVX2 ones (4 rows and 1); GMAC/s counts the multiply-adds of every row.
+// (L2-resident): the grouped ones (8 activation rows over all the weight rows in one call, and
+// 1 row) where the cpu has them, and the AVX2 ones (4 rows and 1); GMAC/s counts the
+// multiply-adds of every row.
 func BenchmarkQ4_1Kernels(b *testing.B) {
 	if !hasAVX2 {
 		b.Skip("no vector kernels here")
@@ -76,13 +77,18 @@ func BenchmarkQ4_1Kernels(b *testing.B) {
 	}
 	var out [8]float32
 	var four [4]float32
+	outs := make([]float32, 8*n)
 	kern := groupKernels.of(ops.GGMLQ4_1)
 	for _, c := range []struct {
 		name string
 		rows int
 		f    func(j int)
 	}{
-		{"grouped-x8", 8, func(j int) { kern.x8r(&w[j*rb], &gq[0], &gs[0], nb, gb, 4*gsc, &out[0], 1, 4, rb) }},
+		{"grouped-x8", 8, func(j int) {
+			if j == 0 { // one call for every weight row, as qLinearGrouped makes it
+				kern.x8r(&w[0], &gq[0], &gs[0], nb, gb, 4*gsc, &outs[0], n, 4*n, rb)
+			}
+		}},
 		{"grouped-x1", 1, func(j int) { kern.x1(&w[j*rb], &gq[0], &gs[0], nb, gb, 4*gsc, &out[0]) }},
 		{"avx2-x4", 4, func(j int) { dotQ4_1x4(w[j*rb:(j+1)*rb], a, ds, k, &four) }},
 		{"avx2-x1", 1, func(j int) { out[0] = dotQ4_1(w[j*rb:(j+1)*rb], a[:k], ds[:2*nb]) }},
