@@ -41,9 +41,8 @@ func resolveDevice(cfg Config) (device, choice string) {
 
 // openDevices makes one backend per rank: cpu backends sharing the cores, or gpu devices
 // 0..n-1 joined by NCCL. It runs on the loop's locked thread, which is left bound to device 0.
-// fastCPU makes the cpu backends with vector attention over a float16 KV cache
-// (cpu.Options), for a model whose weights are kept as ggml blocks.
-func openDevices(cfg Config, mc *models.Config, fastCPU bool) (*devices, error) {
+// cpuOpts are the cpu backends' options (the vector path, a float16 KV cache).
+func openDevices(cfg Config, mc *models.Config, cpuOpts cpu.Options) (*devices, error) {
 	n := cfg.TensorParallelSize
 	d := &devices{}
 	if cfg.Device == "cpu" {
@@ -52,7 +51,7 @@ func openDevices(cfg Config, mc *models.Config, fastCPU bool) (*devices, error) 
 			threads = runtime.GOMAXPROCS(0)
 		}
 		for r := 0; r < n; r++ {
-			b := cpu.NewWith(max(1, threads/n), cpu.Options{VectorFloat32: fastCPU, KVFloat16: fastCPU})
+			b := cpu.NewWith(max(1, threads/n), cpuOpts)
 			d.backends, d.closers = append(d.backends, b), append(d.closers, b.Close)
 		}
 		if n > 1 {

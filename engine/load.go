@@ -77,16 +77,21 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		return nil, err
 	}
 	// The fast cpu path (vector attention over a float16 KV cache) goes with weights kept as
-	// blocks, already an approximation; a checkpoint without any stays on the exact path.
+	// blocks, already an approximation; a checkpoint without any takes the vector kernels (16-bit
+	// weights dotted in place, vector attention) over a float32 KV cache, and --cpu-weights
+	// float32 the exact path.
 	fast := blocks && ck.HasBlocks()
 	if cfg.Device == "cpu" {
 		weights := "float32 and 16-bit weights, exact path"
-		if fast {
-			weights = "GGUF Q4_0/Q4_1/Q8_0 weights as blocks with 8-bit activations, float16 KV cache (--cpu-weights float32: the exact path)"
+		switch {
+		case fast:
+			weights = "GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights as blocks with 8-bit activations, float16 KV cache (--cpu-weights float32: the exact path)"
+		case blocks:
+			weights = "vector kernels for 16-bit weights (dotted in place) and attention (--cpu-weights float32: the exact path)"
 		}
 		log.Info("cpu kernels " + cpu.Kernels() + " (chosen by cpu features); " + weights)
 	}
-	dev, err := openDevices(cfg, ck.Config, fast)
+	dev, err := openDevices(cfg, ck.Config, cpu.Options{VectorFloat32: blocks, KVFloat16: fast})
 	if err != nil {
 		ck.Close()
 		return nil, err

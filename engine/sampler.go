@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+
+	"github.com/atom-go/atom/ops/cpu"
 )
 
 // Sample is one sampled token with its log-probability under the model's raw distribution and,
@@ -215,14 +217,6 @@ func argmax(x []float32) int32 {
 	return int32(best)
 }
 
-func logSumExp(x []float32) float32 {
-	mx := math.Inf(-1)
-	for _, v := range x {
-		mx = math.Max(mx, float64(v))
-	}
-	var s float64
-	for _, v := range x {
-		s += math.Exp(float64(v) - mx)
-	}
-	return float32(mx + math.Log(s))
-}
+// logSumExp is the logits' normalizer, with the vector exp where the cpu has it (a step of
+// many sequences computes one per sequence over the whole vocabulary).
+func logSumExp(x []float32) float32 { return cpu.LogSumExp(x) }

@@ -52,7 +52,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 
 // OpenOptions are the choices of OpenCheckpointWith.
 type OpenOptions struct {
-	// KeepBlocks keeps a GGUF file's Q4_0, Q4_1 and Q8_0 tensors as their ggml blocks
+	// KeepBlocks keeps a GGUF file's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K tensors as their ggml blocks
 	// (TensorInfo.Blocks, handed to a backend that has kernels for them) instead of
 	// dequantizing them to float32 at open; a backend without such kernels gets them
 	// dequantized on first use. The cpu backend's block kernels quantize activations to 8 bits

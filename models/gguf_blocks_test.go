@@ -23,29 +23,39 @@ func smolLM2Logprobs(t *testing.T, keepBlocks bool) (prompt []int32, lps [][]flo
 		PromptIDs []int32 `json:"prompt_ids"`
 	}
 	require.NoError(t, json.Unmarshal(b, &ref))
-	ck, err := OpenCheckpointWith(smolLM2Path, OpenOptions{KeepBlocks: keepBlocks})
+	return ref.PromptIDs, ggufLogprobs(t, smolLM2Path, keepBlocks, ref.PromptIDs)
+}
+
+// ggufLogprobs runs a GGUF model over prompt with its weights kept as blocks (on the vector
+// path, as the engine makes it) or dequantized to float32 (the exact path), and returns every
+// position's log-probabilities.
+func ggufLogprobs(t *testing.T, path string, keepBlocks bool, prompt []int32) [][]float64 {
+	t.Helper()
+	ck, err := OpenCheckpointWith(path, OpenOptions{KeepBlocks: keepBlocks})
 	require.NoError(t, err)
 	defer ck.Close()
+	require.Equal(t, keepBlocks, ck.HasBlocks(), "blocks kept")
 	be := cpu.NewWith(0, cpu.Options{VectorFloat32: keepBlocks, KVFloat16: keepBlocks}) // as the engine makes it
 	defer be.Close()
-	n := len(ref.PromptIDs)
+	n := len(prompt)
 	m, err := Load(ck, be, Options{MaxTokens: 64, MaxSeqs: n})
 	require.NoError(t, err)
 	c := ck.Config
 	const bs, blocks = 16, 4
 	cache, err := be.NewKVCache(c.NumLayers, blocks, bs, c.NumKVHeads, c.HeadDim)
 	require.NoError(t, err)
-	h := m.Forward(ref.PromptIDs, singleSeq(0, n, bs, blocks), cache)
+	h := m.Forward(prompt, singleSeq(0, n, bs, blocks), cache)
 	rows := make([]int32, n)
 	for i := range rows {
 		rows[i] = int32(i)
 	}
 	logits := make([]float32, n*c.VocabSize)
 	be.ReadRows(m.Logits(h, rows), logits)
+	var lps [][]float64
 	for p := 0; p < n; p++ {
 		lps = append(lps, logSoftmax(logits[p*c.VocabSize:(p+1)*c.VocabSize]))
 	}
-	return ref.PromptIDs, lps
+	return lps
 }
 
 // smolLM2BlocksLogprobTol bounds |quantized - float32| log-probability of the float32 path's
@@ -64,18 +74,27 @@ func TestSmolLM2BlocksAgainstFloat32(t *testing.T) {
 	requireSmolLM2(t)
 	_, exact := smolLM2Logprobs(t, false)
 	_, quant := smolLM2Logprobs(t, true)
+	worst, agree := requireNearFloat32(t, exact, quant, smolLM2BlocksLogprobTol)
+	t.Logf("largest |blocks - float32| top-10 log-probability difference %.3g; greedy agrees at %d of %d positions", worst, agree, len(exact))
+}
+
+// requireNearFloat32 requires the blocks path's log-probabilities (quant) within tol of the
+// exact path's (exact) on the exact path's top-10 tokens at every position, and the same
+// greedy token wherever the exact path's top two are more than 2·tol apart; it returns the
+// largest difference and the positions where greedy agrees.
+func requireNearFloat32(t *testing.T, exact, quant [][]float64, tol float64) (worst float64, agree int) {
+	t.Helper()
 	require.Len(t, quant, len(exact))
-	worst, agree := 0.0, 0
 	for p := range exact {
 		ids := make([]int, len(exact[p]))
 		for i := range ids {
 			ids[i] = i
 		}
 		sort.Slice(ids, func(a, b int) bool { return exact[p][ids[a]] > exact[p][ids[b]] })
-		for _, id := range ids[:10] {
+		for _, id := range ids[:min(10, len(ids))] {
 			d := math.Abs(quant[p][id] - exact[p][id])
 			worst = max(worst, d)
-			require.LessOrEqual(t, d, smolLM2BlocksLogprobTol, "position %d, token %d: float32 %.4f, blocks %.4f", p, id, exact[p][id], quant[p][id])
+			require.LessOrEqual(t, d, tol, "position %d, token %d: float32 %.4f, blocks %.4f", p, id, exact[p][id], quant[p][id])
 		}
 		qbest := 0
 		for id, v := range quant[p] {
@@ -86,9 +105,9 @@ func TestSmolLM2BlocksAgainstFloat32(t *testing.T) {
 		if qbest == ids[0] {
 			agree++
 		} else {
-			require.Less(t, exact[p][ids[0]]-exact[p][ids[1]], 2*smolLM2BlocksLogprobTol,
+			require.Less(t, exact[p][ids[0]]-exact[p][ids[1]], 2*tol,
 				"position %d: greedy %d (blocks) against %d (float32), which leads by more than the bound", p, qbest, ids[0])
 		}
 	}
-	t.Logf("largest |blocks - float32| top-10 log-probability difference %.3g; greedy agrees at %d of %d positions", worst, agree, len(exact))
+	return worst, agree
 }

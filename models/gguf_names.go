@@ -257,7 +257,8 @@ func parseGGUFConfig(path string, m []byte) (*ggufFile, ggufArch, *Config, error
 
 // keptBlocks are the ggml types OpenOptions.KeepBlocks keeps as blocks (those ops.GGMLType
 // describes).
-var keptBlocks = map[ggmlType]bool{ggmlQ4_0: true, ggmlQ4_1: true, ggmlQ8_0: true}
+var keptBlocks = map[ggmlType]bool{ggmlQ4_0: true, ggmlQ4_1: true, ggmlQ8_0: true, ggmlQ5_0: true, ggmlQ5_1: true,
+	ggmlQ4_K: true, ggmlQ5_K: true, ggmlQ6_K: true}
 
 // ggufBlocks describes a quantized tensor kept as its blocks: in place in the mapping, or,
 // where LLaMA q/k rows must be un-permuted, a copy with the rows moved (the job fills it). Its

@@ -47,11 +47,11 @@ type ggmlTypeInfo struct {
 var ggmlTypes = map[ggmlType]ggmlTypeInfo{
 	ggmlF32: {"F32", 1, 4, nil}, ggmlF16: {"F16", 1, 2, nil}, ggmlBF16: {"BF16", 1, 2, nil},
 	ggmlQ4_0: {"Q4_0", 32, 18, deqQ4_0}, ggmlQ4_1: {"Q4_1", 32, 20, deqQ4_1},
-	ggmlQ5_0: {"Q5_0", 32, 22, deqQ5_0}, ggmlQ5_1: {"Q5_1", 32, 24, deqQ5_1},
+	ggmlQ5_0: {"Q5_0", 32, 22, ops.DequantQ5_0}, ggmlQ5_1: {"Q5_1", 32, 24, ops.DequantQ5_1},
 	ggmlQ8_0: {"Q8_0", 32, 34, deqQ8_0}, 9: {"Q8_1", 32, 36, nil},
 	ggmlQ2_K: {"Q2_K", 256, 84, deqQ2K}, ggmlQ3_K: {"Q3_K", 256, 110, deqQ3K},
-	ggmlQ4_K: {"Q4_K", 256, 144, deqQ4K}, ggmlQ5_K: {"Q5_K", 256, 176, deqQ5K},
-	ggmlQ6_K: {"Q6_K", 256, 210, deqQ6K}, ggmlQ8_K: {"Q8_K", 256, 292, deqQ8K},
+	ggmlQ4_K: {"Q4_K", 256, 144, ops.DequantQ4K}, ggmlQ5_K: {"Q5_K", 256, 176, ops.DequantQ5K},
+	ggmlQ6_K: {"Q6_K", 256, 210, ops.DequantQ6K}, ggmlQ8_K: {"Q8_K", 256, 292, deqQ8K},
 	16: {"IQ2_XXS", 256, 66, nil}, 17: {"IQ2_XS", 256, 74, nil}, 18: {"IQ3_XXS", 256, 98, nil},
 	19: {"IQ1_S", 256, 50, nil}, ggmlIQ4_NL: {"IQ4_NL", 32, 18, deqIQ4NL}, 21: {"IQ3_S", 256, 110, nil},
 	22: {"IQ2_S", 256, 82, nil}, ggmlIQ4_XS: {"IQ4_XS", 256, 136, deqIQ4XS},
@@ -105,32 +105,6 @@ func deqQ4_1(y []float32, x []byte) {
 	}
 }
 
-func deqQ5_0(y []float32, x []byte) {
-	for ; len(x) >= 22 && len(y) >= 32; x, y = x[22:], y[32:] {
-		d, qh := f16at(x), binary.LittleEndian.Uint32(x[2:])
-		qs, out := (*[16]byte)(x[6:22]), (*[32]float32)(y)
-		for j, q := range qs {
-			lo := uint32(q&15) | (qh>>j&1)<<4
-			hi := uint32(q>>4) | (qh>>(j+16)&1)<<4
-			out[j] = d * float32(int(lo)-16)
-			out[j+16] = d * float32(int(hi)-16)
-		}
-	}
-}
-
-func deqQ5_1(y []float32, x []byte) {
-	for ; len(x) >= 24 && len(y) >= 32; x, y = x[24:], y[32:] {
-		d, m, qh := f16at(x), f16at(x[2:]), binary.LittleEndian.Uint32(x[4:])
-		qs, out := (*[16]byte)(x[8:24]), (*[32]float32)(y)
-		for j, q := range qs {
-			lo := uint32(q&15) | (qh>>j&1)<<4
-			hi := uint32(q>>4) | (qh>>(j+16)&1)<<4
-			out[j] = float32(d*float32(lo)) + m
-			out[j+16] = float32(d*float32(hi)) + m
-		}
-	}
-}
-
 func deqQ8_0(y []float32, x []byte) {
 	for ; len(x) >= 34 && len(y) >= 32; x, y = x[34:], y[32:] {
 		d, qs, out := f16at(x), (*[32]byte)(x[2:34]), (*[32]float32)(y)
@@ -178,68 +152,6 @@ func deqQ3K(y []float32, x []byte) {
 					}
 					out[half*128+s*32+l] = dl[half*8+s*2+l/16] * float32(q)
 				}
-			}
-		}
-	}
-}
-
-// kScaleMin unpacks the eight 6-bit scales and mins of a Q4_K or Q5_K block.
-func kScaleMin(s []byte, d, dmin float32) (sc, mn [8]float32) {
-	for j := range 4 {
-		sc[j] = float32(d * float32(s[j]&63))
-		mn[j] = float32(dmin * float32(s[4+j]&63))
-		sc[4+j] = float32(d * float32(s[8+j]&15|s[j]>>2&0x30))
-		mn[4+j] = float32(dmin * float32(s[8+j]>>4|s[4+j]>>2&0x30))
-	}
-	return sc, mn
-}
-
-func deqQ4K(y []float32, x []byte) {
-	for ; len(x) >= 144 && len(y) >= 256; x, y = x[144:], y[256:] {
-		sc, mn := kScaleMin(x[4:16], f16at(x), f16at(x[2:]))
-		for c := range 4 {
-			qs := (*[32]byte)(x[16+c*32:])
-			lo, hi := (*[32]float32)(y[c*64:]), (*[32]float32)(y[c*64+32:])
-			for l, q := range qs {
-				lo[l] = float32(sc[2*c]*float32(q&15)) - mn[2*c]
-				hi[l] = float32(sc[2*c+1]*float32(q>>4)) - mn[2*c+1]
-			}
-		}
-	}
-}
-
-func deqQ5K(y []float32, x []byte) {
-	for ; len(x) >= 176 && len(y) >= 256; x, y = x[176:], y[256:] {
-		sc, mn := kScaleMin(x[4:16], f16at(x), f16at(x[2:]))
-		qh := (*[32]byte)(x[16:48])
-		for c := range 4 {
-			qs := (*[32]byte)(x[48+c*32:])
-			lo, hi := (*[32]float32)(y[c*64:]), (*[32]float32)(y[c*64+32:])
-			for l, q := range qs {
-				h := qh[l] >> (2 * c)
-				lo[l] = float32(sc[2*c]*float32(q&15|(h&1)<<4)) - mn[2*c]
-				hi[l] = float32(sc[2*c+1]*float32(q>>4|(h&2)<<3)) - mn[2*c+1]
-			}
-		}
-	}
-}
-
-func deqQ6K(y []float32, x []byte) {
-	var ds [16]float32
-	for ; len(x) >= 210 && len(y) >= 256; x, y = x[210:], y[256:] {
-		d := f16at(x[208:])
-		for k, s := range (*[16]byte)(x[192:208]) {
-			ds[k] = d * float32(int8(s))
-		}
-		for h := range 2 {
-			ql, qh := (*[64]byte)(x[h*64:]), (*[32]byte)(x[128+h*32:])
-			out, sc := (*[128]float32)(y[h*128:]), ds[h*8:h*8+8]
-			for l := range 32 {
-				is := l / 16
-				out[l] = sc[is] * float32(int(ql[l]&15|(qh[l]&3)<<4)-32)
-				out[l+32] = sc[is+2] * float32(int(ql[l+32]&15|(qh[l]>>2&3)<<4)-32)
-				out[l+64] = sc[is+4] * float32(int(ql[l]>>4|(qh[l]>>4&3)<<4)-32)
-				out[l+96] = sc[is+6] * float32(int(ql[l+32]>>4|(qh[l]>>6&3)<<4)-32)
 			}
 		}
 	}

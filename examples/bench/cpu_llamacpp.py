@@ -6,7 +6,8 @@ Measures, interleaved (llama.cpp, atom-go, llama.cpp, atom-go, ...), REPS runs e
   decode tok/s:  GEN greedy tokens after it (the first, sampled from the prefill, not counted);
   streams:       output tok/s of 1 and of STREAMS concurrent greedy completions of GEN tokens
                  through `atom-plugin serve` and through llama.cpp's own server
-                 (llama-cpp-python's llama_cpp.server, which serves one sequence at a time).
+                 (llama-cpp-python's llama_cpp.server, which serves one sequence at a time),
+                 REPS interleaved runs of each server.
 and prints a markdown table (medians) with the machine's load, plus the raw runs as JSON.
 examples/bench/cpu-llamacpp.sh sets up the venv and the binary and runs this.
 """
@@ -236,8 +237,20 @@ def main() -> None:
             )
     eos = int(llm.token_eos())
     del llm
-    streams = atom_streams(args) if args.streams > 0 else {}
-    lstreams = llama_streams(args, eos) if args.streams > 0 else {}
+    # The servers, REPS times each, interleaved: one run of 1 and of STREAMS streams swings with
+    # the machine's load as much as the difference it measures.
+    served: list[dict[str, Any]] = []
+    for rep in range(args.reps if args.streams > 0 else 0):
+        for side in ("llama.cpp", "atom-go"):
+            before = load()
+            st = llama_streams(args, eos) if side == "llama.cpp" else atom_streams(args)
+            one, many = st[1], st[args.streams]
+            served.append({"rep": rep, "side": side, "one": one, "many": many, "load_before": before, "load_after": load()})
+            print(
+                f"{side:9s} rep {rep}: 1 stream {one:6.1f} tok/s, {args.streams} streams {many:6.1f} tok/s, "
+                f"{many / one:.2f}x (load {before})",
+                file=sys.stderr,
+            )
 
     def med(side: str, key: str) -> float:
         return statistics.median(r[key] for r in runs if r["side"] == side)
@@ -259,18 +272,23 @@ def main() -> None:
         a, b = med("llama.cpp", key), med("atom-go", key)
         ba, bb = best("llama.cpp", key), best("atom-go", key)
         print(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} | {ba:.1f} | {bb:.1f} | {bb / ba:.2f} |")
-    if streams:
-        print(f"\nserving, {args.gen} greedy tokens a stream, output tok/s:\n")
-        print(f"| server | 1 stream | {args.streams} streams | {args.streams} / 1 |")
-        print("|---|---|---|---|")
-        for name, st in (("llama.cpp (llama_cpp.server)", lstreams), ("atom-go (atom-plugin serve)", streams)):
-            one, many = st[1], st[args.streams]
-            print(f"| {name} | {one:.1f} | {many:.1f} | {many / one:.2f}x |")
-        ratio = streams[args.streams] / lstreams[args.streams]
-        print(f"\n{args.streams} streams: atom-go {ratio:.2f}x llama.cpp's server")
+    if served:
+        print(f"\nserving, {args.gen} greedy tokens a stream, output tok/s, {args.reps} interleaved runs (medians):\n")
+        print(f"| server | 1 stream | {args.streams} streams | {args.streams} / 1 (median of the runs) | per run |")
+        print("|---|---|---|---|---|")
+        many_med = {}
+        for side, name in (("llama.cpp", "llama.cpp (llama_cpp.server)"), ("atom-go", "atom-go (atom-plugin serve)")):
+            rs = [r for r in served if r["side"] == side]
+            one, many = statistics.median(r["one"] for r in rs), statistics.median(r["many"] for r in rs)
+            ratios = [r["many"] / r["one"] for r in rs]
+            many_med[side] = many
+            per = ", ".join(f"{v:.2f}" for v in ratios)
+            print(f"| {name} | {one:.1f} | {many:.1f} | {statistics.median(ratios):.2f}x | {per} |")
+        ratio = many_med["atom-go"] / many_med["llama.cpp"]
+        print(f"\n{args.streams} streams: atom-go {ratio:.2f}x llama.cpp's server (medians)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"runs": runs, "streams": streams, "llama_streams": lstreams, "args": vars(args)}, f, indent=1)
+            json.dump({"runs": runs, "served": served, "args": vars(args)}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -101,13 +101,7 @@ func (b *Backend) attentionVec(o, qt *Tensor, c *KVCache, layer int, meta *ops.A
 						}
 					}
 					ms[g] = m
-					var l float32
-					for i, v := range row {
-						e := float32(math.Exp(float64(v - m)))
-						row[i] = e
-						l += e
-					}
-					ls[g] += l
+					ls[g] += expShift(row, m)
 				}
 				for p := c0; p < c1; {
 					run := min(c1, (p/c.blockSize+1)*c.blockSize) - p

@@ -21,6 +21,14 @@ type Backend struct {
 	qs    []int8
 	qds   []float32
 	quads []quad // per worker
+	// gqs and gds are the activations in the grouped layout of the grouped kernels, octs
+	// their results per worker.
+	gqs  []int8
+	gds  []float32
+	octs []oct
+	// portableBlocks keeps the block types whose only kernels here are the portable ones
+	// (tests of those kernels); otherwise qWeight refuses them.
+	portableBlocks bool
 	// attnState and attnFirst hold attentionVec's per-part softmax state and its items' index,
 	// kept between calls.
 	attnState []float32
@@ -49,7 +57,7 @@ type Options struct {
 func NewWith(workers int, o Options) *Backend {
 	p := newPool(workers)
 	return &Backend{pool: p, kv: map[*offheap.Block]struct{}{}, vec: o.VectorFloat32 || o.KVFloat16, kv16: o.KVFloat16,
-		quads: make([]quad, p.workers)}
+		quads: make([]quad, p.workers), octs: make([]oct, p.workers)}
 }
 
 // Close stops the worker goroutines and releases every KV cache and buffer the backend
@@ -96,7 +104,8 @@ func (b *Backend) KVValueBytes() int {
 }
 
 // Weight wraps checkpoint bytes of a weight: 16-bit weights stay 16-bit and are widened row by
-// row, FP8 ones are dequantized row by row, ggml Q4_0, Q4_1 and Q8_0 blocks stay blocks.
+// row, FP8 ones are dequantized row by row, ggml Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and
+// Q6_K blocks stay blocks.
 func (b *Backend) Weight(name string, d ops.WeightDesc, shape []int, raw ...[]byte) (ops.Tensor, error) {
 	if d.Format == ops.GGMLBlocks {
 		t, err := b.qWeight(d, shape, raw)
@@ -275,7 +284,8 @@ func (b *Backend) SiluMul(out, gate, up ops.Tensor) {
 	})
 }
 
-// SiluMulFused writes silu(gate)*up from the two halves of each row of gateUp.
+// SiluMulFused writes silu(gate)*up from the two halves of each row of gateUp (the exp of the
+// vector kernels where Options.VectorFloat32 is on).
 func (b *Backend) SiluMulFused(out, gateUp ops.Tensor) {
 	o, gu := out.(*Tensor), gateUp.(*Tensor)
 	n := o.cols()
@@ -286,6 +296,10 @@ func (b *Backend) SiluMulFused(out, gateUp ops.Tensor) {
 		for r := lo; r < hi; r++ {
 			row := gu.f32[r*2*n : (r+1)*2*n]
 			dst := o.f32[r*n : (r+1)*n]
+			if b.vec {
+				siluMul(dst, row[:n], row[n:])
+				continue
+			}
 			for i, v := range row[:n] {
 				dst[i] = v / (1 + float32(math.Exp(float64(-v)))) * row[n+i]
 			}

@@ -5,7 +5,9 @@ import "github.com/atom-go/atom/ops"
 // tileRows is how many weight rows are widened together and reused across every input row.
 const tileRows = 8
 
-// Linear computes out = x·wᵀ + bias, parallel over output features.
+// Linear computes out = x·wᵀ + bias, parallel over output features: the exact reference's loops
+// over rows widened to float32, or on the vector path the block (qLinear) and 16-bit
+// (linear16) kernels.
 func (b *Backend) Linear(out, x, w, bias ops.Tensor) {
 	o, xt, wt := out.(*Tensor), x.(*Tensor), w.(*Tensor)
 	var bt *Tensor
@@ -14,6 +16,10 @@ func (b *Backend) Linear(out, x, w, bias ops.Tensor) {
 	}
 	if wt.q != nil {
 		b.qLinear(o, xt, wt, bt)
+		return
+	}
+	if k := dot16For(wt.dt); b.vec && wt.u16 != nil && k != nil {
+		b.linear16(o, xt, wt, bt, k)
 		return
 	}
 	in, outF, rows := wt.cols(), wt.rows(), xt.rows()

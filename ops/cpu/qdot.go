@@ -42,7 +42,8 @@ func axpyGo(dst []float32, a float32, src []float32) {
 }
 
 // Kernels names the dot-product kernels this process chose at start by cpu feature detection
-// ("avx2+fma+f16c", or "go (portable)" where the vector ones cannot run).
+// ("avx512+vnni, avx2+fma+f16c" with AVX-512 F/BW/VL/VNNI, "avx2+fma+f16c", or "go (portable)"
+// where the vector ones cannot run).
 func Kernels() string { return kernelSet }
 
 // qDotFor returns the kernel of a ggml type.
@@ -52,6 +53,16 @@ func qDotFor(t ops.GGMLType) qDotFunc {
 		return dotQ4_0
 	case ops.GGMLQ4_1:
 		return dotQ4_1
+	case ops.GGMLQ5_0:
+		return dotQ5_0Go
+	case ops.GGMLQ5_1:
+		return dotQ5_1Go
+	case ops.GGMLQ4_K:
+		return dotQ4KGo
+	case ops.GGMLQ5_K:
+		return dotQ5KGo
+	case ops.GGMLQ6_K:
+		return dotQ6KGo
 	}
 	return dotQ8_0
 }

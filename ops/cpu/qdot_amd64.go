@@ -33,6 +33,9 @@ func init() {
 	if hasAVX2 {
 		useAVX2()
 	}
+	if hasAVX512 {
+		useAVX512()
+	}
 }
 
 // useAVX2 installs the AVX2 kernels.
@@ -42,6 +45,8 @@ func useAVX2() {
 	quantizeRow = quantizeRowVec
 	attnScores16, attnAccum16 = attnScores16Vec, attnAccum16Vec
 	dotF32, axpyF32, attnScores, attnAccum = dotF32Vec, axpyF32Vec, attnScoresVec, attnAccumVec
+	expShift, siluMul, expSum = expShiftVec, siluMulVec, expSumVec
+	useDot16AVX2()
 	kernelSet = "avx2+fma+f16c"
 }
 

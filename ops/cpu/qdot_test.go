@@ -12,7 +12,8 @@ import (
 )
 
 // randBlocks makes n random blocks of a ggml type: f16 scales in a realistic range, random
-// quants (Q8_0's -128 included, which the vector kernel must read as |w| = 128).
+// quants and sub-block scales (Q8_0's -128 included, which the vector kernel must read as
+// |w| = 128).
 func randBlocks(rng *rand.Rand, t ops.GGMLType, n int) []byte {
 	bb := t.BlockBytes()
 	out := make([]byte, n*bb)
@@ -21,8 +22,17 @@ func randBlocks(rng *rand.Rand, t ops.GGMLType, n int) []byte {
 		for i := range blk {
 			blk[i] = byte(rng.IntN(256))
 		}
-		binary.LittleEndian.PutUint16(blk, toF16(float32(rng.NormFloat64()*0.01)))
-		if t == ops.GGMLQ4_1 {
+		switch t {
+		case ops.GGMLQ6_K:
+			binary.LittleEndian.PutUint16(blk[208:], toF16(float32(rng.NormFloat64()*0.001)))
+		case ops.GGMLQ4_K, ops.GGMLQ5_K:
+			// d and dmin times 6-bit scales and mins
+			binary.LittleEndian.PutUint16(blk, toF16(float32(rng.NormFloat64()*0.001)))
+			binary.LittleEndian.PutUint16(blk[2:], toF16(float32(rng.NormFloat64()*0.002)))
+		default:
+			binary.LittleEndian.PutUint16(blk, toF16(float32(rng.NormFloat64()*0.01)))
+		}
+		if t == ops.GGMLQ4_1 || t == ops.GGMLQ5_1 {
 			binary.LittleEndian.PutUint16(blk[2:], toF16(float32(rng.NormFloat64()*0.05)))
 		}
 	}

@@ -15,6 +15,10 @@ const (
 // rows so that a weight row in cache serves qTileActs of them.
 func (b *Backend) qLinear(o, xt, wt, bt *Tensor) {
 	q := wt.q
+	if kern := groupKernels.of(q.typ); kern != nil {
+		b.qLinearGrouped(o, xt, bt, q, kern)
+		return
+	}
 	rows, k, n := xt.rows(), q.k, q.n
 	nb := k / qBlock
 	qs, ds := b.quantizeActs(xt, rows, k)

@@ -27,12 +27,16 @@ func testQLinearAgainstDequantized(t *testing.T) {
 		rows, n, k int
 	}{
 		{ops.GGMLQ4_1, 1, 13, 64}, {ops.GGMLQ4_1, 7, 40, 96}, {ops.GGMLQ4_1, 70, 9, 32},
-		{ops.GGMLQ8_0, 5, 17, 64}, {ops.GGMLQ4_0, 6, 11, 128},
+		{ops.GGMLQ8_0, 5, 17, 64}, {ops.GGMLQ4_0, 6, 11, 128}, {ops.GGMLQ4_0, 13, 10, 160},
+		{ops.GGMLQ4_1, 21, 19, 576}, {ops.GGMLQ8_0, 11, 9, 224},
+		{ops.GGMLQ5_0, 3, 7, 96}, {ops.GGMLQ5_1, 9, 5, 64}, {ops.GGMLQ5_0, 10, 6, 320}, {ops.GGMLQ5_1, 8, 3, 448}, {ops.GGMLQ4_K, 5, 6, 512}, {ops.GGMLQ4_K, 11, 3, 256}, {ops.GGMLQ5_K, 2, 5, 256},
+		{ops.GGMLQ6_K, 9, 4, 512},
 	}
 	be := New(2)
 	defer be.Close()
+	be.portableBlocks = true
 	for _, c := range cases {
-		raw := randBlocks(rng, c.typ, c.n*c.k/qBlock)
+		raw := randBlocks(rng, c.typ, c.n*c.k/c.typ.BlockElems())
 		w, err := be.Weight("w", ops.WeightDesc{Format: ops.GGMLBlocks, GGML: c.typ}, []int{c.n, c.k}, raw)
 		require.NoError(t, err)
 		deq := make([]byte, 4*c.n*c.k)
@@ -90,7 +94,8 @@ func TestQWeightRefusesBadBlocks(t *testing.T) {
 		{"columns not whole blocks", ops.GGMLQ4_1, []int{2, 48}, 80, "not whole"},
 		{"short data", ops.GGMLQ8_0, []int{2, 64}, 135, "want 136"},
 		{"1-D", ops.GGMLQ4_0, []int{64}, 36, "2-D"},
-		{"no kernels", ops.GGMLType(12), []int{1, 256}, 144, "unsupported"},
+		{"no kernels", ops.GGMLType(11), []int{1, 256}, 110, "unsupported"}, // Q3_K
+		{"K-quant columns not whole blocks", ops.GGMLQ4_K, []int{1, 288}, 162, "not whole"},
 	}
 	for _, c := range cases {
 		_, err := be.Weight("w", ops.WeightDesc{Format: ops.GGMLBlocks, GGML: c.typ}, c.shape, make([]byte, c.bytes))

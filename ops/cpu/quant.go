@@ -26,6 +26,12 @@ func (b *Backend) qWeight(d ops.WeightDesc, shape []int, raw [][]byte) (*Tensor,
 	}
 	switch d.GGML {
 	case ops.GGMLQ4_0, ops.GGMLQ4_1, ops.GGMLQ8_0:
+	case ops.GGMLQ5_0, ops.GGMLQ5_1, ops.GGMLQ4_K, ops.GGMLQ5_K, ops.GGMLQ6_K:
+		// Their portable kernels are much slower than the float32 path's vector dot: without
+		// vector ones the loader dequantizes them instead.
+		if groupKernels.of(d.GGML) == nil && !b.portableBlocks {
+			return nil, fmt.Errorf("%w: ggml type %v has no vector kernels on this cpu (%s)", ops.ErrUnsupportedWeight, d.GGML, Kernels())
+		}
 	default:
 		return nil, fmt.Errorf("%w: ggml type %v", ops.ErrUnsupportedWeight, d.GGML)
 	}
@@ -68,14 +74,25 @@ func (q *qData) row(r int, dst []float32) {
 				dst[j] = float32(int8(v)) * d
 			}
 		}
+	case ops.GGMLQ5_0:
+		ops.DequantQ5_0(dst, src)
+	case ops.GGMLQ5_1:
+		ops.DequantQ5_1(dst, src)
+	case ops.GGMLQ4_K:
+		ops.DequantQ4K(dst, src)
+	case ops.GGMLQ5_K:
+		ops.DequantQ5K(dst, src)
+	case ops.GGMLQ6_K:
+		ops.DequantQ6K(dst, src)
 	}
 }
 
 // at dequantizes element i.
 func (q *qData) at(i int) float32 {
-	var buf [32]float32
+	var buf [256]float32
 	r, c := i/q.k, i%q.k
-	sub := &qData{typ: q.typ, raw: q.raw[r*q.rowBytes+c/32*q.typ.BlockBytes():][:q.typ.BlockBytes()], n: 1, k: 32, rowBytes: q.typ.BlockBytes()}
-	sub.row(0, buf[:])
-	return buf[c%32]
+	be, bb := q.typ.BlockElems(), q.typ.BlockBytes()
+	sub := &qData{typ: q.typ, raw: q.raw[r*q.rowBytes+c/be*bb:][:bb], n: 1, k: be, rowBytes: bb}
+	sub.row(0, buf[:be])
+	return buf[c%be]
 }

@@ -1,8 +1,9 @@
 // Package cpu is the cpu backend of ops. New gives the reference: float32 compute over bf16,
 // f16 or f32 weights (read in place from the memory-mapped checkpoint), parallel across cores.
-// ggml Q4_0/Q4_1/Q8_0 weights are kept as their blocks and applied with dot-product kernels
-// against 8-bit activations (an approximation, as llama.cpp's), in portable Go and AVX2
-// assembly chosen at start by cpu feature detection (Kernels). It imports ops, ops/offheap,
+// ggml Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights are kept as their blocks and applied
+// with dot-product kernels against 8-bit activations (an approximation, as llama.cpp's), in
+// portable Go, AVX2 and AVX-512 VNNI assembly chosen at start by cpu feature detection
+// (Kernels). It imports ops, ops/offheap,
 // golang.org/x/sys/cpu and the standard library.
 package cpu
 

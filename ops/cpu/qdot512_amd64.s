@@ -1,0 +1,943 @@
+#include "textflag.h"
+
+// The AVX-512 VNNI kernels of qdot512_amd64.go for the blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0): one weight row against 8, 4 or 1 activation rows in the grouped layout (qgroup.go). A group is 4 blocks: the weight side
+// loads their 16-byte halves into one register (Z16: the low 16 elements of each block, Z17:
+// the high 16) once, and each activation row adds two VPDPBUSD (64 products each) into a
+// register of 16 int32 lanes, 4 a block; the lanes are scaled by d_w·d_a of their block and
+// summed into the row's float accumulator. Every row goes through the same instructions (ROW,
+// REDUCE) whichever kernel computes it, so a row's result does not depend on the rows beside it
+// (batch invariance).
+//
+// Registers: Z0-Z7 the rows' accumulators, Y8-Y15 their m·s sums (Q4_1, Q5_1; d·s for Q4_0,
+// Q5_0), Z16/Z17 the group's low and high quants (unsigned; Q8_0's made so by +128), Z18 d_w of
+// each lane, Y19 the (d_w, m_w) pairs of the group's blocks, Z20 the nibble mask (Q8_0: the
+// 0x80 bytes), Z21 the lane→block index, Z22/Z23 the rows' int32 sums, Z24-Z27 and K1 scratch,
+// Z31 the fifth bit (Q5).
+
+// Lane i of Z18 takes element i/4·2 of Y19: each block's d_w over its 4 lanes.
+DATA lane2block<>+0(SB)/4, $0
+DATA lane2block<>+4(SB)/4, $0
+DATA lane2block<>+8(SB)/4, $0
+DATA lane2block<>+12(SB)/4, $0
+DATA lane2block<>+16(SB)/4, $2
+DATA lane2block<>+20(SB)/4, $2
+DATA lane2block<>+24(SB)/4, $2
+DATA lane2block<>+28(SB)/4, $2
+DATA lane2block<>+32(SB)/4, $4
+DATA lane2block<>+36(SB)/4, $4
+DATA lane2block<>+40(SB)/4, $4
+DATA lane2block<>+44(SB)/4, $4
+DATA lane2block<>+48(SB)/4, $6
+DATA lane2block<>+52(SB)/4, $6
+DATA lane2block<>+56(SB)/4, $6
+DATA lane2block<>+60(SB)/4, $6
+GLOBL lane2block<>(SB), RODATA|NOPTR, $64
+
+// Arguments, constants and zeroed accumulators. Strides in bytes: R10 = astride, R11 = 3·
+// astride, R12 = dstride, R13 = 3·dstride; BX and R9 the rows 4-7 of a and ds.
+#define PROLOGUE \
+	MOVQ w+0(FP), SI \
+	MOVQ a+8(FP), DI \
+	MOVQ ds+16(FP), R8 \
+	MOVQ nb+24(FP), CX \
+	MOVQ astride+32(FP), R10 \
+	MOVQ dstride+40(FP), R12 \
+	MOVQ out+48(FP), DX \
+	LEAQ (R10)(R10*2), R11 \
+	LEAQ (R12)(R12*2), R13 \
+	LEAQ (DI)(R10*4), BX \
+	LEAQ (R8)(R12*4), R9 \
+	MOVL $0x0f0f0f0f, AX \
+	VPBROADCASTD AX, Z20 \
+	VMOVDQU32 lane2block<>(SB), Z21 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+// The nibbles of the 4 blocks' 16 quant bytes in Z16 into Z16 (low: elements 0-15 of each
+// block) and Z17 (high: 16-31); the (d, m) pairs in X24 (f16) into Y19 and d over the lanes into
+// Z18.
+#define Q4_SPLIT \
+	VPSRLW $4, Z16, Z17 \
+	VPANDD Z20, Z16, Z16 \
+	VPANDD Z20, Z17, Z17 \
+	VCVTPH2PS X24, Y19 \
+	VPERMPS Z19, Z21, Z18
+
+// A whole Q4_1 group (4 blocks of 20 bytes: f16 d, f16 m, 16 bytes of nibbles).
+#define Q4_1_GROUP \
+	VMOVD (SI), X24 \
+	VPINSRD $1, 20(SI), X24, X24 \
+	VPINSRD $2, 40(SI), X24, X24 \
+	VPINSRD $3, 60(SI), X24, X24 \
+	VMOVDQU32 4(SI), X16 \
+	VINSERTI32X4 $1, 24(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 44(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 64(SI), Z16, Z16 \
+	Q4_SPLIT
+
+// Q4_0's (d, d) pairs from the dwords (f16 d, two quant bytes) in X24: its x = d·(q - 8) is
+// Q4_1's form with m = d, the -8 applied to the m·s sum at the end.
+#define Q4_0_PAIRS \
+	VPSLLD $16, X24, X25 \
+	VPSRLD $16, X25, X24 \
+	VPORD X25, X24, X24
+
+// A whole Q4_0 group (4 blocks of 18 bytes: f16 d, 16 bytes of nibbles).
+#define Q4_0_GROUP \
+	VMOVD (SI), X24 \
+	VPINSRD $1, 18(SI), X24, X24 \
+	VPINSRD $2, 36(SI), X24, X24 \
+	VPINSRD $3, 54(SI), X24, X24 \
+	Q4_0_PAIRS \
+	VMOVDQU32 2(SI), X16 \
+	VINSERTI32X4 $1, 20(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 38(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 56(SI), Z16, Z16 \
+	Q4_SPLIT
+
+// One activation row of a Q4 group: the 64 low and 64 high quants at lo and hi, the 16 lane
+// scales d_a at ds and the (0, s_a) pairs at ds+64 (sds).
+#define ROW(lo, hi, ds, sds, acc, ms, t) \
+	VPXORD t, t, t \
+	VPDPBUSD lo, Z16, t \
+	VPDPBUSD hi, Z17, t \
+	VCVTDQ2PS t, t \
+	VMULPS ds, t, t \
+	VFMADD231PS Z18, t, acc \
+	VFMADD231PS sds, Y19, ms
+
+#define ROWS1 \
+	ROW((DI), 64(DI), (R8), 64(R8), Z0, Y8, Z22)
+
+#define ROWS4 \
+	ROW((DI), 64(DI), (R8), 64(R8), Z0, Y8, Z22) \
+	ROW((DI)(R10*1), 64(DI)(R10*1), (R8)(R12*1), 64(R8)(R12*1), Z1, Y9, Z23) \
+	ROW((DI)(R10*2), 64(DI)(R10*2), (R8)(R12*2), 64(R8)(R12*2), Z2, Y10, Z22) \
+	ROW((DI)(R11*1), 64(DI)(R11*1), (R8)(R13*1), 64(R8)(R13*1), Z3, Y11, Z23)
+
+#define ROWS8 \
+	ROWS4 \
+	ROW((BX), 64(BX), (R9), 64(R9), Z4, Y12, Z22) \
+	ROW((BX)(R10*1), 64(BX)(R10*1), (R9)(R12*1), 64(R9)(R12*1), Z5, Y13, Z23) \
+	ROW((BX)(R10*2), 64(BX)(R10*2), (R9)(R12*2), 64(R9)(R12*2), Z6, Y14, Z22) \
+	ROW((BX)(R11*1), 64(BX)(R11*1), (R9)(R13*1), 64(R9)(R13*1), Z7, Y15, Z23)
+
+// The next group: 4 weight blocks of bs bytes, 128 activation bytes, 24 scales.
+#define NEXT(bs) \
+	ADDQ $(4*bs), SI \
+	ADDQ $128, DI \
+	ADDQ $128, BX \
+	ADDQ $96, R8 \
+	ADDQ $96, R9 \
+	SUBQ $4, CX
+
+// The tail group of 1-3 blocks (CX): the missing blocks' quants and scales stay zero (the
+// activations are zero there too).
+#define Q4_1_TAIL(split) \
+	VMOVD (SI), X24 \
+	VMOVDQU32 4(SI), X16 \
+	CMPQ CX, $2 \
+	JLT split \
+	VPINSRD $1, 20(SI), X24, X24 \
+	VINSERTI32X4 $1, 24(SI), Z16, Z16 \
+	CMPQ CX, $3 \
+	JLT split \
+	VPINSRD $2, 40(SI), X24, X24 \
+	VINSERTI32X4 $2, 44(SI), Z16, Z16
+
+#define Q4_0_TAIL(split) \
+	VMOVD (SI), X24 \
+	VMOVDQU32 2(SI), X16 \
+	CMPQ CX, $2 \
+	JLT split \
+	VPINSRD $1, 18(SI), X24, X24 \
+	VINSERTI32X4 $1, 20(SI), Z16, Z16 \
+	CMPQ CX, $3 \
+	JLT split \
+	VPINSRD $2, 36(SI), X24, X24 \
+	VINSERTI32X4 $2, 38(SI), Z16, Z16
+
+// A whole Q8_0 group (4 blocks of 34 bytes: f16 d, 32 int8): the quants made unsigned (+128,
+// the activation side's correction puts -128·Σq_a back) into Z16 (low 16 of each block) and
+// Z17 (high 16); d with zero m into Y19, and over the lanes into Z18.
+#define Q8_0_GROUP \
+	VMOVD (SI), X24 \
+	VPINSRD $1, 34(SI), X24, X24 \
+	VPINSRD $2, 68(SI), X24, X24 \
+	VPINSRD $3, 102(SI), X24, X24 \
+	VMOVDQU32 2(SI), X16 \
+	VINSERTI32X4 $1, 36(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 70(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 104(SI), Z16, Z16 \
+	VMOVDQU32 18(SI), X17 \
+	VINSERTI32X4 $1, 52(SI), Z17, Z17 \
+	VINSERTI32X4 $2, 86(SI), Z17, Z17 \
+	VINSERTI32X4 $3, 120(SI), Z17, Z17 \
+	Q8_SPLIT
+
+#define Q8_SPLIT \
+	VPSLLD $16, X24, X24 \
+	VPSRLD $16, X24, X24 \
+	VPXORD Z20, Z16, Z16 \
+	VPXORD Z20, Z17, Z17 \
+	VCVTPH2PS X24, Y19 \
+	VPERMPS Z19, Z21, Z18
+
+#define Q8_0_TAIL(split) \
+	VMOVD (SI), X24 \
+	VMOVDQU32 2(SI), X16 \
+	VMOVDQU32 18(SI), X17 \
+	CMPQ CX, $2 \
+	JLT split \
+	VPINSRD $1, 34(SI), X24, X24 \
+	VINSERTI32X4 $1, 36(SI), Z16, Z16 \
+	VINSERTI32X4 $1, 52(SI), Z17, Z17 \
+	CMPQ CX, $3 \
+	JLT split \
+	VPINSRD $2, 68(SI), X24, X24 \
+	VINSERTI32X4 $2, 70(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 86(SI), Z17, Z17
+
+// One activation row of a Q8_0 group: the int32 sums start at the row's correction (at
+// ds+64: -128 times the sum of each lane's 8 activations), so they end exact.
+#define ROW8(lo, hi, ds, corr, acc, t) \
+	VMOVDQU32 corr, t \
+	VPDPBUSD lo, Z16, t \
+	VPDPBUSD hi, Z17, t \
+	VCVTDQ2PS t, t \
+	VMULPS ds, t, t \
+	VFMADD231PS Z18, t, acc
+
+#define ROWS1_8 \
+	ROW8((DI), 64(DI), (R8), 64(R8), Z0, Z22)
+
+#define ROWS4_8 \
+	ROW8((DI), 64(DI), (R8), 64(R8), Z0, Z22) \
+	ROW8((DI)(R10*1), 64(DI)(R10*1), (R8)(R12*1), 64(R8)(R12*1), Z1, Z23) \
+	ROW8((DI)(R10*2), 64(DI)(R10*2), (R8)(R12*2), 64(R8)(R12*2), Z2, Z22) \
+	ROW8((DI)(R11*1), 64(DI)(R11*1), (R8)(R13*1), 64(R8)(R13*1), Z3, Z23)
+
+#define ROWS8_8 \
+	ROWS4_8 \
+	ROW8((BX), 64(BX), (R9), 64(R9), Z4, Z22) \
+	ROW8((BX)(R10*1), 64(BX)(R10*1), (R9)(R12*1), 64(R9)(R12*1), Z5, Z23) \
+	ROW8((BX)(R10*2), 64(BX)(R10*2), (R9)(R12*2), 64(R9)(R12*2), Z6, Z22) \
+	ROW8((BX)(R11*1), 64(BX)(R11*1), (R9)(R13*1), 64(R9)(R13*1), Z7, Z23)
+
+// The next Q8_0 group: 4 weight blocks, 128 activation bytes, 32 scales.
+#define NEXT8 \
+	ADDQ $136, SI \
+	ADDQ $128, DI \
+	ADDQ $128, BX \
+	ADDQ $128, R8 \
+	ADDQ $128, R9 \
+	SUBQ $4, CX
+
+// Q5_0 and Q5_1: Q4_0's and Q4_1's groups with fifth bits. A block's 32 bits qh (bit j for
+// element j) go, the low 16 of the group's 4 blocks and then the high 16, into a 64-bit mask
+// of the bytes of Z16 and of Z17, whose bit 4 they set (Z31 = 0x10 bytes).
+#define Q5_BITS \
+	VPMOVDW X26, X27 \
+	VMOVQ X27, AX \
+	KMOVQ AX, K1 \
+	VPMOVM2B K1, Z27 \
+	VPANDD Z31, Z27, Z27 \
+	VPORD Z27, Z16, Z16 \
+	VPSRLD $16, X26, X26 \
+	VPMOVDW X26, X27 \
+	VMOVQ X27, AX \
+	KMOVQ AX, K1 \
+	VPMOVM2B K1, Z27 \
+	VPANDD Z31, Z27, Z27 \
+	VPORD Z27, Z17, Z17
+
+// A whole Q5_0 group (4 blocks of 22 bytes: f16 d, 32 bits qh, 16 bytes of nibbles).
+#define Q5_0_GROUP \
+	VMOVD (SI), X24 \
+	VPINSRD $1, 22(SI), X24, X24 \
+	VPINSRD $2, 44(SI), X24, X24 \
+	VPINSRD $3, 66(SI), X24, X24 \
+	Q4_0_PAIRS \
+	VMOVD 2(SI), X26 \
+	VPINSRD $1, 24(SI), X26, X26 \
+	VPINSRD $2, 46(SI), X26, X26 \
+	VPINSRD $3, 68(SI), X26, X26 \
+	VMOVDQU32 6(SI), X16 \
+	VINSERTI32X4 $1, 28(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 50(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 72(SI), Z16, Z16 \
+	Q4_SPLIT \
+	Q5_BITS
+
+#define Q5_0_TAIL(split) \
+	VMOVD (SI), X24 \
+	VMOVD 2(SI), X26 \
+	VMOVDQU32 6(SI), X16 \
+	CMPQ CX, $2 \
+	JLT split \
+	VPINSRD $1, 22(SI), X24, X24 \
+	VPINSRD $1, 24(SI), X26, X26 \
+	VINSERTI32X4 $1, 28(SI), Z16, Z16 \
+	CMPQ CX, $3 \
+	JLT split \
+	VPINSRD $2, 44(SI), X24, X24 \
+	VPINSRD $2, 46(SI), X26, X26 \
+	VINSERTI32X4 $2, 50(SI), Z16, Z16
+
+// A whole Q5_1 group (4 blocks of 24 bytes: f16 d, f16 m, 32 bits qh, 16 bytes of nibbles).
+#define Q5_1_GROUP \
+	VMOVD (SI), X24 \
+	VPINSRD $1, 24(SI), X24, X24 \
+	VPINSRD $2, 48(SI), X24, X24 \
+	VPINSRD $3, 72(SI), X24, X24 \
+	VMOVD 4(SI), X26 \
+	VPINSRD $1, 28(SI), X26, X26 \
+	VPINSRD $2, 52(SI), X26, X26 \
+	VPINSRD $3, 76(SI), X26, X26 \
+	VMOVDQU32 8(SI), X16 \
+	VINSERTI32X4 $1, 32(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 56(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 80(SI), Z16, Z16 \
+	Q4_SPLIT \
+	Q5_BITS
+
+#define Q5_1_TAIL(split) \
+	VMOVD (SI), X24 \
+	VMOVD 4(SI), X26 \
+	VMOVDQU32 8(SI), X16 \
+	CMPQ CX, $2 \
+	JLT split \
+	VPINSRD $1, 24(SI), X24, X24 \
+	VPINSRD $1, 28(SI), X26, X26 \
+	VINSERTI32X4 $1, 32(SI), Z16, Z16 \
+	CMPQ CX, $3 \
+	JLT split \
+	VPINSRD $2, 48(SI), X24, X24 \
+	VPINSRD $2, 52(SI), X26, X26 \
+	VINSERTI32X4 $2, 56(SI), Z16, Z16
+
+// The rows' results. Each row's accumulator is folded to 8 lanes and its m·s sums added lane by
+// lane (scaled by sc: FOLDS; FOLDM adds them as they are; FOLD has none), then three levels of
+// pairwise sums over the rows together leave row r's result, ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+
+// l7)) of its lanes, in lane r%4 of X0 (rows 0-3) and X4 (rows 4-7); the 4- and 1-row kernels
+// take the same pairs of their rows' lanes (TREE4, TREE1), so that every row's sums are the
+// same instructions in the 8-, 4- and 1-row kernels.
+#define FOLD(z, y) \
+	VEXTRACTF64X4 $1, z, Y24 \
+	VADDPS Y24, y, y
+
+#define FOLDM(z, y, ms) \
+	FOLD(z, y) \
+	VADDPS ms, y, y
+
+#define FOLDS(z, y, ms) \
+	FOLD(z, y) \
+	VFMADD231PS Y26, ms, y
+
+#define TREE8 \
+	VHADDPS Y1, Y0, Y0 \
+	VHADDPS Y3, Y2, Y2 \
+	VHADDPS Y5, Y4, Y4 \
+	VHADDPS Y7, Y6, Y6 \
+	VHADDPS Y2, Y0, Y0 \
+	VHADDPS Y6, Y4, Y4 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS X1, X0, X0 \
+	VEXTRACTF128 $1, Y4, X5 \
+	VADDPS X5, X4, X4
+
+// TREE8's sums of rows 0-3 alone, and of row 0 alone (the pairs of its own lanes).
+#define TREE4 \
+	VHADDPS Y1, Y0, Y0 \
+	VHADDPS Y3, Y2, Y2 \
+	VHADDPS Y2, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS X1, X0, X0
+
+#define TREE1 \
+	VHADDPS Y0, Y0, Y0 \
+	VHADDPS Y0, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS X1, X0, X0
+
+#define REDUCE_M8 \
+	FOLDM(Z0, Y0, Y8) \
+	FOLDM(Z1, Y1, Y9) \
+	FOLDM(Z2, Y2, Y10) \
+	FOLDM(Z3, Y3, Y11) \
+	FOLDM(Z4, Y4, Y12) \
+	FOLDM(Z5, Y5, Y13) \
+	FOLDM(Z6, Y6, Y14) \
+	FOLDM(Z7, Y7, Y15) \
+	TREE8
+
+#define REDUCE_M4 \
+	FOLDM(Z0, Y0, Y8) \
+	FOLDM(Z1, Y1, Y9) \
+	FOLDM(Z2, Y2, Y10) \
+	FOLDM(Z3, Y3, Y11) \
+	TREE4
+
+#define REDUCE_M1 \
+	FOLDM(Z0, Y0, Y8) \
+	TREE1
+
+// REDUCE_S*: Y26 = -scale (8 for Q4_0, 16 for Q5_0) over the lanes, from the float32 bits in AX.
+#define REDUCE_S8 \
+	VPBROADCASTD AX, Y26 \
+	FOLDS(Z0, Y0, Y8) \
+	FOLDS(Z1, Y1, Y9) \
+	FOLDS(Z2, Y2, Y10) \
+	FOLDS(Z3, Y3, Y11) \
+	FOLDS(Z4, Y4, Y12) \
+	FOLDS(Z5, Y5, Y13) \
+	FOLDS(Z6, Y6, Y14) \
+	FOLDS(Z7, Y7, Y15) \
+	TREE8
+
+#define REDUCE_S4 \
+	VPBROADCASTD AX, Y26 \
+	FOLDS(Z0, Y0, Y8) \
+	FOLDS(Z1, Y1, Y9) \
+	FOLDS(Z2, Y2, Y10) \
+	FOLDS(Z3, Y3, Y11) \
+	TREE4
+
+#define REDUCE_S1 \
+	VPBROADCASTD AX, Y26 \
+	FOLDS(Z0, Y0, Y8) \
+	TREE1
+
+#define REDUCE8 \
+	FOLD(Z0, Y0) \
+	FOLD(Z1, Y1) \
+	FOLD(Z2, Y2) \
+	FOLD(Z3, Y3) \
+	FOLD(Z4, Y4) \
+	FOLD(Z5, Y5) \
+	FOLD(Z6, Y6) \
+	FOLD(Z7, Y7) \
+	TREE8
+
+#define REDUCE4 \
+	FOLD(Z0, Y0) \
+	FOLD(Z1, Y1) \
+	FOLD(Z2, Y2) \
+	FOLD(Z3, Y3) \
+	TREE4
+
+#define REDUCE1 \
+	FOLD(Z0, Y0) \
+	TREE1
+
+#define STORE4 \
+	MOVQ out+48(FP), DX \
+	VMOVUPS X0, (DX)
+
+#define STORE1 \
+	MOVQ out+48(FP), DX \
+	VMOVSS X0, (DX)
+
+#define OUT4_41 \
+	REDUCE_M4 \
+	STORE4
+
+#define OUT1_41 \
+	REDUCE_M1 \
+	STORE1
+
+#define OUT4_40 \
+	MOVL $0xc1000000, AX \
+	REDUCE_S4 \
+	STORE4
+
+#define OUT1_40 \
+	MOVL $0xc1000000, AX \
+	REDUCE_S1 \
+	STORE1
+
+#define OUT4_50 \
+	MOVL $0xc1800000, AX \
+	REDUCE_S4 \
+	STORE4
+
+#define OUT1_50 \
+	MOVL $0xc1800000, AX \
+	REDUCE_S1 \
+	STORE1
+
+#define OUT4_80 \
+	REDUCE4 \
+	STORE4
+
+#define OUT1_80 \
+	REDUCE1 \
+	STORE1
+
+// The x8r kernels: an x8 kernel over cnt weight rows wstride bytes apart, row j's 8 results
+// stored at out + 4·j + i·ostride (i < 8), the constants set once.
+#define ZERO16 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+#define RSAVE \
+	MOVQ w+0(FP), AX \
+	MOVQ AX, wcur-8(SP) \
+	MOVQ out+48(FP), AX \
+	MOVQ AX, ocur-16(SP) \
+	MOVQ cnt+56(FP), AX \
+	MOVQ AX, left-24(SP)
+
+#define RSTART \
+	MOVQ wcur-8(SP), SI \
+	MOVQ a+8(FP), DI \
+	MOVQ ds+16(FP), R8 \
+	MOVQ nb+24(FP), CX \
+	LEAQ (R10)(R10*2), R11 \
+	LEAQ (R12)(R12*2), R13 \
+	LEAQ (DI)(R10*4), BX \
+	LEAQ (R8)(R12*4), R9 \
+	ZERO16
+
+#define RSTORE \
+	MOVQ ocur-16(SP), DX \
+	MOVQ ostride+64(FP), R11 \
+	LEAQ (R11)(R11*2), R13 \
+	VMOVSS X0, (DX) \
+	VEXTRACTPS $1, X0, (DX)(R11*1) \
+	VEXTRACTPS $2, X0, (DX)(R11*2) \
+	VEXTRACTPS $3, X0, (DX)(R13*1) \
+	LEAQ (DX)(R11*4), DX \
+	VMOVSS X4, (DX) \
+	VEXTRACTPS $1, X4, (DX)(R11*1) \
+	VEXTRACTPS $2, X4, (DX)(R11*2) \
+	VEXTRACTPS $3, X4, (DX)(R13*1) \
+	MOVQ wstride+72(FP), AX \
+	ADDQ AX, wcur-8(SP) \
+	ADDQ $4, ocur-16(SP)
+
+
+// func dotQ4_1x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ4_1x4AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+q41x4loop:
+	CMPQ CX, $4
+	JLT q41x4tail
+	Q4_1_GROUP
+	ROWS4
+	NEXT(20)
+	JMP q41x4loop
+q41x4tail:
+	TESTQ CX, CX
+	JZ q41x4done
+	Q4_1_TAIL(q41x4split)
+q41x4split:
+	Q4_SPLIT
+	ROWS4
+q41x4done:
+	OUT4_41
+	VZEROUPPER
+	RET
+
+// func dotQ4_1x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ4_1x1AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+q41x1loop:
+	CMPQ CX, $4
+	JLT q41x1tail
+	Q4_1_GROUP
+	ROWS1
+	NEXT(20)
+	JMP q41x1loop
+q41x1tail:
+	TESTQ CX, CX
+	JZ q41x1done
+	Q4_1_TAIL(q41x1split)
+q41x1split:
+	Q4_SPLIT
+	ROWS1
+q41x1done:
+	OUT1_41
+	VZEROUPPER
+	RET
+
+
+// func dotQ4_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ4_0x4AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+q40x4loop:
+	CMPQ CX, $4
+	JLT q40x4tail
+	Q4_0_GROUP
+	ROWS4
+	NEXT(18)
+	JMP q40x4loop
+q40x4tail:
+	TESTQ CX, CX
+	JZ q40x4done
+	Q4_0_TAIL(q40x4split)
+q40x4split:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	ROWS4
+q40x4done:
+	OUT4_40
+	VZEROUPPER
+	RET
+
+// func dotQ4_0x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ4_0x1AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+q40x1loop:
+	CMPQ CX, $4
+	JLT q40x1tail
+	Q4_0_GROUP
+	ROWS1
+	NEXT(18)
+	JMP q40x1loop
+q40x1tail:
+	TESTQ CX, CX
+	JZ q40x1done
+	Q4_0_TAIL(q40x1split)
+q40x1split:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	ROWS1
+q40x1done:
+	OUT1_40
+	VZEROUPPER
+	RET
+
+
+// func dotQ8_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ8_0x4AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x80808080, AX
+	VPBROADCASTD AX, Z20
+q80x4loop:
+	CMPQ CX, $4
+	JLT q80x4tail
+	Q8_0_GROUP
+	ROWS4_8
+	NEXT8
+	JMP q80x4loop
+q80x4tail:
+	TESTQ CX, CX
+	JZ q80x4done
+	Q8_0_TAIL(q80x4split)
+q80x4split:
+	Q8_SPLIT
+	ROWS4_8
+q80x4done:
+	OUT4_80
+	VZEROUPPER
+	RET
+
+// func dotQ8_0x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ8_0x1AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x80808080, AX
+	VPBROADCASTD AX, Z20
+q80x1loop:
+	CMPQ CX, $4
+	JLT q80x1tail
+	Q8_0_GROUP
+	ROWS1_8
+	NEXT8
+	JMP q80x1loop
+q80x1tail:
+	TESTQ CX, CX
+	JZ q80x1done
+	Q8_0_TAIL(q80x1split)
+q80x1split:
+	Q8_SPLIT
+	ROWS1_8
+q80x1done:
+	OUT1_80
+	VZEROUPPER
+	RET
+
+
+// func dotQ5_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ5_0x4AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q50x4loop:
+	CMPQ CX, $4
+	JLT q50x4tail
+	Q5_0_GROUP
+	ROWS4
+	NEXT(22)
+	JMP q50x4loop
+q50x4tail:
+	TESTQ CX, CX
+	JZ q50x4done
+	Q5_0_TAIL(q50x4split)
+q50x4split:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	Q5_BITS
+	ROWS4
+q50x4done:
+	OUT4_50
+	VZEROUPPER
+	RET
+
+// func dotQ5_0x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ5_0x1AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q50x1loop:
+	CMPQ CX, $4
+	JLT q50x1tail
+	Q5_0_GROUP
+	ROWS1
+	NEXT(22)
+	JMP q50x1loop
+q50x1tail:
+	TESTQ CX, CX
+	JZ q50x1done
+	Q5_0_TAIL(q50x1split)
+q50x1split:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	Q5_BITS
+	ROWS1
+q50x1done:
+	OUT1_50
+	VZEROUPPER
+	RET
+
+
+// func dotQ5_1x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ5_1x4AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q51x4loop:
+	CMPQ CX, $4
+	JLT q51x4tail
+	Q5_1_GROUP
+	ROWS4
+	NEXT(24)
+	JMP q51x4loop
+q51x4tail:
+	TESTQ CX, CX
+	JZ q51x4done
+	Q5_1_TAIL(q51x4split)
+q51x4split:
+	Q4_SPLIT
+	Q5_BITS
+	ROWS4
+q51x4done:
+	OUT4_41
+	VZEROUPPER
+	RET
+
+// func dotQ5_1x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
+TEXT ·dotQ5_1x1AVX512(SB), NOSPLIT, $0-56
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+q51x1loop:
+	CMPQ CX, $4
+	JLT q51x1tail
+	Q5_1_GROUP
+	ROWS1
+	NEXT(24)
+	JMP q51x1loop
+q51x1tail:
+	TESTQ CX, CX
+	JZ q51x1done
+	Q5_1_TAIL(q51x1split)
+q51x1split:
+	Q4_SPLIT
+	Q5_BITS
+	ROWS1
+q51x1done:
+	OUT1_41
+	VZEROUPPER
+	RET
+
+// func dotQ4_1x8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ4_1x8rAVX512(SB), NOSPLIT, $24-80
+	PROLOGUE
+	RSAVE
+q41x8rrow:
+	RSTART
+q41x8rloop:
+	CMPQ CX, $4
+	JLT q41x8rtail
+	Q4_1_GROUP
+	ROWS8
+	NEXT(20)
+	JMP q41x8rloop
+q41x8rtail:
+	TESTQ CX, CX
+	JZ q41x8rdone
+	Q4_1_TAIL(q41x8rsplit)
+q41x8rsplit:
+	Q4_SPLIT
+	ROWS8
+q41x8rdone:
+	REDUCE_M8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q41x8rrow
+	VZEROUPPER
+	RET
+
+// func dotQ4_0x8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ4_0x8rAVX512(SB), NOSPLIT, $24-80
+	PROLOGUE
+	RSAVE
+q40x8rrow:
+	RSTART
+q40x8rloop:
+	CMPQ CX, $4
+	JLT q40x8rtail
+	Q4_0_GROUP
+	ROWS8
+	NEXT(18)
+	JMP q40x8rloop
+q40x8rtail:
+	TESTQ CX, CX
+	JZ q40x8rdone
+	Q4_0_TAIL(q40x8rsplit)
+q40x8rsplit:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	ROWS8
+q40x8rdone:
+	MOVL $0xc1000000, AX
+	REDUCE_S8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q40x8rrow
+	VZEROUPPER
+	RET
+
+// func dotQ8_0x8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ8_0x8rAVX512(SB), NOSPLIT, $24-80
+	PROLOGUE
+	MOVL $0x80808080, AX
+	VPBROADCASTD AX, Z20
+	RSAVE
+q80x8rrow:
+	RSTART
+q80x8rloop:
+	CMPQ CX, $4
+	JLT q80x8rtail
+	Q8_0_GROUP
+	ROWS8_8
+	NEXT8
+	JMP q80x8rloop
+q80x8rtail:
+	TESTQ CX, CX
+	JZ q80x8rdone
+	Q8_0_TAIL(q80x8rsplit)
+q80x8rsplit:
+	Q8_SPLIT
+	ROWS8_8
+q80x8rdone:
+	REDUCE8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q80x8rrow
+	VZEROUPPER
+	RET
+
+// func dotQ5_0x8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ5_0x8rAVX512(SB), NOSPLIT, $24-80
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+	RSAVE
+q50x8rrow:
+	RSTART
+q50x8rloop:
+	CMPQ CX, $4
+	JLT q50x8rtail
+	Q5_0_GROUP
+	ROWS8
+	NEXT(22)
+	JMP q50x8rloop
+q50x8rtail:
+	TESTQ CX, CX
+	JZ q50x8rdone
+	Q5_0_TAIL(q50x8rsplit)
+q50x8rsplit:
+	Q4_0_PAIRS
+	Q4_SPLIT
+	Q5_BITS
+	ROWS8
+q50x8rdone:
+	MOVL $0xc1800000, AX
+	REDUCE_S8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q50x8rrow
+	VZEROUPPER
+	RET
+
+// func dotQ5_1x8rAVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32, cnt, ostride, wstride int)
+TEXT ·dotQ5_1x8rAVX512(SB), NOSPLIT, $24-80
+	PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z31
+	RSAVE
+q51x8rrow:
+	RSTART
+q51x8rloop:
+	CMPQ CX, $4
+	JLT q51x8rtail
+	Q5_1_GROUP
+	ROWS8
+	NEXT(24)
+	JMP q51x8rloop
+q51x8rtail:
+	TESTQ CX, CX
+	JZ q51x8rdone
+	Q5_1_TAIL(q51x8rsplit)
+q51x8rsplit:
+	Q4_SPLIT
+	Q5_BITS
+	ROWS8
+q51x8rdone:
+	REDUCE_M8
+	RSTORE
+	DECQ left-24(SP)
+	JNZ q51x8rrow
+	VZEROUPPER
+	RET
