@@ -80,14 +80,52 @@ func putFloat32(dst []byte, dt ops.DType, i int, f float32) {
 	}
 }
 
-// convertElems writes n elements of src (type from) into dst (type to).
+// convertElems writes n elements of src (type from) into dst (type to). Weights go up through
+// it at load, where it is most of a restart's time (8B parameters widened to float32 are 32 GB):
+// a large chunk is split across goroutines and each common pair has its own loop.
 func convertElems(dst []byte, to ops.DType, src []byte, from ops.DType, n int) {
-	if to == from {
-		copy(dst[:n*to.Size()], src[:n*from.Size()])
+	const piece = 1 << 18 // elements: a goroutine's share is worth its start
+	workers := min(runtime.GOMAXPROCS(0), n/piece)
+	if workers < 2 {
+		convertSerial(dst, to, src, from, n)
 		return
 	}
-	for i := 0; i < n; i++ {
-		putFloat32(dst, to, i, elemToFloat32(src, from, i))
+	var wg sync.WaitGroup
+	per := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			convertSerial(dst[lo*to.Size():], to, src[lo*from.Size():], from, hi-lo)
+		}()
+	}
+	wg.Wait()
+}
+
+func convertSerial(dst []byte, to ops.DType, src []byte, from ops.DType, n int) {
+	switch {
+	case to == from:
+		copy(dst[:n*to.Size()], src[:n*from.Size()])
+	case from == ops.BF16 && to == ops.F32:
+		src, dst = src[:2*n], dst[:4*n]
+		for i := range n {
+			binary.LittleEndian.PutUint32(dst[4*i:], uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16)
+		}
+	case from == ops.F16 && to == ops.F32:
+		src, dst = src[:2*n], dst[:4*n]
+		for i := range n {
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(ops.F16ToFloat32(binary.LittleEndian.Uint16(src[2*i:]))))
+		}
+	case from == ops.F32 && to == ops.BF16:
+		src, dst = src[:4*n], dst[:2*n]
+		for i := range n {
+			binary.LittleEndian.PutUint16(dst[2*i:], BF16FromFloat32(math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))))
+		}
+	default:
+		for i := range n {
+			putFloat32(dst, to, i, elemToFloat32(src, from, i))
+		}
 	}
 }
 

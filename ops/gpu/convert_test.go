@@ -2,7 +2,10 @@ package gpu
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/atom-go/atom/ops"
 )
@@ -110,6 +113,32 @@ func TestCheckMeta(t *testing.T) {
 		bad(m)
 		if _, err := checkMeta(m, kv, nil); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestConvertElemsLarge checks the split, specialised conversion of a weight-sized chunk against
+// the element-by-element reference on random bit patterns (NaNs, infinities and subnormals
+// included), for every pair and with a length that does not divide among the workers.
+func TestConvertElemsLarge(t *testing.T) {
+	const n = 3<<18 + 7
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, from := range []ops.DType{ops.F32, ops.F16, ops.BF16} {
+		src := make([]byte, n*from.Size())
+		for i := range src {
+			src[i] = byte(rng.Uint32())
+		}
+		for _, to := range []ops.DType{ops.F32, ops.F16, ops.BF16} {
+			got := make([]byte, n*to.Size())
+			convertElems(got, to, src, from, n)
+			want := make([]byte, n*to.Size())
+			for i := range n {
+				putFloat32(want, to, i, elemToFloat32(src, from, i))
+			}
+			if from == to {
+				want = src
+			}
+			require.Equal(t, want, got, "%v -> %v", from, to)
 		}
 	}
 }
