@@ -34,6 +34,13 @@ import (
 // rank's inputs, launches every rank's graph, then gathers the vocabulary slices into rank
 // 0's logits through the host, as the eager path does; sampling then runs unchanged.
 //
+// A speculative verify batch (each sequence's last sampled token plus its drafts, every
+// position's logits wanted) replays the same graphs: the token at position p of a sequence
+// becomes a sequence of its own, one query token long with context p+1 and its sequence's
+// block table. Each layer writes the KV of all rows before its attention reads any, so a row
+// sees the drafts before it exactly as the causal chunk would; the logits come out one row per
+// position, in order. With k drafts the runner also captures each decode size times 1+k.
+//
 // Prefills, mixed batches, batches larger than the largest size and --enforce-eager take the
 // eager path, as does every batch on the cpu backend.
 
@@ -96,13 +103,7 @@ func (r *Runner) CaptureGraphs(sizes []int, maxLen int) (err error) {
 	if r.decodeSeqs > 0 {
 		maxSeqs = min(maxSeqs, r.decodeSeqs)
 	}
-	var keep []int
-	for _, n := range sizes {
-		if n > 0 && n <= maxSeqs && n <= r.limits.MaxTokens && !slices.Contains(keep, n) {
-			keep = append(keep, n)
-		}
-	}
-	slices.Sort(keep)
+	keep := captureSizes(sizes, maxSeqs, r.verifyRows, min(r.limits.MaxSeqs, r.limits.MaxTokens))
 	r.graphs = nil
 	if len(keep) == 0 {
 		return nil
@@ -136,6 +137,28 @@ func (r *Runner) CaptureGraphs(sizes []int, maxLen int) (err error) {
 	}
 	r.graphs = dg
 	return nil
+}
+
+// captureSizes returns the ascending distinct graph sizes to capture: each of sizes up to
+// maxSeqs decode rows and, with verifyRows > 1, each such size times verifyRows, every one at
+// most maxRows (the rows of the runner's logits and the tokens of a step).
+func captureSizes(sizes []int, maxSeqs, verifyRows, maxRows int) []int {
+	var keep []int
+	add := func(n int) {
+		if n > 0 && n <= maxRows && !slices.Contains(keep, n) {
+			keep = append(keep, n)
+		}
+	}
+	for _, n := range sizes {
+		if n <= maxSeqs {
+			add(n)
+			if verifyRows > 1 {
+				add(n * verifyRows)
+			}
+		}
+	}
+	slices.Sort(keep)
+	return keep
 }
 
 // captureOne warms up the forward pass of model m over n padding rows bound to in, then
@@ -181,19 +204,49 @@ func (r *Runner) GraphSizes() []int {
 // StepCounts returns how many forward passes replayed a graph and how many ran eagerly.
 func (r *Runner) StepCounts() (graph, eager int64) { return r.graphSteps, r.eagerSteps }
 
-// graphFor returns the graph that runs the prepared batch, or nil for the eager path.
+// VerifyGraphSteps returns how many of the graph replays were speculative verify steps.
+func (r *Runner) VerifyGraphSteps() int64 { return r.verifyGraphSteps }
+
+// graphFor returns the graph that runs the prepared batch, or nil for the eager path. A decode
+// batch's graph reads r.meta; a verify batch's reads r.vmeta, its tokens as one-token
+// sequences (r.gmeta says which).
 func (r *Runner) graphFor(work []Work) *decodeGraph {
 	dg := r.graphs
-	if dg == nil || len(work) > dg.sizes[len(dg.sizes)-1] || len(r.sampleRows) != len(work) {
+	if dg == nil || len(r.ids) > dg.sizes[len(dg.sizes)-1] || len(r.sampleRows) != len(r.ids) {
 		return nil
 	}
+	verify := false
 	for _, w := range work {
-		if w.NumTokens != 1 || !w.Sample || (w.Start+r.blockSize)/r.blockSize > dg.in.Stride() {
+		// Every token sampled: a decode token, or a verify chunk (its drafts and the token before).
+		if !w.Sample || w.Drafts != w.NumTokens-1 || (w.Start+w.NumTokens+r.blockSize-1)/r.blockSize > dg.in.Stride() {
 			return nil
 		}
+		verify = verify || w.NumTokens > 1
 	}
-	i, _ := slices.BinarySearch(dg.sizes, len(work))
+	r.gmeta = &r.meta
+	if verify {
+		r.gmeta = r.splitTokens()
+	}
+	i, _ := slices.BinarySearch(dg.sizes, len(r.ids))
 	return dg.graphs[dg.sizes[i]]
+}
+
+// splitTokens writes the prepared batch into r.vmeta with each token a sequence of its own:
+// context up to and including its position, its sequence's block table.
+func (r *Runner) splitTokens() *ops.AttnMetadata {
+	m, v := &r.meta, &r.vmeta
+	stride := m.BlockTableStride
+	v.Positions, v.SlotMapping, v.BlockTableStride = m.Positions, m.SlotMapping, stride
+	v.QueryStart, v.SeqLens, v.BlockTables = append(v.QueryStart[:0], 0), v.SeqLens[:0], v.BlockTables[:0]
+	for s := range m.NumSeqs() {
+		table := m.BlockTables[s*stride : (s+1)*stride]
+		for t := m.QueryStart[s]; t < m.QueryStart[s+1]; t++ {
+			v.QueryStart = append(v.QueryStart, t+1)
+			v.SeqLens = append(v.SeqLens, m.Positions[t]+1)
+			v.BlockTables = append(v.BlockTables, table...)
+		}
+	}
+	return v
 }
 
 // runGraph replays g for the prepared decode batch and returns its logits (the first rows of
@@ -213,9 +266,9 @@ func (r *Runner) replay(g *decodeGraph, fed bool, params []ops.RowSampling) (ops
 	dg := r.graphs
 	var err error
 	if fed {
-		err = dg.be.LoadDecodeFed(dg.in, g.n, r.ids, &r.meta, r.cache, params)
+		err = dg.be.LoadDecodeFed(dg.in, g.n, r.ids, r.gmeta, r.cache, params)
 	} else {
-		err = dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache, params)
+		err = dg.be.LoadDecode(dg.in, g.n, r.ids, r.gmeta, r.cache, params)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
@@ -227,6 +280,9 @@ func (r *Runner) replay(g *decodeGraph, fed bool, params []ops.RowSampling) (ops
 		return nil, err
 	}
 	r.graphSteps++
+	if r.gmeta == &r.vmeta {
+		r.verifyGraphSteps++
+	}
 	return dg.be.View(g.logits, len(r.sampleRows)), nil
 }
 
@@ -292,7 +348,7 @@ func (r *Runner) runRanked(g *decodeGraph) (ops.Tensor, error) {
 	dg, k := r.graphs, len(r.sampleRows)
 	dg.ranked.OnRanks(r.cache, func(rank int, _ ops.Backend, _ models.Model, shard ops.KVCache) {
 		ri := dg.ranks[rank]
-		dg.errs[rank] = ri.be.LoadDecode(ri.in, g.n, r.ids, &r.meta, shard, nil)
+		dg.errs[rank] = ri.be.LoadDecode(ri.in, g.n, r.ids, r.gmeta, shard, nil)
 	})
 	if err := dg.rankErrs(); err != nil {
 		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
@@ -306,6 +362,9 @@ func (r *Runner) runRanked(g *decodeGraph) (ops.Tensor, error) {
 		return nil, fmt.Errorf("decode graph of %d: %w", g.n, err)
 	}
 	r.graphSteps++
+	if r.gmeta == &r.vmeta {
+		r.verifyGraphSteps++
+	}
 	return out, nil
 }
 
@@ -326,7 +385,7 @@ func (r *Runner) ReplayGraph(work []Work, k int) (time.Duration, error) {
 		return 0, fmt.Errorf("ReplayGraph: no single-rank graph for a batch of %d", len(work))
 	}
 	dg := r.graphs
-	if err := dg.be.LoadDecode(dg.in, g.n, r.ids, &r.meta, r.cache, nil); err != nil {
+	if err := dg.be.LoadDecode(dg.in, g.n, r.ids, r.gmeta, r.cache, nil); err != nil {
 		return 0, fmt.Errorf("ReplayGraph: %w", err)
 	}
 	if err := dg.be.Synchronize(); err != nil {

@@ -250,3 +250,93 @@ func TestHostSessionGraphsOnGPU(t *testing.T) {
 	require.Equal(t, eager, graphs)
 	fmt.Printf("host session with its own KV cache: %d graph steps, tokens equal to eager\n", replayed)
 }
+
+// TestVerifyGraphsMatchEager runs speculative verify batches (each sequence's last token plus 0
+// to 3 drafts, every position's logits) through a runner replaying the graphs of its tokens as
+// one-token sequences and through an eager runner of the same model, and compares the logits.
+func TestVerifyGraphsMatchEager(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 9))
+	for _, tc := range []struct {
+		name string
+		dt   ops.DType
+	}{{"qwen3-bf16", ops.BF16}, {"llama3-rope-f32", ops.F32}, {"mistral-f16", ops.F16},
+		{"qwen3_moe-bf16", ops.BF16}, {"deepseek_v2-lite-bf16", ops.BF16}, {"gpt_oss-bf16", ops.BF16}} {
+		t.Run(tc.name, func(t *testing.T) { verifyGraphsVsEager(t, rng, tc.name, tc.dt) })
+	}
+}
+
+func verifyGraphsVsEager(t *testing.T, rng *rand.Rand, name string, dt ops.DType) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ck, err := models.OpenCheckpoint(filepath.Join(testModels, name))
+	require.NoError(t, err)
+	defer ck.Close()
+	be, err := gpu.New(0, gpu.Options{DType: dt})
+	require.NoError(t, err)
+	defer be.Close()
+	const k = 3 // drafts a sequence at most
+	limits := models.Options{MaxTokens: 256, MaxSeqs: 8 * (1 + k)}
+	m, err := models.Load(ck, be, limits)
+	if gpuCannotServe(err) {
+		t.Skipf("no gpu kernels for this model yet: %v", err)
+	}
+	require.NoError(t, err)
+	const bs, blocks, perSeq = 4, 128, 10
+	eager, err := NewRunner(m, be, limits, blocks, bs)
+	require.NoError(t, err)
+	graphs, err := NewRunner(m, be, limits, blocks, bs)
+	require.NoError(t, err)
+	graphs.decodeSeqs, graphs.verifyRows = 8, 1+k
+	require.NoError(t, graphs.CaptureGraphs([]int{1, 2, 4, 8}, 64))
+	require.Equal(t, []int{1, 2, 4, 8, 16, 32}, graphs.GraphSizes(), "each decode size and it times 1+k")
+	poison := graphs.graphs.graphs[32].logits
+	vocab := m.Config().VocabSize
+	tol := graphTolerance(dt)
+	worst := 0.0
+	for _, n := range []int{1, 3, 8} {
+		perm := rng.Perm(blocks)
+		seqs := make([][]int32, n)
+		work := make([]Work, n)
+		for s := range seqs {
+			for i := 0; i < 3+rng.IntN(14); i++ {
+				seqs[s] = append(seqs[s], int32(rng.IntN(vocab)))
+			}
+			work[s] = Work{Tokens: seqs[s], NumTokens: len(seqs[s]), BlockTable: make([]int32, perSeq), Sample: true}
+			for j := range perSeq {
+				work[s].BlockTable[j] = int32(perm[s*perSeq+j])
+			}
+		}
+		_, err := eager.Run(work)
+		require.NoError(t, err)
+		_, err = graphs.Run(work)
+		require.NoError(t, err)
+		for step := 0; step < 4; step++ {
+			for s := range seqs {
+				d := rng.IntN(k + 1)
+				for range d + 1 {
+					seqs[s] = append(seqs[s], int32(rng.IntN(vocab)))
+				}
+				work[s] = Work{Tokens: seqs[s], Start: len(seqs[s]) - 1 - d, NumTokens: 1 + d, BlockTable: work[s].BlockTable, Sample: true, Drafts: d}
+			}
+			g0, _ := graphs.StepCounts()
+			be.Fill(poison, float32(math.NaN()))
+			got, err := graphs.Run(work)
+			require.NoError(t, err)
+			got = append([]float32(nil), got...)
+			g1, _ := graphs.StepCounts()
+			require.Equal(t, g0+1, g1, "the verify step replayed a graph (batch %d, step %d)", n, step)
+			be.Fill(poison, float32(math.NaN()))
+			want, err := eager.Run(work)
+			require.NoError(t, err)
+			require.Len(t, got, len(want))
+			for row := range len(want) / vocab {
+				e := relErr(got[row*vocab:(row+1)*vocab], want[row*vocab:(row+1)*vocab])
+				worst = math.Max(worst, e)
+				require.LessOrEqual(t, e, tol, "batch %d, step %d, row %d", n, step, row)
+			}
+		}
+	}
+	fmt.Printf("verify graph-vs-eager %-22s %-8v worst logits relerr %.2e (limit %.0e)\n", name, dt, worst, tol)
+}

@@ -150,6 +150,7 @@ func (e *Engine) startHost(numBlocks, blockSize int) (*HostSession, error) {
 		if err != nil {
 			return nil, fmt.Errorf("allocate the host's KV cache: %w", err)
 		}
+		r.decodeSeqs, r.verifyRows = e.runner.decodeSeqs, e.runner.verifyRows
 		// The host's decode steps replay graphs as the engine's would: captured over its cache.
 		if err := setupGraphs(e.cfg, r, e.maxModelLen, e.log); err != nil {
 			return nil, fmt.Errorf("capture decode graphs for the host's KV cache: %w", err)

@@ -190,6 +190,9 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		return nil, err
 	}
 	runner.decodeSeqs = cfg.MaxNumSeqs
+	if specCfg != nil {
+		runner.verifyRows = 1 + specCfg.NumSpeculativeTokens
+	}
 	if err := setupGraphs(cfg, runner, maxLen, log); err != nil {
 		return nil, err
 	}

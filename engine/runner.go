@@ -34,9 +34,14 @@ type Runner struct {
 	// decodeSeqs bounds the decode batches graphs are captured for when limits.MaxSeqs counts
 	// speculative verify rows too (0: limits.MaxSeqs).
 	decodeSeqs int
+	// verifyRows is 1+k when the runner verifies k drafts a sequence: graphs are also captured
+	// for each decode size times verifyRows (graphs.go), the rows of a verify step.
+	verifyRows int
 
 	ids        []int32
 	meta       ops.AttnMetadata
+	vmeta      ops.AttnMetadata  // meta of a verify batch as one-token sequences (graphs.go)
+	gmeta      *ops.AttnMetadata // what the graph graphFor chose reads: &meta or &vmeta
 	sampleRows []int32
 	logits     []float32
 	sampler    ops.DeviceSampler // nil: sampling on the host only
@@ -48,6 +53,7 @@ type Runner struct {
 
 	graphs                 *decodeGraphs // nil: every step eager (see graphs.go)
 	graphSteps, eagerSteps int64
+	verifyGraphSteps       int64 // graph replays of verify batches
 
 	queue      []queuedDraw // queued steps not collected, oldest first (runner_queue.go)
 	queueEager bool         // tests: queue eager steps too

@@ -8,12 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestSpecOnGPU: n-gram speculation on the gpu backend (verify steps are eager multi-token
-// chunks sampled on the host, next to graph-replayed plain decodes): greedy and seeded
-// requests complete with drafts accepted and no KV block left behind, and greedy outputs agree
-// with the plain gpu engine's. The verify chunk runs the prefill kernels where the plain path
-// runs decode kernels, so bf16 rounding may flip a near tie: agreement is logged per request
-// and most requests must agree in full.
+// TestSpecOnGPU: n-gram speculation on the gpu backend (verify steps replay the decode graphs,
+// their tokens as one-token sequences, sampled on the host): greedy and seeded requests
+// complete with drafts accepted and no KV block left behind, and greedy outputs agree with the
+// plain gpu engine's. A verify step that falls back to the eager path runs the prefill kernels
+// where the plain path runs decode kernels, so bf16 rounding may flip a near tie: agreement is
+// logged per request and most requests must agree in full.
 func TestSpecOnGPU(t *testing.T) {
 	for _, model := range []string{"qwen3-bf16", "llama-bf16"} {
 		t.Run(model, func(t *testing.T) {
@@ -36,8 +36,10 @@ func TestSpecOnGPU(t *testing.T) {
 				require.Len(t, a[i][0].TokenIDs, 16)
 			}
 			st := e.Stats()
-			t.Logf("%s: %d of %d drafts accepted, %d verify steps", model, st.SpecNumAcceptedTokens, st.SpecNumDraftTokens, st.SpecNumDrafts)
+			t.Logf("%s: %d of %d drafts accepted, %d verify steps, %d of them graph replays", model, st.SpecNumAcceptedTokens,
+				st.SpecNumDraftTokens, st.SpecNumDrafts, e.runner.VerifyGraphSteps())
 			require.Positive(t, st.SpecNumAcceptedTokens)
+			require.Positive(t, e.runner.VerifyGraphSteps(), "verify steps replayed graphs")
 			require.Zero(t, st.KVBlocksUsed)
 		})
 	}
