@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/atom-go/atom/engine"
+	"github.com/atom-go/atom/engine/spec"
 	"github.com/atom-go/atom/models"
 	"github.com/atom-go/atom/ops"
 	"github.com/atom-go/atom/ops/gpu"
@@ -31,7 +32,11 @@ func measureForward(o options, res *Result, x cost) error {
 	for _, c := range o.conc {
 		maxConc = max(maxConc, c)
 	}
-	limits := models.Options{MaxTokens: max(o.prompt, maxConc), MaxSeqs: maxConc}
+	drafts, err := verifyDrafts(o.specConfig)
+	if err != nil {
+		return err
+	}
+	limits := models.Options{MaxTokens: max(o.prompt, maxConc*(1+drafts)), MaxSeqs: maxConc * (1 + drafts)}
 	t0 := time.Now()
 	m, err := models.Load(ck, be, limits)
 	if err != nil {
@@ -72,7 +77,13 @@ func measureForward(o options, res *Result, x cost) error {
 		return err
 	}
 	t0 = time.Now()
-	if err := r.CaptureGraphs(engine.DefaultConfig().CudagraphCaptureSizes, o.maxModelLen); err != nil {
+	sizes := engine.DefaultConfig().CudagraphCaptureSizes
+	for _, c := range conc {
+		if drafts > 0 {
+			sizes = append(sizes, c*(1+drafts))
+		}
+	}
+	if err := r.CaptureGraphs(sizes, o.maxModelLen); err != nil {
 		return err
 	}
 	res.Forward.CaptureSeconds = time.Since(t0).Seconds()
@@ -130,6 +141,37 @@ func measureForward(o options, res *Result, x cost) error {
 		res.Forward.Decode = append(res.Forward.Decode, ForwardRow{Batch: c, Context: ctx + 1, GraphMs: ms,
 			ReplayMs: replay, ChainMs: chain, FloorMs: f.Seconds * 1e3, Bound: f.Bound})
 	}
+	// Verify steps: the last sampled token and the drafts of each sequence (the KV of the
+	// drafts' positions is written, as the engine's verify step writes it).
+	verify := func(c int) []engine.Work {
+		w := decode(c)
+		for s := range w {
+			w[s].Start, w[s].NumTokens, w[s].Drafts = ctx-drafts, 1+drafts, drafts
+		}
+		return w
+	}
+	for i, c := range conc {
+		if drafts == 0 {
+			break
+		}
+		g0, _ := r.StepCounts()
+		ms, err := timeRun(verify(c), 20)
+		if err != nil {
+			return fmt.Errorf("verify batch %d: %w", c, err)
+		}
+		row := VerifyRow{Batch: c, Drafts: drafts, GraphMs: ms}
+		if g1, _ := r.StepCounts(); g1 == g0 {
+			row.GraphMs = -1
+		} else if d, err := r.ReplayGraph(verify(c), o.replays); err == nil {
+			row.ReplayMs = float64(d.Microseconds()) / 1e3
+		} else {
+			return fmt.Errorf("verify batch %d replay: %w", c, err)
+		}
+		if dm := res.Forward.Decode[i].GraphMs; dm > 0 && row.GraphMs > 0 {
+			row.DecodeRatio = row.GraphMs / dm
+		}
+		res.Forward.Verify = append(res.Forward.Verify, row)
+	}
 	if err := r.CaptureGraphs(nil, 0); err != nil { // drop the graphs: eager from here on
 		return err
 	}
@@ -139,6 +181,13 @@ func measureForward(o options, res *Result, x cost) error {
 			return fmt.Errorf("eager decode batch %d: %w", c, err)
 		}
 		res.Forward.Decode[i].EagerMs = ms
+	}
+	for i := range res.Forward.Verify {
+		ms, err := timeRun(verify(res.Forward.Verify[i].Batch), 10)
+		if err != nil {
+			return fmt.Errorf("eager verify batch %d: %w", res.Forward.Verify[i].Batch, err)
+		}
+		res.Forward.Verify[i].EagerMs = ms
 	}
 	tb := make([]int32, (o.prompt+bs-1)/bs)
 	for j := range tb {
@@ -202,4 +251,14 @@ func chainMs(r *engine.Runner, w []engine.Work, maxStart, k int) (ms float64, er
 		return 0, err
 	}
 	return float64(time.Since(t0).Microseconds()) / 1e3 / float64(k), nil
+}
+
+// verifyDrafts is the number of drafts a verify step carries under --speculative-config (0:
+// none given).
+func verifyDrafts(config string) (int, error) {
+	sc, err := spec.Parse(config)
+	if err != nil || sc == nil {
+		return 0, err
+	}
+	return sc.NumSpeculativeTokens, nil
 }

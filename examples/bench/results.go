@@ -78,7 +78,22 @@ type ForwardResult struct {
 	LoadSeconds    float64      `json:"load_s"`
 	CaptureSeconds float64      `json:"graph_capture_s"`
 	Decode         []ForwardRow `json:"decode"`
-	Prefill        PrefillRow   `json:"prefill"`
+	// Verify is a speculative verify step at each concurrency (with --speculative-config).
+	Verify  []VerifyRow `json:"verify,omitempty"`
+	Prefill PrefillRow  `json:"prefill"`
+}
+
+// VerifyRow is one speculative verify batch through Runner.Run: each of Batch sequences' last
+// token plus Drafts drafts, every position's logits read back, as the engine verifies.
+type VerifyRow struct {
+	Batch  int `json:"batch"`
+	Drafts int `json:"drafts"`
+	// GraphMs is the step replaying the graph of its Batch x (1+Drafts) tokens (-1: none).
+	GraphMs  float64 `json:"graph_ms"`
+	ReplayMs float64 `json:"replay_ms,omitempty"`
+	EagerMs  float64 `json:"eager_ms"`
+	// DecodeRatio is GraphMs over the plain decode step's graph at the same batch.
+	DecodeRatio float64 `json:"decode_ratio,omitempty"`
 }
 
 // ForwardRow is one decode batch through Runner.Run.
@@ -185,6 +200,14 @@ func runnerRows(r *Result) [][]string {
 		}
 		out = append(out, []string{fmt.Sprintf("decode batch %d, context %d", f.Batch, f.Context), opt(f.GraphMs),
 			opt(f.ReplayMs), opt(f.ChainMs), fmt.Sprintf("%.2f", f.EagerMs), fmt.Sprintf("%.2f", f.FloorMs), pct, f.Bound})
+	}
+	for _, v := range r.Forward.Verify {
+		ratio := "-"
+		if v.DecodeRatio > 0 {
+			ratio = fmt.Sprintf("%.2fx decode", v.DecodeRatio)
+		}
+		out = append(out, []string{fmt.Sprintf("verify batch %d, %d drafts each", v.Batch, v.Drafts), opt(v.GraphMs),
+			opt(v.ReplayMs), "-", fmt.Sprintf("%.2f", v.EagerMs), "-", ratio, ""})
 	}
 	p := r.Forward.Prefill
 	if p.Ms > 0 {
