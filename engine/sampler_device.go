@@ -68,12 +68,12 @@ func (e *Engine) runAndSample(batch sched.Batch) ([]*sched.Sequence, []Sample, e
 			continue
 		}
 		c := e.bySeq[it.Seq]
-		p, n := &c.req.params, it.Seq.NumGenerated()
-		// Verify chunks use the host sampler: acceptance needs every position's draw.
-		device = device && it.Seq.NumDrafts() == 0 && deviceEligible(p, n, c.req.stopIDs, p.Logprobs)
-		e.pool.params = append(e.pool.params, rowSampling(p, c.seed, c.drawBase+n))
-		sampled = append(sampled, it.Seq)
-		for range it.Seq.NumDrafts() {
+		p, n, d := &c.req.params, it.Seq.NumGenerated(), it.Seq.NumDrafts()
+		// A greedy verify chunk's rows are argmaxes the device draws like any other; a sampled
+		// one's acceptance reads every position's distribution (spec_sample.go) on the host.
+		device = device && (d == 0 || p.Temperature == 0) && deviceEligible(p, n, c.req.stopIDs, p.Logprobs)
+		for j := range d + 1 {
+			e.pool.params = append(e.pool.params, rowSampling(p, c.seed, c.drawBase+n+j))
 			sampled = append(sampled, it.Seq)
 		}
 	}

@@ -14,8 +14,10 @@ package engine
 // token-identical with and without speculation. Sampling: rejection sampling (spec_sample.go),
 // so the output distribution is the target's.
 //
-// Verify steps run eagerly (no CUDA graph), read on the host (no device sampling) and are
-// never scheduled ahead: speculation turns async scheduling off (load.go).
+// Verify steps replay the decode graphs where one fits (graphs.go), draw greedy rows on the
+// device (a sampled request's rows are read on the host: rejection sampling needs their
+// distributions) and are never scheduled ahead: speculation turns async scheduling off
+// (load.go).
 
 // propose gives c's sequence drafts for its next step when speculation is on; the drafts are capped so that, all accepted, they and the verify step's own token
 // stay within max_tokens.
