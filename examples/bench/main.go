@@ -51,6 +51,8 @@ type options struct {
 	report, skipForward, eager     bool
 	noAsync                        bool
 	specConfig                     string
+	specWorkloads                  bool
+	device                         string
 	skipEngine                     bool
 	verbose                        bool
 }
@@ -84,6 +86,8 @@ func run(args []string) error {
 	fs.BoolVar(&o.eager, "enforce-eager", false, "engine without CUDA graphs")
 	fs.BoolVar(&o.noAsync, "no-async-scheduling", false, "engine reading each decode step's tokens before scheduling the next")
 	fs.StringVar(&o.specConfig, "speculative-config", "", "engine --speculative-config (vLLM's JSON: ngram or draft_model); the throughput rows report acceptance")
+	fs.BoolVar(&o.specWorkloads, "spec-workloads", false, "only the speculative decoding workloads (spec_workloads.go): the model's chat template, with and without --speculative-config")
+	fs.StringVar(&o.device, "device", "gpu", "device of the --spec-workloads engines (cpu or gpu; the other phases run on the gpu)")
 	fs.BoolVar(&o.verbose, "v", false, "engine logs at info level")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -110,6 +114,13 @@ func run(args []string) error {
 	}
 	if o.model == "" {
 		return fmt.Errorf("--model is required")
+	}
+	if o.specWorkloads {
+		rows, err := runSpecWorkloads(o, o.device, os.Stdout)
+		if err != nil {
+			return err
+		}
+		return writeJSON(o.out, rows)
 	}
 	checkpoint = func(r *Result) { _ = writeJSON(o.out, r); _, _ = writePlotFile(o.out, r) }
 	res, err := measure(o)
