@@ -21,11 +21,12 @@ import (
 
 // graphTolerance bounds ‖graph − eager‖/‖eager‖ over a step's logits. The two paths run the
 // same kernels except that a padded graph's GEMMs see more rows (the BLAS may pick another
-// algorithm) and its attention splits by the model length instead of the batch's context.
+// algorithm) and its attention splits by the model length instead of the batch's context; in
+// bf16 a random-weight model's logits have differed by up to 2.2e-2 (a broken graph: ~1).
 func graphTolerance(dt ops.DType) float64 {
 	switch dt {
 	case ops.BF16:
-		return 2e-2
+		return 3e-2
 	case ops.F16:
 		return 3e-3
 	}

@@ -83,8 +83,9 @@ type ForwardResult struct {
 	Prefill PrefillRow  `json:"prefill"`
 }
 
-// VerifyRow is one speculative verify batch through Runner.Run: each of Batch sequences' last
-// token plus Drafts drafts, every position's logits read back, as the engine verifies.
+// VerifyRow is one speculative verify batch as the engine verifies greedy requests: each of
+// Batch sequences' last token plus Drafts drafts, every position drawn on the device
+// (Runner.RunSampled).
 type VerifyRow struct {
 	Batch  int `json:"batch"`
 	Drafts int `json:"drafts"`
@@ -92,7 +93,9 @@ type VerifyRow struct {
 	GraphMs  float64 `json:"graph_ms"`
 	ReplayMs float64 `json:"replay_ms,omitempty"`
 	EagerMs  float64 `json:"eager_ms"`
-	// DecodeRatio is GraphMs over the plain decode step's graph at the same batch.
+	// DecodeMs is the plain decode step of the same batch timed the same way (RunSampled,
+	// graph), and DecodeRatio GraphMs over it.
+	DecodeMs    float64 `json:"decode_ms,omitempty"`
 	DecodeRatio float64 `json:"decode_ratio,omitempty"`
 }
 
@@ -204,7 +207,7 @@ func runnerRows(r *Result) [][]string {
 	for _, v := range r.Forward.Verify {
 		ratio := "-"
 		if v.DecodeRatio > 0 {
-			ratio = fmt.Sprintf("%.2fx decode", v.DecodeRatio)
+			ratio = fmt.Sprintf("%.2fx decode (%.2f)", v.DecodeRatio, v.DecodeMs)
 		}
 		out = append(out, []string{fmt.Sprintf("verify batch %d, %d drafts each", v.Batch, v.Drafts), opt(v.GraphMs),
 			opt(v.ReplayMs), "-", fmt.Sprintf("%.2f", v.EagerMs), "-", ratio, ""})
