@@ -207,6 +207,14 @@ func buildOn(cfg Config, backend string, log *slog.Logger) (*Engine, error) {
 		}
 		dr = &drafter{runner: drun, k: specCfg.NumSpeculativeTokens, vocab: mc.VocabSize}
 		dr.mtp, _ = draftModel.(*mtpModel)
+		if dr.mtp == nil {
+			// A draft model's one-token steps (drafts 2..k) are decode batches: they replay
+			// graphs of their own (an MTP layer reads the target's hidden states: eager).
+			drun.decodeSeqs = cfg.MaxNumSeqs
+			if err := setupGraphs(cfg, drun, maxLen, log); err != nil {
+				return nil, fmt.Errorf("draft model: %w", err)
+			}
+		}
 		lookahead = specCfg.NumSpeculativeTokens
 	}
 	sc, err := sched.New(sched.Config{NumBlocks: numBlocks, BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs,

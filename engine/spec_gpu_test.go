@@ -101,8 +101,12 @@ func TestSpecDraftModelOnGPU(t *testing.T) {
 				require.Len(t, outs[0].TokenIDs, 16)
 			}
 			st := e.Stats()
-			t.Logf("drafted by %s: %d of %d drafts accepted, %d verify steps", draft, st.SpecNumAcceptedTokens, st.SpecNumDraftTokens, st.SpecNumDrafts)
+			dg, de := e.drafter.runner.StepCounts()
+			t.Logf("drafted by %s: %d of %d drafts accepted, %d verify steps (%d of them graph replays); draft steps: %d graph, %d eager",
+				draft, st.SpecNumAcceptedTokens, st.SpecNumDraftTokens, st.SpecNumDrafts, e.runner.VerifyGraphSteps(), dg, de)
 			require.Positive(t, st.SpecNumDraftTokens)
+			require.Positive(t, dg, "the draft's one-token steps replayed graphs")
+			require.Positive(t, e.runner.VerifyGraphSteps(), "verify steps replayed graphs")
 			if draft == model {
 				require.Greater(t, st.SpecAcceptanceRate(), 0.9, "the target drafting for itself")
 			}

@@ -97,7 +97,7 @@ func (l *Lib) GemmNormSummed(h Blas, s Stream, dt, wdt DType, out, scaled, sums 
 }
 
 // SetGemvMaxM sets the largest m that h's GEMMs send to the skinny kernel (0: never; negative:
-// the default, 1).
+// the default rule, m <= 2, or m <= 4 where n <= k).
 func (l *Lib) SetGemvMaxM(h Blas, maxM int) error {
 	return l.call("atomk_blas_set_gemv_max_m", func() int32 { return l.f.setGemvMaxM(uintptr(h), int32(maxM)) })
 }

@@ -199,14 +199,14 @@ int atomk_sample_work_bytes(size_t* bytes);
 
 /* ---- skinny GEMM and fused projections ---- */
 /* atomk_gemm plus an optional bias (NULL: none): out[m,n] = x[m,k] · w[n,k]ᵀ + bias[n]. Up to a
- * threshold of m (1, or what atomk_blas_set_gemv_max_m set), 16-bit GEMMs with k % 8 == 0 and
+ * threshold of m (2, or 4 where n <= k; or what atomk_blas_set_gemv_max_m set), 16-bit GEMMs with k % 8 == 0 and
  * 16-byte aligned x and w run on a skinny kernel that streams w at close to
  * the copy bandwidth (the bias in its epilogue); others through the BLAS and atomk_add_bias.
  * The skinny kernel may read w before the previous kernel on the stream has finished
  * (programmatic dependent launch): w must not be that kernel's output. */
 int atomk_gemm_bias(void* handle, void* stream, int dtype, int wdtype, void* out, const void* x, const void* w,
                     const void* bias, int m, int n, int k);
-/* Sets this handle's skinny-kernel threshold of m (0: always the BLAS; negative: the default). */
+/* Sets this handle's skinny-kernel threshold of m (0: always the BLAS; negative: the default rule). */
 int atomk_blas_set_gemv_max_m(void* handle, int max_m);
 /* out[r,c] = silu(gate_up[r,c]) * gate_up[r,cols+c]: out [rows, cols], gate_up [rows, 2*cols]
  * (the output of the fused gate|up projection). */

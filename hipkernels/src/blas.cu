@@ -95,11 +95,17 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
 
-// Largest m that atomk_gemm sends to the skinny kernel rather than the BLAS (0: never);
-// atomk_blas_set_gemv_max_m changes it per handle (tests force either path). On an H200 the
-// skinny kernel at m = 1 streams weights faster than cuBLASLt at every width of the 8B model
-// (its grid fills whole waves), and from m = 2 on cuBLASLt wins nearly everywhere; hence m = 1.
-constexpr int kGemvMaxM = 1;
+// The rows atomk_gemm sends to the skinny kernel rather than the BLAS: up to kGemvMaxM always,
+// up to kGemvNarrowMaxM where n <= k. atomk_blas_set_gemv_max_m replaces the rule of a handle
+// by a plain bound (tests force either path). BenchmarkGemv on an H100, 8B widths: at m <= 2
+// the skinny kernel streams the weights faster than cuBLASLt at every width (its grid fills
+// whole waves; qkv 20.3 against 22.7 us, o 8.7 against 14.5, gate|up 78 against 87, down 40
+// against 45, lm_head 338 against 377); at m = 4 it still wins where n <= k (o 11.8 against
+// 16.0, down 45.1 against 45.4, and the down projection then takes its SwiGLU input fused)
+// and loses on the wide qkv and gate|up (29.5 against 22.7, 92.6 against 83.9). A speculative
+// verify step of 3 drafts at batch 1 is an m = 4 pass.
+constexpr int kGemvMaxM = 2;
+constexpr int kGemvNarrowMaxM = 4;
 // The skinny kernel takes SwiGLU input up to this m (kSwigluMaxM in gemv.cu); beyond, the
 // SiLU-and-multiply kernel runs first.
 constexpr int kGemvSwigluMaxM = 4;
@@ -120,14 +126,15 @@ struct Blas {
     LtHandle lt = nullptr;
     void* workspace = nullptr;
     std::unordered_map<uint64_t, Plan> plans;
-    int gemv_max_m = 0;
+    int gemv_max_m = -1;  // -1: the rule of kGemvMaxM and kGemvNarrowMaxM
 };
 
 // Whether the skinny kernel serves this GEMM: a small m of a 16-bit dtype, whole 16-byte chunks
 // per row (k % 8 == 0) and 16-byte aligned x and w (so every row start is aligned).
 bool use_gemv(const Blas* h, int dtype, int m, int n, int k, const void* x, const void* w) {
-    return m <= h->gemv_max_m && (dtype == ATOMK_BF16 || dtype == ATOMK_F16) && k % 8 == 0 &&
-           ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
+    const bool rows = h->gemv_max_m < 0 ? m <= kGemvMaxM || (m <= kGemvNarrowMaxM && n <= k) : m <= h->gemv_max_m;
+    return rows && (dtype == ATOMK_BF16 || dtype == ATOMK_F16) && k % 8 == 0 && ((uintptr_t)x % 16) == 0 &&
+           ((uintptr_t)w % 16) == 0;
 }
 
 // Shapes are below 2^20 in every dimension (checked by atomk_gemm), so one word keys a plan.
@@ -282,7 +289,6 @@ extern "C" {
 int atomk_blas_create(void** handle) {
     if (!handle) return atomk_fail(ATOMK_ERR_INVALID, "atomk_blas_create: null output");
     Blas* h = new Blas();
-    h->gemv_max_m = kGemvMaxM;
     LtStatus s = LtCreate(&h->lt);
     if (s != LT_OK) {
         delete h;
@@ -311,7 +317,7 @@ int atomk_blas_destroy(void* handle) {
 int atomk_blas_set_gemv_max_m(void* handle, int max_m) {
     Blas* h = static_cast<Blas*>(handle);
     if (!h) return atomk_fail(ATOMK_ERR_INVALID, "atomk_blas_set_gemv_max_m: null handle");
-    h->gemv_max_m = max_m < 0 ? kGemvMaxM : max_m;
+    h->gemv_max_m = max_m < 0 ? -1 : max_m;
     return ATOMK_OK;
 }
 

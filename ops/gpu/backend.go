@@ -166,8 +166,9 @@ func (b *Backend) MemoryUsed() int64 {
 }
 
 // SetGemvMaxM sets the largest batch (rows of x) whose Linear runs on the skinny GEMM kernel
-// instead of the BLAS: 0 never, a negative value restores the default (1). Tests and
-// benchmarks use it to force either path.
+// instead of the BLAS: 0 never, a negative value restores the default rule (m <= 2, or m <= 4
+// where the weight has no more rows than columns). Tests and benchmarks use it to force either
+// path.
 func (b *Backend) SetGemvMaxM(m int) error { return b.lib.SetGemvMaxM(b.blas, m) }
 
 // Synchronize waits for all queued work and reports an execution error.
