@@ -42,8 +42,8 @@ func f32ToF16(f float32) uint16 {
 	return sign // underflows to zero
 }
 
-// putF16 writes src rounded to binary16 into dst.
-func putF16(dst []uint16, src []float32) {
+// putF16Go writes src rounded to binary16 into dst (putF16's portable kernel).
+func putF16Go(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
 	for i, v := range src {
 		dst[i] = f32ToF16(v)

@@ -40,6 +40,36 @@ func TestF32ToF16(t *testing.T) {
 	}
 }
 
+// TestPutF16MatchesGo checks the vector float16 rounding against the portable one, bit for
+// bit, over lengths with and without a tail and values across binary16's range (subnormals,
+// ties, overflow, infinities); a NaN must stay a NaN.
+func TestPutF16MatchesGo(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no vector kernels on this cpu")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 7, 8, 9, 16, 61, 192} {
+		src := make([]float32, n)
+		for i := range src {
+			src[i] = float32(math.Ldexp(rng.NormFloat64(), rng.IntN(44)-28))
+			switch rng.IntN(16) {
+			case 0:
+				src[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
+			case 1:
+				src[i] = float32(1 + float64(2*rng.IntN(4)+1)/2048) // a tie
+			}
+		}
+		want, got := make([]uint16, n), make([]uint16, n)
+		putF16Go(want, src)
+		putF16Vec(got, src)
+		require.Equal(t, want, got, "n=%d", n)
+	}
+	nan := []float32{float32(math.NaN()), 1, 2, 3, 4, 5, 6, 7}
+	got := make([]uint16, len(nan))
+	putF16Vec(got, nan)
+	require.True(t, math.IsNaN(float64(ops.F16ToFloat32(got[0]))))
+}
+
 // TestAttn16KernelsMatchGo runs the vector float16-row attention kernels against the Go loops.
 func TestAttn16KernelsMatchGo(t *testing.T) {
 	seed := rand.Uint64()

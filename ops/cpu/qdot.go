@@ -30,6 +30,7 @@ var (
 	attnAccum              = attnAccumGo
 	attnScores16           = attnScores16Go
 	attnAccum16            = attnAccum16Go
+	putF16                 = putF16Go // rounds float32 rows into the float16 KV cache
 	kernelSet              = "go (portable)"
 )
 

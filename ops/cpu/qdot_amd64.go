@@ -43,7 +43,7 @@ func useAVX2() {
 	dotQ4_1, dotQ4_0, dotQ8_0 = dotQ4_1Vec, dotQ4_0Vec, dotQ8_0Vec
 	dotQ4_1x4, dotQ8_0x4 = dotQ4_1x4Vec, dotQ8_0x4Vec
 	quantizeRow = quantizeRowVec
-	attnScores16, attnAccum16 = attnScores16Vec, attnAccum16Vec
+	attnScores16, attnAccum16, putF16 = attnScores16Vec, attnAccum16Vec, putF16Vec
 	dotF32, axpyF32, attnScores, attnAccum = dotF32Vec, axpyF32Vec, attnScoresVec, attnAccumVec
 	expShift, siluMul, expSum = expShiftVec, siluMulVec, expSumVec
 	useDot16AVX2()
@@ -187,4 +187,18 @@ func attnAccum16Vec(acc []float32, v []uint16, vstride, n, hd, g int, w []float3
 	}
 	_, _, _ = acc[g*hd-1], v[(n-1)*vstride+hd-1], w[(g-1)*wstride+n-1]
 	attnAccum16AVX2(&acc[0], &v[0], vstride, n, hd, g, &w[0], wstride)
+}
+
+//go:noescape
+func putF16F16C(dst *uint16, src *float32, n int)
+
+// putF16Vec is putF16Go with vcvtps2ph (round to nearest even) for whole runs of 8 values; a
+// NaN stays a NaN (its payload may differ from putF16Go's).
+func putF16Vec(dst []uint16, src []float32) {
+	n := len(src) &^ 7
+	if n > 0 {
+		_ = dst[len(src)-1]
+		putF16F16C(&dst[0], &src[0], n)
+	}
+	putF16Go(dst[n:len(src)], src[n:])
 }

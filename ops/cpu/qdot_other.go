@@ -19,4 +19,5 @@ var (
 	dotF32Vec      = dot
 	axpyF32Vec     = axpyGo
 	quantizeRowVec = quantizeRowGo
+	putF16Vec      = putF16Go
 )
