@@ -33,6 +33,19 @@ func graphTolerance(dt ops.DType) float64 {
 	return 1e-4
 }
 
+// openOnGPU opens testdata model name and a gpu backend computing in dt, both closed when t
+// ends.
+func openOnGPU(t *testing.T, name string, dt ops.DType) (*models.Checkpoint, *gpu.Backend) {
+	t.Helper()
+	ck, err := models.OpenCheckpoint(filepath.Join(testModels, name))
+	require.NoError(t, err)
+	t.Cleanup(func() { ck.Close() })
+	be, err := gpu.New(0, gpu.Options{DType: dt})
+	require.NoError(t, err)
+	t.Cleanup(be.Close)
+	return ck, be
+}
+
 func relErr(got, want []float32) float64 {
 	var num, den float64
 	for i := range want {
@@ -69,12 +82,7 @@ func TestDecodeGraphsMatchEager(t *testing.T) {
 func graphsVsEager(t *testing.T, rng *rand.Rand, name string, dt ops.DType) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	ck, err := models.OpenCheckpoint(filepath.Join(testModels, name))
-	require.NoError(t, err)
-	defer ck.Close()
-	be, err := gpu.New(0, gpu.Options{DType: dt})
-	require.NoError(t, err)
-	defer be.Close()
+	ck, be := openOnGPU(t, name, dt)
 	limits := models.Options{MaxTokens: 256, MaxSeqs: 16}
 	m, err := models.Load(ck, be, limits)
 	if gpuCannotServe(err) { // a model whose kernels are still to come (the sentinels --device auto reads)
@@ -271,12 +279,7 @@ func TestVerifyGraphsMatchEager(t *testing.T) {
 func verifyGraphsVsEager(t *testing.T, rng *rand.Rand, name string, dt ops.DType) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	ck, err := models.OpenCheckpoint(filepath.Join(testModels, name))
-	require.NoError(t, err)
-	defer ck.Close()
-	be, err := gpu.New(0, gpu.Options{DType: dt})
-	require.NoError(t, err)
-	defer be.Close()
+	ck, be := openOnGPU(t, name, dt)
 	const k = 3 // drafts a sequence at most
 	limits := models.Options{MaxTokens: 256, MaxSeqs: 8 * (1 + k)}
 	m, err := models.Load(ck, be, limits)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -41,12 +40,7 @@ func TestRankedDecodeGraphsMatchEager(t *testing.T) {
 func rankedGraphsVsEager(t *testing.T, rng *rand.Rand, name string, dt ops.DType) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	ck, err := models.OpenCheckpoint(filepath.Join(testModels, name))
-	require.NoError(t, err)
-	defer ck.Close()
-	be, err := gpu.New(0, gpu.Options{DType: dt})
-	require.NoError(t, err)
-	defer be.Close()
+	ck, be := openOnGPU(t, name, dt)
 	group, err := gpu.NewGroup([]*gpu.Backend{be})
 	require.NoError(t, err)
 	defer group.Close()
