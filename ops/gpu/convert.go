@@ -84,10 +84,17 @@ func putFloat32(dst []byte, dt ops.DType, i int, f float32) {
 // it at load, where it is most of a restart's time (8B parameters widened to float32 are 32 GB):
 // a large chunk is split across goroutines and each common pair has its own loop.
 func convertElems(dst []byte, to ops.DType, src []byte, from ops.DType, n int) {
-	const piece = 1 << 18 // elements: a goroutine's share is worth its start
+	inParallel(n, 1<<18, func(lo, hi int) {
+		convertSerial(dst[lo*to.Size():], to, src[lo*from.Size():], from, hi-lo)
+	})
+}
+
+// inParallel runs f over [0, n) in as many contiguous ranges as there are CPUs, each at least
+// piece elements long (a goroutine's share worth its start), or in one call when n is small.
+func inParallel(n, piece int, f func(lo, hi int)) {
 	workers := min(runtime.GOMAXPROCS(0), n/piece)
 	if workers < 2 {
-		convertSerial(dst, to, src, from, n)
+		f(0, n)
 		return
 	}
 	var wg sync.WaitGroup
@@ -97,7 +104,7 @@ func convertElems(dst []byte, to ops.DType, src []byte, from ops.DType, n int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			convertSerial(dst[lo*to.Size():], to, src[lo*from.Size():], from, hi-lo)
+			f(lo, hi)
 		}()
 	}
 	wg.Wait()
@@ -132,23 +139,9 @@ func convertSerial(dst []byte, to ops.DType, src []byte, from ops.DType, n int) 
 // toFloat32 decodes len(dst) elements of src (type dt); large reads (the logits of a big
 // batch) are split across goroutines.
 func toFloat32(dst []float32, src []byte, dt ops.DType) {
-	const piece = 1 << 20
-	workers := min(runtime.GOMAXPROCS(0), len(dst)/piece)
-	if workers < 2 {
-		toFloat32Serial(dst, src, dt)
-		return
-	}
-	var wg sync.WaitGroup
-	per := (len(dst) + workers - 1) / workers
-	for lo := 0; lo < len(dst); lo += per {
-		hi := min(lo+per, len(dst))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			toFloat32Serial(dst[lo:hi], src[lo*dt.Size():hi*dt.Size()], dt)
-		}()
-	}
-	wg.Wait()
+	inParallel(len(dst), 1<<20, func(lo, hi int) {
+		toFloat32Serial(dst[lo:hi], src[lo*dt.Size():hi*dt.Size()], dt)
+	})
 }
 
 func toFloat32Serial(dst []float32, src []byte, dt ops.DType) {
