@@ -32,14 +32,41 @@ type restartServer struct {
 
 // lockedBuffer is the server's stderr, read while the process may still write it.
 type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	grew chan struct{} // closed by the next Write (nil: nobody waits)
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.grew != nil {
+		close(b.grew)
+		b.grew = nil
+	}
 	return b.buf.Write(p)
+}
+
+// waitFor reports whether the buffer holds sub within limit, waking at each write.
+func (b *lockedBuffer) waitFor(sub string, limit time.Duration) bool {
+	deadline := time.After(limit)
+	for {
+		b.mu.Lock()
+		if strings.Contains(b.buf.String(), sub) {
+			b.mu.Unlock()
+			return true
+		}
+		if b.grew == nil {
+			b.grew = make(chan struct{})
+		}
+		grew := b.grew
+		b.mu.Unlock()
+		select {
+		case <-grew:
+		case <-deadline:
+			return false
+		}
+	}
 }
 
 func (b *lockedBuffer) String() string {
@@ -328,6 +355,9 @@ func TestServeSubprocessMetricsShowTheEngine(t *testing.T) {
 	for sc.Scan() && !strings.HasPrefix(sc.Text(), "data: ") {
 	}
 	require.NoError(t, sc.Err())
+	// The first token can arrive while the second pass still runs: scrape once the engine is
+	// held inside the third.
+	require.True(t, s.stderr.waitFor("injected stall at forward pass", time.Minute), "stderr: %s", s.stderr.String())
 	mresp, err := s.hc.Get(s.base + "/metrics")
 	require.NoError(t, err)
 	raw, err := io.ReadAll(mresp.Body)
