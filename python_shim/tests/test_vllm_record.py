@@ -3,8 +3,8 @@ what it recorded, which must be exact on the cpu (docs/recording.md).
 
 The workload mixes greedy, seeded (n = 2), unseeded and penalised requests, logprobs of several
 sizes, a stop string, a prompt longer than the step's token budget (chunked prefill), the same
-long prompt twice (a prefix-cache hit), more requests than a tiny KV cache holds (preemption
-when they overlap: vLLM resumes them) and a streamed request the client drops (an abort). With
+long prompt twice (a prefix-cache hit), more requests than a tiny KV cache holds (preemption:
+vLLM resumes them) and a streamed request the client drops (an abort). With
 ATOM_GO_RECORDINGS_OUT set the recording is copied there (`make recordings`).
 """
 
@@ -85,6 +85,11 @@ def _workload(srv: Server) -> None:
         _dropped_stream(srv)
         for f in futures:
             assert f.result().choices
+    # Preemption that does not hang on how the concurrent jobs above happened to overlap (on a
+    # slow machine they may not): four samples of one prompt enter together and each grows to
+    # 7 blocks, 1 shared + 4 x 6 = 25 blocks of the 17 the cache holds.
+    together = complete(_prompt(20, 41), 92, temperature=0.8, seed=5, n=4)
+    assert len(together.choices) == 4
 
 
 def _dropped_stream(srv: Server) -> None:
