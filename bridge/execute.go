@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -109,8 +110,14 @@ type ExecuteModelResult struct {
 	// drafts the accepted ones followed by the target's own token (1 to drafts+1 tokens; the
 	// host rolls the rejected drafts back out of its computed tokens).
 	SampledTokenIDs [][]int32 `msgpack:"sampled_token_ids"`
-	// Logprobs is nil where no token was sampled or the request asked for none.
+	// Logprobs is nil where no token was sampled or the request asked for none, else the row
+	// of the request's first sampled token.
 	Logprobs []*Logprobs `msgpack:"logprobs"`
+	// MoreLogprobs (absent or empty when no request sampled more than one token with
+	// logprobs) has, per request, the rows of its sampled tokens after the first (a verify
+	// chunk's accepted drafts and the target's token): nil, or one row for each of
+	// SampledTokenIDs[i][1:].
+	MoreLogprobs [][]*Logprobs `msgpack:"more_logprobs"`
 	// DraftTokenIDs (absent or empty when the plugin runs without --speculative-config) has,
 	// per request, the drafts proposed for its next step (nil: none), which the host may
 	// schedule as ScheduledSpecDecodeTokens.
@@ -176,9 +183,34 @@ func DecodeResult(b []byte) (*ExecuteModelResult, error) {
 	if r.WireVersion != WireVersion {
 		return nil, fmt.Errorf("%w: result has wire_version %d, want %d", ErrInvalidPayload, r.WireVersion, WireVersion)
 	}
-	if len(r.SampledTokenIDs) != len(r.ReqIDs) || len(r.Logprobs) != len(r.ReqIDs) || (len(r.DraftTokenIDs) != 0 && len(r.DraftTokenIDs) != len(r.ReqIDs)) {
-		return nil, fmt.Errorf("%w: result lists of %d ids, %d samples, %d logprobs, %d drafts", ErrInvalidPayload,
-			len(r.ReqIDs), len(r.SampledTokenIDs), len(r.Logprobs), len(r.DraftTokenIDs))
+	if len(r.SampledTokenIDs) != len(r.ReqIDs) || len(r.Logprobs) != len(r.ReqIDs) || (len(r.DraftTokenIDs) != 0 && len(r.DraftTokenIDs) != len(r.ReqIDs)) ||
+		(len(r.MoreLogprobs) != 0 && len(r.MoreLogprobs) != len(r.ReqIDs)) {
+		return nil, fmt.Errorf("%w: result lists of %d ids, %d samples, %d logprobs, %d more logprobs, %d drafts", ErrInvalidPayload,
+			len(r.ReqIDs), len(r.SampledTokenIDs), len(r.Logprobs), len(r.MoreLogprobs), len(r.DraftTokenIDs))
+	}
+	for i, more := range r.MoreLogprobs {
+		if len(more) == 0 {
+			continue
+		}
+		if r.Logprobs[i] == nil || len(more) != len(r.SampledTokenIDs[i])-1 {
+			return nil, fmt.Errorf("%w: request %d has %d more logprobs rows for %d sampled tokens", ErrInvalidPayload,
+				i, len(more), len(r.SampledTokenIDs[i]))
+		}
+		if slices.Contains(more, nil) {
+			return nil, fmt.Errorf("%w: request %d has a nil logprobs row", ErrInvalidPayload, i)
+		}
 	}
 	return &r, nil
+}
+
+// TokenLogprobs returns the logprobs row of request i's j-th sampled token, nil when it has
+// none.
+func (r *ExecuteModelResult) TokenLogprobs(i, j int) *Logprobs {
+	if j == 0 {
+		return r.Logprobs[i]
+	}
+	if i < len(r.MoreLogprobs) && j-1 < len(r.MoreLogprobs[i]) {
+		return r.MoreLogprobs[i][j-1]
+	}
+	return nil
 }

@@ -167,6 +167,52 @@ func TestResultDrafts(t *testing.T) {
 	require.ErrorContains(t, err, "2 drafts")
 }
 
+// TestResultMoreLogprobs: a verify chunk's tokens after the first carry their logprobs rows
+// in more_logprobs (TokenLogprobs finds each token's row); rows that do not match the
+// sampled tokens are refused.
+func TestResultMoreLogprobs(t *testing.T) {
+	row := func(tok int32) *Logprobs {
+		return &Logprobs{TokenIDs: []int32{tok, 5}, Logprobs: []float32{-0.25, -1}, Rank: 1}
+	}
+	valid := func() *ExecuteModelResult {
+		return &ExecuteModelResult{WireVersion: WireVersion, ReqIDs: []string{"a", "b", "c"},
+			SampledTokenIDs: [][]int32{{7, 8, 9}, {4}, {6, 2}},
+			Logprobs:        []*Logprobs{row(7), row(4), nil},
+			MoreLogprobs:    [][]*Logprobs{{row(8), row(9)}, nil, nil}}
+	}
+	b, err := EncodeResult(valid())
+	require.NoError(t, err)
+	got, err := DecodeResult(b)
+	require.NoError(t, err)
+	for j, tok := range []int32{7, 8, 9} {
+		require.Equal(t, row(tok), got.TokenLogprobs(0, j), "token %d", j)
+	}
+	require.Equal(t, row(4), got.TokenLogprobs(1, 0))
+	require.Nil(t, got.TokenLogprobs(2, 1), "a request without logprobs has no rows")
+
+	tests := []struct {
+		name string
+		edit func(r *ExecuteModelResult)
+		msg  string
+	}{
+		{"not parallel to the ids", func(r *ExecuteModelResult) { r.MoreLogprobs = r.MoreLogprobs[:2] }, "2 more logprobs"},
+		{"a row short", func(r *ExecuteModelResult) { r.MoreLogprobs[0] = r.MoreLogprobs[0][:1] }, "1 more logprobs rows for 3 sampled tokens"},
+		{"rows without a first", func(r *ExecuteModelResult) { r.MoreLogprobs[2] = []*Logprobs{row(2)} }, "1 more logprobs rows for 2 sampled tokens"},
+		{"a nil row", func(r *ExecuteModelResult) { r.MoreLogprobs[0][1] = nil }, "nil logprobs row"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := valid()
+			tt.edit(r)
+			b, err := EncodeResult(r)
+			require.NoError(t, err)
+			_, err = DecodeResult(b)
+			require.ErrorIs(t, err, ErrInvalidPayload)
+			require.ErrorContains(t, err, tt.msg)
+		})
+	}
+}
+
 func TestResultRoundTrip(t *testing.T) {
 	r := &ExecuteModelResult{WireVersion: WireVersion, ReqIDs: []string{"a", "b"},
 		SampledTokenIDs: [][]int32{{7}, {}},

@@ -80,8 +80,10 @@ type HostOutput struct {
 	IDs []string
 	// Sampled has one token, none for a prefill chunk short of the known tokens, or, after a
 	// verify chunk, the accepted drafts followed by the target's own token.
-	Sampled  [][]int32
-	Logprobs []*HostLogprob // nil where nothing was sampled or none was asked for
+	Sampled [][]int32
+	// Logprobs has one row per token of Sampled[i]; nil where nothing was sampled or none
+	// was asked for.
+	Logprobs [][]HostLogprob
 	// Drafts are the speculative tokens proposed for each request's next step (nil: none),
 	// which the host may schedule as HostStep.Drafts.
 	Drafts [][]int32
@@ -328,7 +330,7 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 	for id := range finished {
 		delete(h.reqs, id)
 	}
-	out := &HostOutput{IDs: make([]string, len(plan)), Sampled: make([][]int32, len(plan)), Logprobs: make([]*HostLogprob, len(plan)),
+	out := &HostOutput{IDs: make([]string, len(plan)), Sampled: make([][]int32, len(plan)), Logprobs: make([][]HostLogprob, len(plan)),
 		Drafts: make([][]int32, len(plan))}
 	vocab, row := h.e.model.VocabSize, 0
 	for i := range plan {
@@ -345,7 +347,7 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 			r.tokens = append(r.tokens, s.Token)
 			out.Sampled[i] = []int32{s.Token}
 		case p.work.Drafts > 0:
-			out.Sampled[i] = h.verify(r, p.work.Tokens, p.work.Drafts, logits[row*vocab:(row+1+p.work.Drafts)*vocab])
+			out.Sampled[i], out.Logprobs[i] = h.verify(r, p.work.Tokens, p.work.Drafts, logits[row*vocab:(row+1+p.work.Drafts)*vocab])
 		default:
 			raw := logits[row*vocab : (row+1)*vocab]
 			want := 0
@@ -357,7 +359,7 @@ func (h *HostSession) execute(step *HostStep) (*HostOutput, error) {
 			r.tokens = append(r.tokens, s.Token)
 			out.Sampled[i] = []int32{s.Token}
 			if r.logprobs {
-				out.Logprobs[i] = &HostLogprob{Sample: s, Rank: rank(raw, s.Token)}
+				out.Logprobs[i] = []HostLogprob{{Sample: s, Rank: rank(raw, s.Token)}}
 			}
 		}
 		row += p.numRows()

@@ -34,9 +34,10 @@ type simReq struct {
 	blocks    []int32
 	computed  int
 	out       []int32
-	lps       []*HostLogprob
+	lps       []HostLogprob
 	scheduled bool    // sent as new once
 	drafts    []int32 // proposed by the engine for the next step
+	accepted  int     // drafts of this request the engine accepted
 }
 
 func newSimHost(t *testing.T, h *HostSession, budget int) *simHost {
@@ -119,8 +120,10 @@ func (s *simHost) step() {
 			d.r.computed -= len(d.drafts) - a
 			s.drafted += len(d.drafts)
 			s.accepted += a
+			d.r.accepted += a
 			d.r.out = append(d.r.out, got...)
-			d.r.lps = append(d.r.lps, out.Logprobs[i])
+			require.True(s.t, out.Logprobs[i] == nil || len(out.Logprobs[i]) == len(got), "a logprobs row for each sampled token")
+			d.r.lps = append(d.r.lps, out.Logprobs[i]...)
 			d.r.out = d.r.out[:min(len(d.r.out), d.r.want)] // the host's max_tokens
 			d.r.drafts = out.Drafts[i]
 		} else {
@@ -191,8 +194,8 @@ func TestHostMatchesGenerate(t *testing.T) {
 	}
 	for i, r := range reqs {
 		require.Equal(t, want[i].TokenIDs, r.out, "request %d", i)
+		require.Len(t, r.lps, len(want[i].TokenIDs))
 		for j, lp := range r.lps {
-			require.NotNil(t, lp)
 			require.Equal(t, want[i].Logprobs[j].TopIDs, lp.TopIDs)
 			require.InDelta(t, want[i].Logprobs[j].Logprob, lp.Logprob, 1e-4)
 			require.GreaterOrEqual(t, lp.Rank, 1)

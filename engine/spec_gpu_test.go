@@ -157,7 +157,7 @@ func TestHostSpecOnGPU(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEngine(t, model, tc.edit)
-			got, s := runSpecSim(t, e, prompts, tc.lookahead, params, 14)
+			got, _, s := runSpecSim(t, e, prompts, tc.lookahead, params, 14)
 			outs := make([][]Output, len(got))
 			for i, g := range got {
 				outs[i] = []Output{{TokenIDs: g}}

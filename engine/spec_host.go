@@ -16,8 +16,8 @@ import "fmt"
 // tokens (vLLM lowers num_computed_tokens by them), so its next step recomputes from the
 // first rejected position, overwriting the KV written there; the engine keeps only the
 // emitted tokens. The n-gram proposer runs here (propose), a draft model or an MTP layer after
-// the step (spec_host_draft.go). A request that asks for logprobs gets no drafts (a step
-// returns one logprobs row per request).
+// the step (spec_host_draft.go). A request that asks for logprobs gets a row for each token
+// it emits, as without speculation.
 
 // withDrafts checks the drafts a host scheduled for r and returns r's known tokens followed
 // by them (written past r's tokens, which stay as they are until the step commits).
@@ -31,8 +31,6 @@ func (h *HostSession) withDrafts(r *hostRequest, drafts []int32) ([]int32, error
 		return nil, fmt.Errorf("%w: %d drafts scheduled, but the engine was loaded without --speculative-config", ErrInvalidRequest, len(drafts))
 	case len(drafts) > sc.NumSpeculativeTokens:
 		return nil, fmt.Errorf("%w: %d drafts scheduled, more than num_speculative_tokens %d", ErrInvalidRequest, len(drafts), sc.NumSpeculativeTokens)
-	case r.logprobs:
-		return nil, fmt.Errorf("%w: drafts scheduled for a request that asks for logprobs (one logprobs row per step; the engine proposes none for it)", ErrInvalidRequest)
 	}
 	for _, t := range drafts {
 		if t < 0 || int(t) >= h.e.model.VocabSize {
@@ -44,21 +42,32 @@ func (h *HostSession) withDrafts(r *hostRequest, drafts []int32) ([]int32, error
 
 // verify samples the rows of r's verify chunk (logits holds d+1 rows: one per draft, then the
 // one after the last draft; toks is r's tokens followed by the d drafts), appends the accepted
-// drafts and the token after them to r's tokens and returns those.
-func (h *HostSession) verify(r *hostRequest, toks []int32, d int, logits []float32) []int32 {
+// drafts and the token after them to r's tokens and returns those, with a logprobs row for
+// each when r asks for them (nil otherwise).
+func (h *HostSession) verify(r *hostRequest, toks []int32, d int, logits []float32) ([]int32, []HostLogprob) {
 	vocab := h.e.model.VocabSize
 	base := len(toks) - d
 	emitted := make([]int32, 0, d+1)
+	var lps []HostLogprob
+	want := 0
+	if r.logprobs {
+		want, lps = r.params.Logprobs, make([]HostLogprob, 0, d+1)
+	}
 	a := 0
 	for j := 0; j <= d; j++ {
-		in := sampleInput{params: &r.params, prompt: toks[:r.numPrompt], output: toks[r.numPrompt : base+j], rng: r.rng, stopIDs: r.stopIDs}
+		in := sampleInput{params: &r.params, prompt: toks[:r.numPrompt], output: toks[r.numPrompt : base+j], rng: r.rng, stopIDs: r.stopIDs, wantTopN: want}
 		row := logits[j*vocab : (j+1)*vocab]
+		var s Sample
+		ok := false
 		if j == d {
-			emitted = append(emitted, h.e.sampler.sample(row, &in).Token)
-			break
+			s = h.e.sampler.sample(row, &in)
+		} else {
+			s, ok = h.e.sampler.verifyDraft(row, &in, toks[base+j], h.hostDraftQ(r, toks[base:], j))
 		}
-		s, ok := h.e.sampler.verifyDraft(row, &in, toks[base+j], h.hostDraftQ(r, toks[base:], j))
 		emitted = append(emitted, s.Token)
+		if r.logprobs {
+			lps = append(lps, HostLogprob{Sample: s, Rank: rank(row, s.Token)})
+		}
 		if !ok {
 			break
 		}
@@ -71,7 +80,7 @@ func (h *HostSession) verify(r *hostRequest, toks []int32, d int, logits []float
 	h.e.statsMu.Unlock()
 	hostDraftAccepted(r, toks[base:], a)
 	r.tokens = append(toks[:base+a], emitted[a])
-	return emitted
+	return emitted, lps
 }
 
 // propose returns r's drafts for its next step, nil when it gets none: at most
@@ -79,7 +88,7 @@ func (h *HostSession) verify(r *hostRequest, toks []int32, d int, logits []float
 // token stay within max_tokens and the model length.
 func (h *HostSession) propose(r *hostRequest) []int32 {
 	sc := h.e.spec
-	if sc == nil || h.e.drafter != nil || r.logprobs {
+	if sc == nil || h.e.drafter != nil {
 		return nil
 	}
 	k := min(sc.NumSpeculativeTokens, h.e.maxModelLen-len(r.tokens)-1)

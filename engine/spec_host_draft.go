@@ -47,9 +47,6 @@ func hostDraftAccepted(r *hostRequest, drafts []int32, a int) {
 
 // hostDraftCount is how many drafts r may propose for its next step.
 func (h *HostSession) hostDraftCount(r *hostRequest) int {
-	if r.logprobs {
-		return 0
-	}
 	k := min(h.e.drafter.k, h.e.maxModelLen-len(r.tokens)-1)
 	if mt := r.params.MaxTokens; mt > 0 {
 		k = min(k, mt-(len(r.tokens)-r.numPrompt)-1)

@@ -10,31 +10,52 @@ import (
 
 // TestHostSpecGreedyIdentical: requests scheduled by a simulated vLLM that sends back the
 // engine's n-gram drafts (trimmed by its token budget) sample the same greedy tokens as
-// Generate without speculation; drafts are accepted and rejected, and the host's rollback of
-// the rejected ones (computed tokens) is what the engine expects next.
+// Generate without speculation, and those that ask for logprobs get Generate's row for every
+// token, accepted drafts included; drafts are accepted and rejected, and the host's rollback
+// of the rejected ones (computed tokens) is what the engine expects next.
 func TestHostSpecGreedyIdentical(t *testing.T) {
 	for _, model := range []string{"llama-bf16", "qwen3-bf16"} {
 		t.Run(model, func(t *testing.T) {
 			prompts := specPrompts(5, 3)
+			params := func(i int) SamplingParams {
+				p := greedy(12 + i)
+				p.Logprobs = 2 * (1 - i%2) // even requests ask for two alternatives, odd ones for none
+				return p
+			}
 			ref := newTestEngine(t, model, nil)
-			want := make([][]int32, len(prompts))
+			want := make([]Output, len(prompts))
 			for i, p := range prompts {
-				want[i] = collect(t, ref, Request{ID: "r", PromptIDs: p, Params: greedy(12 + i)}).TokenIDs
+				want[i] = collect(t, ref, Request{ID: "r", PromptIDs: p, Params: params(i)})
 			}
 			e := newTestEngine(t, model, withSpec(nil))
 			s := newSimHost(t, newHostSession(t, e), 24)
 			reqs := make([]*simReq, len(prompts))
 			for i, p := range prompts {
-				reqs[i] = &simReq{id: fmt.Sprint("req-", i), prompt: p, params: greedy(12 + i), want: 12 + i}
+				reqs[i] = &simReq{id: fmt.Sprint("req-", i), prompt: p, params: params(i), logprobs: i%2 == 0, want: 12 + i}
 				s.running = append(s.running, reqs[i])
 			}
 			for step := 0; len(s.running) > 0 || len(s.finished) > 0; step++ {
 				require.Less(t, step, 200)
 				s.step()
 			}
+			withLogprobs := 0
 			for i, r := range reqs {
-				require.Equal(t, want[i], r.out, "request %d", i)
+				require.Equal(t, want[i].TokenIDs, r.out, "request %d", i)
+				if !r.logprobs {
+					require.Empty(t, r.lps, "request %d asked for no logprobs", i)
+					continue
+				}
+				require.GreaterOrEqual(t, len(r.lps), len(r.out), "request %d: a row for every token", i)
+				for j, tok := range r.out {
+					lp := r.lps[j]
+					require.Equal(t, tok, lp.Token, "request %d token %d", i, j)
+					require.Equal(t, want[i].Logprobs[j].TopIDs, lp.TopIDs, "request %d token %d", i, j)
+					require.InDelta(t, want[i].Logprobs[j].Logprob, lp.Logprob, 1e-4, "request %d token %d", i, j)
+					require.Equal(t, 1, lp.Rank, "greedy tokens are the most likely")
+				}
+				withLogprobs += r.accepted
 			}
+			require.Positive(t, withLogprobs, "requests asking for logprobs get drafts accepted")
 			require.Positive(t, s.accepted, "repetitive prompts get drafts accepted")
 			require.Less(t, s.accepted, s.drafted, "random prompts get drafts rejected")
 			st := e.Stats()
@@ -117,10 +138,10 @@ func TestHostSpecRollback(t *testing.T) {
 // nothing.
 func TestHostSpecRefusesBadDrafts(t *testing.T) {
 	prompt := []int32{5, 6, 7, 8}
-	start := func(t *testing.T, edit func(*Config), logprobs bool) *HostSession {
+	start := func(t *testing.T, edit func(*Config)) *HostSession {
 		e := newTestEngine(t, "llama-bf16", edit)
 		h := newHostSession(t, e)
-		_, err := h.Execute(&HostStep{New: []HostNewRequest{{ID: "a", PromptIDs: prompt, Params: greedy(0), BlockIDs: []int32{1}, WantLogprobs: logprobs}},
+		_, err := h.Execute(&HostStep{New: []HostNewRequest{{ID: "a", PromptIDs: prompt, Params: greedy(0), BlockIDs: []int32{1}}},
 			NumScheduled: map[string]int{"a": 4}})
 		require.NoError(t, err)
 		return h
@@ -129,23 +150,21 @@ func TestHostSpecRefusesBadDrafts(t *testing.T) {
 		return &HostStep{Cached: []HostCachedRequest{{ID: "a", NumComputed: 4, NumOutput: 1}}, NumScheduled: map[string]int{"a": k}, Drafts: drafts}
 	}
 	tests := []struct {
-		name     string
-		edit     func(*Config)
-		logprobs bool
-		step     *HostStep
-		msg      string
+		name string
+		edit func(*Config)
+		step *HostStep
+		msg  string
 	}{
-		{"no speculative config", nil, false, step(3, map[string][]int32{"a": {1, 2}}), "without --speculative-config"},
-		{"too many drafts", withSpec(nil), false, step(5, map[string][]int32{"a": {1, 2, 3, 4}}), "more than num_speculative_tokens 3"},
-		{"draft outside the vocabulary", withSpec(nil), false, step(2, map[string][]int32{"a": {384}}), "outside the vocabulary"},
-		{"chunk short of the drafts", withSpec(nil), false, step(2, map[string][]int32{"a": {1, 2}}), "do not end with its 2 drafts"},
-		{"chunk past the drafts", withSpec(nil), false, step(4, map[string][]int32{"a": {1, 2}}), "run past its 5 known tokens and 2 drafts"},
-		{"drafts of an unscheduled request", withSpec(nil), false, step(1, map[string][]int32{"b": {1}}), "not scheduled"},
-		{"logprobs request", withSpec(nil), true, step(2, map[string][]int32{"a": {1}}), "asks for logprobs"},
+		{"no speculative config", nil, step(3, map[string][]int32{"a": {1, 2}}), "without --speculative-config"},
+		{"too many drafts", withSpec(nil), step(5, map[string][]int32{"a": {1, 2, 3, 4}}), "more than num_speculative_tokens 3"},
+		{"draft outside the vocabulary", withSpec(nil), step(2, map[string][]int32{"a": {384}}), "outside the vocabulary"},
+		{"chunk short of the drafts", withSpec(nil), step(2, map[string][]int32{"a": {1, 2}}), "do not end with its 2 drafts"},
+		{"chunk past the drafts", withSpec(nil), step(4, map[string][]int32{"a": {1, 2}}), "run past its 5 known tokens and 2 drafts"},
+		{"drafts of an unscheduled request", withSpec(nil), step(1, map[string][]int32{"b": {1}}), "not scheduled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := start(t, tt.edit, tt.logprobs)
+			h := start(t, tt.edit)
 			_, err := h.Execute(tt.step)
 			require.ErrorIs(t, err, ErrInvalidRequest)
 			require.ErrorContains(t, err, tt.msg)
@@ -187,14 +206,15 @@ func TestHostSpecSampledSeeded(t *testing.T) {
 }
 
 // runSpecSim runs prompts through a simulated vLLM on e (lookahead slots as vLLM gives a
-// draft model) and returns each request's tokens and the host.
-func runSpecSim(t *testing.T, e *Engine, prompts [][]int32, lookahead int, params func(i int) SamplingParams, want int) ([][]int32, *simHost) {
+// draft model) and returns each request's tokens, its logprobs rows (nil where its params ask
+// for none; a row for each token otherwise) and the host.
+func runSpecSim(t *testing.T, e *Engine, prompts [][]int32, lookahead int, params func(i int) SamplingParams, want int) ([][]int32, [][]HostLogprob, *simHost) {
 	t.Helper()
 	s := newSimHost(t, newHostSession(t, e), 24)
 	s.lookahead = lookahead
 	reqs := make([]*simReq, len(prompts))
 	for i, p := range prompts {
-		reqs[i] = &simReq{id: fmt.Sprint("req-", i), prompt: p, params: params(i), want: want}
+		reqs[i] = &simReq{id: fmt.Sprint("req-", i), prompt: p, params: params(i), logprobs: params(i).Logprobs > 0, want: want}
 		s.running = append(s.running, reqs[i])
 	}
 	for step := 0; len(s.running) > 0 || len(s.finished) > 0; step++ {
@@ -202,24 +222,41 @@ func runSpecSim(t *testing.T, e *Engine, prompts [][]int32, lookahead int, param
 		s.step()
 	}
 	out := make([][]int32, len(reqs))
+	lps := make([][]HostLogprob, len(reqs))
 	for i, r := range reqs {
 		out[i] = r.out
+		if r.logprobs {
+			require.GreaterOrEqual(t, len(r.lps), len(r.out), "request %d: a logprobs row for every token", i)
+			lps[i] = r.lps[:len(r.out)]
+			for j, lp := range lps[i] {
+				require.Equal(t, r.out[j], lp.Token, "request %d token %d", i, j)
+			}
+		} else {
+			require.Empty(t, r.lps, "request %d asked for no logprobs", i)
+		}
 	}
 	require.Zero(t, s.h.NumRequests())
-	return out, s
+	return out, lps, s
 }
 
 // TestHostSpecDraftModel: a draft model under a host, its KV cache addressed through the
 // host's block tables and lookahead slots, gives Generate's greedy tokens without
-// speculation; drafting for itself every draft is accepted (so its KV followed the host's
-// tables), another random checkpoint's drafts are rejected. Seeded sampling requests are
-// repeatable.
+// speculation, and Generate's logprobs to the requests that ask for them; drafting for itself
+// every draft is accepted (so its KV followed the host's tables), another random checkpoint's
+// drafts are rejected. Seeded sampling requests are repeatable.
 func TestHostSpecDraftModel(t *testing.T) {
 	prompts := specPrompts(4, 5)
+	greedyLP := func(i int) SamplingParams {
+		p := greedy(14)
+		p.Logprobs = i % 2 * 3 // odd requests ask for three alternatives
+		return p
+	}
 	ref := newTestEngine(t, "qwen3-bf16", nil)
 	want := make([][]int32, len(prompts))
+	wantLP := make([][]Sample, len(prompts))
 	for i, p := range prompts {
-		want[i] = collect(t, ref, Request{ID: "r", PromptIDs: p, Params: greedy(14)}).TokenIDs
+		o := collect(t, ref, Request{ID: "r", PromptIDs: p, Params: greedyLP(i)})
+		want[i], wantLP[i] = o.TokenIDs, o.Logprobs
 	}
 	tests := []struct {
 		draft   string
@@ -231,8 +268,15 @@ func TestHostSpecDraftModel(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.draft, func(t *testing.T) {
 			e := newTestEngine(t, "qwen3-bf16", withDraft(tt.draft, 3, nil))
-			got, s := runSpecSim(t, e, prompts, 3, func(int) SamplingParams { return greedy(14) }, 14)
+			got, lps, s := runSpecSim(t, e, prompts, 3, greedyLP, 14)
 			require.Equal(t, want, got)
+			for i := 1; i < len(lps); i += 2 {
+				require.Len(t, lps[i], len(wantLP[i]), "request %d", i)
+				for j, lp := range lps[i] {
+					require.Equal(t, wantLP[i][j].TopIDs, lp.TopIDs, "request %d token %d", i, j)
+					require.InDelta(t, wantLP[i][j].Logprob, lp.Logprob, 1e-4, "request %d token %d", i, j)
+				}
+			}
 			require.Positive(t, s.drafted)
 			if tt.allGood {
 				require.Equal(t, s.drafted, s.accepted, "a model drafting for itself has every greedy draft accepted")
@@ -250,7 +294,7 @@ func TestHostSpecDraftModel(t *testing.T) {
 	}
 	run := func() [][]int32 {
 		e := newTestEngine(t, "qwen3-bf16", withDraft("llama-bf16", 3, nil))
-		got, s := runSpecSim(t, e, prompts[:2], 3, seeded, 12)
+		got, _, s := runSpecSim(t, e, prompts[:2], 3, seeded, 12)
 		require.Positive(t, s.drafted)
 		return got
 	}

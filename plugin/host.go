@@ -131,15 +131,31 @@ func hostResult(out *engine.HostOutput) *bridge.ExecuteModelResult {
 			break
 		}
 	}
-	for i, lp := range out.Logprobs {
-		if lp == nil {
+	for i, rows := range out.Logprobs {
+		if len(rows) == 0 {
 			continue
 		}
-		l := &bridge.Logprobs{TokenIDs: append([]int32{lp.Token}, lp.TopIDs...), Logprobs: append([]float32{lp.Logprob}, lp.TopLogprobs...),
-			Rank: int32(lp.Rank)}
-		r.Logprobs[i] = l
+		r.Logprobs[i] = wireLogprobs(&rows[0])
+		if len(rows) == 1 {
+			continue
+		}
+		if r.MoreLogprobs == nil {
+			r.MoreLogprobs = make([][]*bridge.Logprobs, len(out.IDs))
+		}
+		more := make([]*bridge.Logprobs, len(rows)-1)
+		for j := range more {
+			more[j] = wireLogprobs(&rows[j+1])
+		}
+		r.MoreLogprobs[i] = more
 	}
 	return r
+}
+
+// wireLogprobs is one sampled token's row as vLLM's LogprobsLists holds it: the token first,
+// then its top alternatives.
+func wireLogprobs(lp *engine.HostLogprob) *bridge.Logprobs {
+	return &bridge.Logprobs{TokenIDs: append([]int32{lp.Token}, lp.TopIDs...), Logprobs: append([]float32{lp.Logprob}, lp.TopLogprobs...),
+		Rank: int32(lp.Rank)}
 }
 
 func int32s(v []int64) []int32 {

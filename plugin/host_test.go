@@ -206,8 +206,9 @@ func TestExecuteModelMatchesGenerate(t *testing.T) {
 
 // TestExecuteModelSpeculative: with --speculative-config among the extra args, a result
 // carries the n-gram drafts of each request that sampled, a step that schedules them
-// (scheduled_spec_decode_tokens) returns the accepted drafts and the target's token, and the
-// tokens are Generate's; drafts the host made up are refused by name.
+// (scheduled_spec_decode_tokens) returns the accepted drafts and the target's token, each
+// with its logprobs row (logprobs, then more_logprobs), and the tokens and logprobs are
+// Generate's; drafts the host made up are refused by name.
 func TestExecuteModelSpeculative(t *testing.T) {
 	prompt := []int32{5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8}
 	const maxTokens = 16
@@ -215,18 +216,39 @@ func TestExecuteModelSpeculative(t *testing.T) {
 	load(t, conn, "qwen3-bf16", func(r *pb.LoadModelRequest) {
 		r.ExtraArgs = append(r.ExtraArgs, `--speculative-config={"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3}`)
 	})
-	want, err := collect(testCtx(t), conn, &pb.GenerateRequest{RequestId: "g", PromptTokenIds: prompt, Params: greedyParams(maxTokens)})
+	params := greedyParams(maxTokens)
+	params.Logprobs = 2
+	want, err := collect(testCtx(t), conn, &pb.GenerateRequest{RequestId: "g", PromptTokenIds: prompt, Params: params})
 	require.NoError(t, err)
+	wantLP := want.choices[0].GetLogprobs()
+	require.Len(t, wantLP, maxTokens)
 	initKV(t, conn, 16, 16)
 	zero := 0.0
+	two := int64(2)
+	// checkLogprobs compares the rows of the result's sampled tokens, the first of which is
+	// output number n, with Generate's.
+	checkLogprobs := func(res *bridge.ExecuteModelResult, n int) {
+		t.Helper()
+		for j, tok := range res.SampledTokenIDs[0] {
+			if n+j >= maxTokens {
+				break
+			}
+			lp := res.TokenLogprobs(0, j)
+			require.NotNil(t, lp, "output %d has a logprobs row", n+j)
+			require.Equal(t, tok, lp.TokenIDs[0])
+			require.Equal(t, wantLP[n+j].GetTopIds(), lp.TokenIDs[1:], "output %d", n+j)
+			require.InDelta(t, wantLP[n+j].GetLogprob(), lp.Logprobs[0], 1e-4, "output %d", n+j)
+		}
+	}
 	ids := make([]int64, len(prompt))
 	for i, p := range prompt {
 		ids[i] = int64(p)
 	}
 	res := execute(t, conn, &bridge.ExecuteModelPayload{WireVersion: bridge.WireVersion,
 		NewRequests: []bridge.NewRequest{{ReqID: "x", PromptTokenIDs: ids, BlockIDs: [][]int64{{1, 2, 3}},
-			SamplingParams: bridge.SamplingParams{Temperature: &zero, IgnoreEOS: true, MaxTokens: maxTokens}}},
+			SamplingParams: bridge.SamplingParams{Temperature: &zero, IgnoreEOS: true, MaxTokens: maxTokens, Logprobs: &two}}},
 		NumScheduledTokens: map[string]int64{"x": int64(len(prompt))}})
+	checkLogprobs(res, 0)
 	got := res.SampledTokenIDs[0]
 	computed, drafted, longest := len(prompt), 0, 1
 	for len(got) < maxTokens {
@@ -242,6 +264,7 @@ func TestExecuteModelSpeculative(t *testing.T) {
 		out := res.SampledTokenIDs[0]
 		require.NotEmpty(t, out)
 		require.LessOrEqual(t, len(out), len(drafts)+1)
+		checkLogprobs(res, len(got))
 		drafted += len(drafts)
 		longest = max(longest, len(out))
 		computed += len(out) // the host's rollback: only the accepted drafts stay computed

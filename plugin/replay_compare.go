@@ -188,7 +188,8 @@ func (c *comparer) mismatch(d Difference) {
 	}
 }
 
-// compare checks one step's result row by row.
+// compare checks one step's result row by row, every sampled token of a row (a verify
+// chunk's accepted drafts and the target's token) against its own logprobs row.
 func (c *comparer) compare(seq int64, step int, want, got *bridge.ExecuteModelResult) {
 	if !slices.Equal(want.ReqIDs, got.ReqIDs) {
 		c.mismatch(Difference{Call: seq, Step: step, What: "request ids", Want: fmt.Sprint(want.ReqIDs), Got: fmt.Sprint(got.ReqIDs)})
@@ -200,46 +201,53 @@ func (c *comparer) compare(seq int64, step int, want, got *bridge.ExecuteModelRe
 			row = &rowState{class: rowRandom}
 			c.rows[id] = row
 		}
-		d := Difference{Call: seq, Step: step, RequestID: id, Token: row.n}
 		w, g := want.SampledTokenIDs[i], got.SampledTokenIDs[i]
-		if len(w) != len(g) {
-			d.What, d.Want, d.Got = "sampled tokens", fmt.Sprint(w), fmt.Sprint(g)
-			c.mismatch(d)
-			continue
-		}
-		if len(w) == 0 {
+		if len(w) == 0 && len(g) == 0 {
 			c.rep.Workload.PrefillChunks++
 			continue
 		}
-		row.n++
-		if row.diverged || (row.class != rowGreedy && !c.tol.RandomRows) {
-			c.rep.Skipped++
-			continue
+		first := row.n
+		for j := range min(len(w), len(g)) {
+			c.token(row, Difference{Call: seq, Step: step, RequestID: id, Token: row.n}, w[j], g[j], want.TokenLogprobs(i, j), got.TokenLogprobs(i, j))
 		}
-		c.rep.Tokens[row.class]++
-		if w[0] != g[0] {
+		if len(w) != len(g) && !row.diverged {
 			row.diverged = true
-			d.What, d.Want, d.Got = row.class+" token", fmt.Sprint(w[0]), fmt.Sprint(g[0])
-			if why, ok := c.nearTie(row.class, w[0], g[0], want.Logprobs[i], got.Logprobs[i]); ok {
-				d.Detail = why
-				c.rep.NumNearTies++
-				if len(c.rep.NearTies) < c.max {
-					c.rep.NearTies = append(c.rep.NearTies, d)
-				}
-				continue
-			}
-			d.Detail = "beyond tolerance"
-			if c.tol.CrossBackend {
-				d.Detail = "not a near-tie by the logprobs at hand"
-			}
-			c.mismatch(d)
-			continue
+			c.mismatch(Difference{Call: seq, Step: step, RequestID: id, Token: first, What: "sampled tokens", Want: fmt.Sprint(w), Got: fmt.Sprint(g)})
 		}
-		if what, wv, gv := c.logprobs(want.Logprobs[i], got.Logprobs[i]); what != "" {
-			row.diverged = true
-			d.What, d.Want, d.Got = what, wv, gv
-			c.mismatch(d)
+	}
+}
+
+// token compares one sampled token of a row and its logprobs; a difference beyond tolerance
+// is a mismatch and ends the row's comparison (its later tokens follow other histories).
+func (c *comparer) token(row *rowState, d Difference, w, g int32, wl, gl *bridge.Logprobs) {
+	row.n++
+	if row.diverged || (row.class != rowGreedy && !c.tol.RandomRows) {
+		c.rep.Skipped++
+		return
+	}
+	c.rep.Tokens[row.class]++
+	if w != g {
+		row.diverged = true
+		d.What, d.Want, d.Got = row.class+" token", fmt.Sprint(w), fmt.Sprint(g)
+		if why, ok := c.nearTie(row.class, w, g, wl, gl); ok {
+			d.Detail = why
+			c.rep.NumNearTies++
+			if len(c.rep.NearTies) < c.max {
+				c.rep.NearTies = append(c.rep.NearTies, d)
+			}
+			return
 		}
+		d.Detail = "beyond tolerance"
+		if c.tol.CrossBackend {
+			d.Detail = "not a near-tie by the logprobs at hand"
+		}
+		c.mismatch(d)
+		return
+	}
+	if what, wv, gv := c.logprobs(wl, gl); what != "" {
+		row.diverged = true
+		d.What, d.Want, d.Got = what, wv, gv
+		c.mismatch(d)
 	}
 }
 

@@ -43,9 +43,20 @@ class ExecuteResult:
 
     req_ids: list[str]
     sampled_token_ids: list[list[int]]
+    # Per request None, or the row of its first sampled token.
     logprobs: list[TokenLogprobs | None]
     # Drafts proposed for each request's next step (empty lists when the plugin proposed none).
     draft_token_ids: list[list[int]] = dataclasses.field(default_factory=list)
+    # Per request the rows of its sampled tokens after the first (a verify step's accepted
+    # drafts and the target's token); empty where it has none (or no request has any).
+    more_logprobs: list[list[TokenLogprobs]] = dataclasses.field(default_factory=list)
+
+    def token_logprobs(self, i: int) -> list[TokenLogprobs]:
+        """Request i's logprobs rows, one per sampled token ([] when it asked for none)."""
+        first = self.logprobs[i]
+        if first is None:
+            return []
+        return [first, *(self.more_logprobs[i] if self.more_logprobs else [])]
 
 
 def sampling_params(
@@ -129,14 +140,17 @@ def decode_result(data: bytes) -> ExecuteResult:
     sampled = _list(obj.get("sampled_token_ids") or [], "sampled_token_ids")
     raw_lps = _list(obj.get("logprobs") or [], "logprobs")
     raw_drafts = _list(obj.get("draft_token_ids") or [], "draft_token_ids")
+    raw_more = _list(obj.get("more_logprobs") or [], "more_logprobs")
     if (
         len(sampled) != len(req_ids)
         or (raw_lps and len(raw_lps) != len(req_ids))
         or (raw_drafts and len(raw_drafts) != len(req_ids))
+        or (raw_more and len(raw_more) != len(req_ids))
     ):
         raise WireError(
             f"ExecuteModel result lists disagree: {len(req_ids)} req_ids, {len(sampled)} "
-            f"sampled_token_ids, {len(raw_lps)} logprobs, {len(raw_drafts)} draft_token_ids"
+            f"sampled_token_ids, {len(raw_lps)} logprobs, {len(raw_more)} more_logprobs, "
+            f"{len(raw_drafts)} draft_token_ids"
         )
     if not all(isinstance(r, str) for r in req_ids):
         raise WireError("ExecuteModel result: req_ids holds a non-string")
@@ -153,19 +167,42 @@ def decode_result(data: bytes) -> ExecuteResult:
             raise WireError(f"ExecuteModel result: draft_token_ids[{i}] holds a bad token id: {row!r}")
         drafts.append(row)
     lps: list[TokenLogprobs | None] = []
+    more: list[list[TokenLogprobs]] = []
     for i in range(len(req_ids)):
         lp = raw_lps[i] if raw_lps else None
+        rest = _list((raw_more[i] if raw_more else None) or [], f"more_logprobs[{i}]")
         if lp is None:
+            if rest:
+                raise WireError(f"ExecuteModel result: more_logprobs[{i}] without logprobs[{i}]")
             lps.append(None)
+            more.append([])
             continue
-        if not isinstance(lp, dict):
-            raise WireError(f"ExecuteModel result: logprobs[{i}] is not a map")
-        ids = _list(lp.get("token_ids") or [], f"logprobs[{i}].token_ids")
-        vals = _list(lp.get("logprobs") or [], f"logprobs[{i}].logprobs")
-        rank = lp.get("rank")
-        if not ids or len(ids) != len(vals) or not isinstance(rank, int):
-            raise WireError(f"ExecuteModel result: logprobs[{i}] is malformed: {lp!r}")
-        if not tokens[i] or ids[0] != tokens[i][0]:
-            raise WireError(f"ExecuteModel result: logprobs[{i}] does not start with the sampled token")
-        lps.append(TokenLogprobs(token_ids=[int(t) for t in ids], logprobs=[float(v) for v in vals], rank=rank))
-    return ExecuteResult(req_ids=list(req_ids), sampled_token_ids=tokens, logprobs=lps, draft_token_ids=drafts)
+        if len(rest) not in (0, len(tokens[i]) - 1):
+            raise WireError(
+                f"ExecuteModel result: {len(rest)} more_logprobs[{i}] rows for {len(tokens[i])} sampled tokens"
+            )
+        lps.append(_token_logprobs(lp, tokens[i][:1], f"logprobs[{i}]"))
+        more.append(
+            [_token_logprobs(r, tokens[i][j + 1 : j + 2], f"more_logprobs[{i}][{j}]") for j, r in enumerate(rest)]
+        )
+    return ExecuteResult(
+        req_ids=list(req_ids),
+        sampled_token_ids=tokens,
+        logprobs=lps,
+        draft_token_ids=drafts,
+        more_logprobs=more if any(more) else [],
+    )
+
+
+def _token_logprobs(lp: Any, token: list[int], what: str) -> TokenLogprobs:
+    """One logprobs row, which must start with its sampled token."""
+    if not isinstance(lp, dict):
+        raise WireError(f"ExecuteModel result: {what} is not a map")
+    ids = _list(lp.get("token_ids") or [], f"{what}.token_ids")
+    vals = _list(lp.get("logprobs") or [], f"{what}.logprobs")
+    rank = lp.get("rank")
+    if not ids or len(ids) != len(vals) or not isinstance(rank, int):
+        raise WireError(f"ExecuteModel result: {what} is malformed: {lp!r}")
+    if not token or ids[0] != token[0]:
+        raise WireError(f"ExecuteModel result: {what} does not start with the sampled token")
+    return TokenLogprobs(token_ids=[int(t) for t in ids], logprobs=[float(v) for v in vals], rank=rank)

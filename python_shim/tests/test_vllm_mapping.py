@@ -252,6 +252,32 @@ def test_result_to_model_runner_output() -> None:
         )
 
 
+def test_verify_step_logprobs_rows_per_token() -> None:
+    # A verify step: "a" emitted two accepted drafts and its own token, each with its row; "b"
+    # asked for none; "c" one token. vLLM's scheduler slices each request's rows by
+    # cu_num_generated_tokens, as from its own rejection sampler.
+    so = _so(cached=_cached([("a", 4, 1, None), ("b", 4, 1, None), ("c", 4, 1, None)]), sched={"a": 3, "b": 1, "c": 1})
+    row = lambda tok, lp: wire.TokenLogprobs([tok, 2], [lp, -3.0], 1)  # noqa: E731
+    res = wire.ExecuteResult(
+        req_ids=["a", "b", "c"],
+        sampled_token_ids=[[7, 8, 9], [4], [5]],
+        logprobs=[row(7, -0.1), None, row(5, -0.5)],
+        more_logprobs=[[row(8, -0.2), row(9, -0.3)], [], []],
+    )
+    out = mapping.result_to_model_runner_output(res, so)
+    assert out.logprobs is not None and out.logprobs.cu_num_generated_tokens == [0, 3, 4, 5]
+    a = out.logprobs.slice_request(0, 3)
+    assert a.logprob_token_ids[:, 0].tolist() == [7, 8, 9]
+    np.testing.assert_allclose(a.logprobs[:, 0], [-0.1, -0.2, -0.3])
+    c = out.logprobs.slice_request(2, 1)
+    assert c.logprob_token_ids[:, 0].tolist() == [5] and c.sampled_token_ranks.tolist() == [1]
+    # A step where every request sampled one token keeps vLLM's one-row-per-request layout.
+    one = wire.ExecuteResult(["a", "b", "c"], [[7], [4], [5]], [row(7, -0.1), None, row(5, -0.5)])
+    plain = mapping.result_to_model_runner_output(one, so).logprobs
+    assert plain is not None and plain.cu_num_generated_tokens is None
+    assert plain.slice_request(2, 1).logprob_token_ids[:, 0].tolist() == [5]
+
+
 # ---------------------------------------------------------------- through the real plugin
 
 REFERENCE = pathlib.Path(__file__).resolve().parents[2] / "testdata" / "models" / "qwen2-bf16" / "reference.json"

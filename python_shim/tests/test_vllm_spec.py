@@ -37,11 +37,16 @@ MAX_TOKENS = 24
 PREFIX_HIT = [5, 6, 7, 8] * 4 + [9]
 
 
-def _generate(binary: str, model: pathlib.Path, prompt: list[int]) -> list[int]:
+def _generate_json(binary: str, model: pathlib.Path, prompt: list[int], *extra: str) -> dict[str, Any]:
     cmd = [binary, "generate", "--model", str(model), "--prompt-ids", ",".join(map(str, prompt))]
-    cmd += ["--max-tokens", str(MAX_TOKENS), "--ignore-eos", "--temperature", "0", "--json"]
+    cmd += ["--max-tokens", str(MAX_TOKENS), "--ignore-eos", "--temperature", "0", "--json", *extra]
     out = subprocess.run(cmd, capture_output=True, check=True, timeout=120)
-    return [int(t) for t in json.loads(out.stdout)["token_ids"]]
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def _generate(binary: str, model: pathlib.Path, prompt: list[int]) -> list[int]:
+    return [int(t) for t in _generate_json(binary, model, prompt)["token_ids"]]
 
 
 def _serve(binary: str, model: pathlib.Path, log: pathlib.Path, spec: dict[str, Any]) -> Iterator[Server]:
@@ -109,13 +114,31 @@ def test_prefix_cache_hit_padded_with_placeholders(ngram_server: Server, plugin_
     assert _metric(ngram_server, "vllm:prefix_cache_hits_total", "") >= hits + 16
 
 
-def test_ngram_logprobs_and_sampling(ngram_server: Server) -> None:
+def test_ngram_logprobs_and_sampling(ngram_server: Server, plugin_binary: str) -> None:
     client = ngram_server.client()
-    # A request with logprobs gets no drafts (one logprobs row per step) and still one row per token.
+    # A request with logprobs gets drafts too, and a row for every token, accepted drafts
+    # included: the tokens and logprobs of atom-go without speculation.
+    want = _generate_json(plugin_binary, MODELS / "qwen2-bf16", PROMPTS[0], "--logprobs", "2")
+    accepted = _spec_counters(ngram_server)[1]
     r = client.completions.create(
-        model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=8, temperature=0, logprobs=2, extra_body={"ignore_eos": True}
+        model=MODEL_NAME,
+        prompt=PROMPTS[0],
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        logprobs=2,
+        extra_body={"ignore_eos": True, "return_token_ids": True},
     )
-    assert len(r.choices[0].logprobs.token_logprobs) == 8
+    accepted2 = _spec_counters(ngram_server)[1]
+    assert accepted2 > accepted, "drafts were accepted for the request with logprobs"
+    lps = r.choices[0].logprobs
+    assert [int(t) for t in r.choices[0].model_extra["token_ids"]] == want["token_ids"]
+    assert len(lps.token_logprobs) == MAX_TOKENS
+    for i, (got, ref) in enumerate(zip(lps.token_logprobs, want["logprobs"], strict=True)):
+        assert got == pytest.approx(ref["logprob"], abs=1e-4), i
+        # vLLM keys the alternatives by their text, so tokens that decode alike share an entry
+        # (the later one's value).
+        known = [ref["logprob"], *ref["top_logprobs"]]
+        assert all(any(abs(v - k) <= 1e-4 for k in known) for v in lps.top_logprobs[i].values()), i
     # A seeded sampling request verified by rejection sampling is repeatable.
     kw: dict[str, Any] = {"model": MODEL_NAME, "prompt": PROMPTS[0], "max_tokens": 16, "temperature": 0.8, "seed": 5}
     a = client.completions.create(**kw, extra_body={"ignore_eos": True})

@@ -48,6 +48,27 @@ def test_decode_result_with_drafts() -> None:
     assert wire.decode_result(_result()).draft_token_ids == []
 
 
+def _row(tok: int) -> dict[str, object]:
+    return {"token_ids": [tok, 2], "logprobs": [-0.25, -1.5], "rank": 1}
+
+
+def test_decode_result_with_more_logprobs() -> None:
+    # A verify step's tokens after the first carry their rows in more_logprobs.
+    r = wire.decode_result(
+        _result(
+            sampled_token_ids=[[5, 6, 9], [3]], logprobs=[_row(5), _row(3)], more_logprobs=[[_row(6), _row(9)], None]
+        )
+    )
+    assert [lp.token_ids[0] for lp in r.token_logprobs(0)] == [5, 6, 9]
+    assert [lp.token_ids[0] for lp in r.token_logprobs(1)] == [3]
+    assert r.more_logprobs == [
+        [wire.TokenLogprobs([6, 2], [-0.25, -1.5], 1), wire.TokenLogprobs([9, 2], [-0.25, -1.5], 1)],
+        [],
+    ]
+    assert wire.decode_result(_result()).more_logprobs == []
+    assert wire.decode_result(_result(logprobs=None)).token_logprobs(0) == []
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -63,6 +84,16 @@ def test_decode_result_with_drafts() -> None:
         (_result(logprobs=[{"token_ids": [5], "logprobs": [], "rank": 1}, None]), "malformed"),
         (_result(logprobs=[7, None]), "not a map"),
         (_result(draft_token_ids=[[1]]), "1 draft_token_ids"),
+        (_result(more_logprobs=[[]]), "1 more_logprobs"),
+        (
+            _result(sampled_token_ids=[[5, 6, 9], []], more_logprobs=[[_row(6)], None]),
+            "1 more_logprobs\\[0\\] rows for 3",
+        ),
+        (
+            _result(sampled_token_ids=[[5, 6], []], more_logprobs=[[_row(7)], None]),
+            "more_logprobs\\[0\\]\\[0\\] does not start",
+        ),
+        (_result(sampled_token_ids=[[5], [3, 4]], more_logprobs=[None, [_row(4)]]), "without logprobs\\[1\\]"),
         (_result(draft_token_ids=[[1], [-2]]), "draft_token_ids\\[1\\] holds a bad token id"),
         (_result(draft_token_ids=[[1], 3]), "draft_token_ids\\[1\\] is int"),
     ],

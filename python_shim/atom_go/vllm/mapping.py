@@ -271,7 +271,10 @@ def result_to_model_runner_output(result: wire.ExecuteResult, so: SchedulerOutpu
 
     Every scheduled request must be in the result (vLLM's scheduler looks each one up).
     Logprobs become one LogprobsLists row per request; a request that asked for none, or
-    sampled nothing this step, gets a row that vLLM never reads.
+    sampled nothing this step, gets a row that vLLM never reads. When a request sampled several
+    tokens with logprobs (a verify step), each sampled token gets its row and
+    cu_num_generated_tokens says where each request's rows start, as vLLM's rejection sampler
+    returns them.
     """
     from vllm.v1.outputs import LogprobsLists, ModelRunnerOutput
 
@@ -286,19 +289,27 @@ def result_to_model_runner_output(result: wire.ExecuteResult, so: SchedulerOutpu
         raise wire.WireError(f"ExecuteModel result names requests that were not scheduled: {extra[:5]}")
     logprobs = None
     if any(lp is not None for lp in result.logprobs):
-        width = max(len(lp.token_ids) for lp in result.logprobs if lp is not None)
-        n = len(result.req_ids)
-        ids = np.zeros((n, width), dtype=np.int32)
-        vals = np.full((n, width), -np.inf, dtype=np.float32)
-        ranks = np.zeros(n, dtype=np.int32)
-        for i, lp in enumerate(result.logprobs):
-            if lp is None:
-                continue
-            k = len(lp.token_ids)
-            ids[i, :k] = lp.token_ids
-            vals[i, :k] = lp.logprobs
-            ranks[i] = lp.rank
-        logprobs = LogprobsLists(logprob_token_ids=ids, logprobs=vals, sampled_token_ranks=ranks)
+        rows = [result.token_logprobs(i) for i in range(len(result.req_ids))]
+        # One row per request, or, when a request has several, one per sampled token (a
+        # request without logprobs keeps one unread row so every request has a start).
+        counts = [max(1, len(r)) for r in rows] if result.more_logprobs else [1] * len(rows)
+        starts = np.concatenate(([0], np.cumsum(counts))).astype(int).tolist()
+        width = max(len(lp.token_ids) for r in rows for lp in r)
+        ids = np.zeros((starts[-1], width), dtype=np.int32)
+        vals = np.full((starts[-1], width), -np.inf, dtype=np.float32)
+        ranks = np.zeros(starts[-1], dtype=np.int32)
+        for i, r in enumerate(rows):
+            for j, lp in enumerate(r):
+                k = len(lp.token_ids)
+                ids[starts[i] + j, :k] = lp.token_ids
+                vals[starts[i] + j, :k] = lp.logprobs
+                ranks[starts[i] + j] = lp.rank
+        logprobs = LogprobsLists(
+            logprob_token_ids=ids,
+            logprobs=vals,
+            sampled_token_ranks=ranks,
+            cu_num_generated_tokens=starts if result.more_logprobs else None,
+        )
     return ModelRunnerOutput(
         req_ids=list(result.req_ids),
         req_id_to_index=index,
