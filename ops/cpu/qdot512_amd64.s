@@ -10,6 +10,18 @@
 // REDUCE) whichever kernel computes it, so a row's result does not depend on the rows beside it
 // (batch invariance).
 //
+// Q4_1 and Q8_0 rows start with super-groups of 16 blocks (groupQ4S, groupQ8S in qgroup.go),
+// where a row spends one int32 lane a block instead of four: the weight side loads the 16
+// blocks' quants as 4 groups and transposes their dwords so that register j holds dword j of
+// every block (lane p·4+g: block 4g+p; Q4_1's split into low and high nibbles), and each
+// activation row adds 8 VPDPBUSD into 16 block sums (in two chains) and scales them once
+// (SGROW, SGROW8), where 4 groups scale 4 registers. The transposition is the weight side's,
+// paid once for the 8 rows (docs/performance.md has the 8-row kernels' gain). The blocks past the
+// last whole super-group take the group path. Super-group registers: Z16-Z19 and Z22-Z26 the
+// weight dwords, Z29 m_w and Z30 d_w of the 16 blocks, Z31 the gather offsets, then with
+// Z26-Z29 (Q8_0: Z23, Z27-Z29) the rows' two int32 chains.
+
+//
 // Every group loop first asks for the weight bytes 512 ahead (PREFETCHT0): at 8 activation
 // rows a weight row is compute-bound only while its bytes arrive in time, and the hardware
 // prefetcher alone left the 8-row step of the packaged model (BenchmarkSmolLM2Decode8) at
@@ -96,6 +108,130 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	VINSERTI32X4 $2, 44(SI), Z16, Z16 \
 	VINSERTI32X4 $3, 64(SI), Z16, Z16 \
 	Q4_SPLIT
+
+// Lane p·4+g of a super-group register holds block 4g+p: the byte offsets of the Q4_1 blocks'
+// (d, m) pairs in that order.
+DATA sgq41<>+0(SB)/4, $0
+DATA sgq41<>+4(SB)/4, $80
+DATA sgq41<>+8(SB)/4, $160
+DATA sgq41<>+12(SB)/4, $240
+DATA sgq41<>+16(SB)/4, $20
+DATA sgq41<>+20(SB)/4, $100
+DATA sgq41<>+24(SB)/4, $180
+DATA sgq41<>+28(SB)/4, $260
+DATA sgq41<>+32(SB)/4, $40
+DATA sgq41<>+36(SB)/4, $120
+DATA sgq41<>+40(SB)/4, $200
+DATA sgq41<>+44(SB)/4, $280
+DATA sgq41<>+48(SB)/4, $60
+DATA sgq41<>+52(SB)/4, $140
+DATA sgq41<>+56(SB)/4, $220
+DATA sgq41<>+60(SB)/4, $300
+GLOBL sgq41<>(SB), RODATA|NOPTR, $64
+
+// A Q4_1 super-group (16 blocks, 320 bytes): d_w of each block in Z30 and m_w in Z29 (lane
+// p·4+g: block 4g+p, gathered), the quants' dword j of every block in Z16+j (low nibbles,
+// elements 4j..4j+3) and Z22+j (high: 16+4j..), from the 4 groups' registers by a 4×4 dword
+// transposition within each 128-bit lane.
+#define SG_Q4_1 \
+	VMOVDQU32 sgq41<>(SB), Z31 \
+	KXNORW K1, K1, K1 \
+	VPGATHERDD (SI)(Z31*1), K1, Z26 \
+	VPMOVDW Z26, Y30 \
+	VCVTPH2PS Y30, Z30 \
+	VPSRLD $16, Z26, Z26 \
+	VPMOVDW Z26, Y29 \
+	VCVTPH2PS Y29, Z29 \
+	VMOVDQU32 4(SI), X16 \
+	VINSERTI32X4 $1, 24(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 44(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 64(SI), Z16, Z16 \
+	VMOVDQU32 84(SI), X17 \
+	VINSERTI32X4 $1, 104(SI), Z17, Z17 \
+	VINSERTI32X4 $2, 124(SI), Z17, Z17 \
+	VINSERTI32X4 $3, 144(SI), Z17, Z17 \
+	VMOVDQU32 164(SI), X18 \
+	VINSERTI32X4 $1, 184(SI), Z18, Z18 \
+	VINSERTI32X4 $2, 204(SI), Z18, Z18 \
+	VINSERTI32X4 $3, 224(SI), Z18, Z18 \
+	VMOVDQU32 244(SI), X19 \
+	VINSERTI32X4 $1, 264(SI), Z19, Z19 \
+	VINSERTI32X4 $2, 284(SI), Z19, Z19 \
+	VINSERTI32X4 $3, 304(SI), Z19, Z19 \
+	VPUNPCKLDQ Z17, Z16, Z26 \
+	VPUNPCKHDQ Z17, Z16, Z27 \
+	VPUNPCKLDQ Z19, Z18, Z28 \
+	VPUNPCKHDQ Z19, Z18, Z22 \
+	VPUNPCKLQDQ Z28, Z26, Z16 \
+	VPUNPCKHQDQ Z28, Z26, Z17 \
+	VPUNPCKLQDQ Z22, Z27, Z18 \
+	VPUNPCKHQDQ Z22, Z27, Z19 \
+	VPSRLW $4, Z16, Z22 \
+	VPSRLW $4, Z17, Z23 \
+	VPSRLW $4, Z18, Z24 \
+	VPSRLW $4, Z19, Z25 \
+	VPANDD Z20, Z16, Z16 \
+	VPANDD Z20, Z17, Z17 \
+	VPANDD Z20, Z18, Z18 \
+	VPANDD Z20, Z19, Z19 \
+	VPANDD Z20, Z22, Z22 \
+	VPANDD Z20, Z23, Z23 \
+	VPANDD Z20, Z24, Z24 \
+	VPANDD Z20, Z25, Z25
+
+// One activation row of a super-group: its quants at q (512 bytes: low then high dwords j of
+// every block for j = 0..3, in the weight registers' lane order), d_a of each block at d and
+// s_a at d+64. The low and high halves sum in two chains (t, u) and the block sums are scaled
+// by d_a·d_w into the row's accumulator, which takes the m_w·s_a terms too.
+#define SGROW(q, d, acc, t, u) \
+	VPXORD t, t, t \
+	VPXORD u, u, u \
+	VPDPBUSD 0 q, Z16, t \
+	VPDPBUSD 64 q, Z22, u \
+	VPDPBUSD 128 q, Z17, t \
+	VPDPBUSD 192 q, Z23, u \
+	VPDPBUSD 256 q, Z18, t \
+	VPDPBUSD 320 q, Z24, u \
+	VPDPBUSD 384 q, Z19, t \
+	VPDPBUSD 448 q, Z25, u \
+	VPADDD u, t, t \
+	VCVTDQ2PS t, t \
+	VMULPS 0 d, t, t \
+	VFMADD231PS Z30, t, acc \
+	VFMADD231PS 64 d, Z29, acc
+
+#define SGROWS1 \
+	SGROW((DI), (R8), Z0, Z27, Z26)
+
+#define SGROWS4 \
+	SGROWS1 \
+	SGROW((DI)(R10*1), (R8)(R12*1), Z1, Z28, Z31) \
+	SGROW((DI)(R10*2), (R8)(R12*2), Z2, Z27, Z26) \
+	SGROW((DI)(R11*1), (R8)(R13*1), Z3, Z28, Z31)
+
+#define SGROWS8 \
+	SGROWS4 \
+	SGROW((BX), (R9), Z4, Z27, Z26) \
+	SGROW((BX)(R10*1), (R9)(R12*1), Z5, Z28, Z31) \
+	SGROW((BX)(R10*2), (R9)(R12*2), Z6, Z27, Z26) \
+	SGROW((BX)(R11*1), (R9)(R13*1), Z7, Z28, Z31)
+
+// The weight bytes of the super-group after next (320 bytes ahead and on).
+#define SG_PREFETCH \
+	PREFETCHT0 512(SI) \
+	PREFETCHT0 576(SI) \
+	PREFETCHT0 640(SI) \
+	PREFETCHT0 704(SI) \
+	PREFETCHT0 768(SI)
+
+// The next super-group: 16 weight blocks of bs bytes, 512 activation bytes, 32 scales.
+#define SGNEXT(bs) \
+	ADDQ $(16*bs), SI \
+	ADDQ $512, DI \
+	ADDQ $512, BX \
+	ADDQ $128, R8 \
+	ADDQ $128, R9 \
+	SUBQ $16, CX
 
 // Q4_0's (d, d) pairs from the dwords (f16 d, two quant bytes) in X24: its x = d·(q - 8) is
 // Q4_1's form with m = d, the -8 applied to the m·s sum at the end.
@@ -195,6 +331,137 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 
 // One activation row of a Q8_0 group: the int32 sums start at the row's correction (at
 // ds+64: -128 times the sum of each lane's 8 activations), so they end exact.
+// Lane p·4+g of a super-group register holds block 4g+p: the byte offsets of the Q8_0 blocks'
+// d (in the low half of the dword) in that order.
+DATA sgq80<>+0(SB)/4, $0
+DATA sgq80<>+4(SB)/4, $136
+DATA sgq80<>+8(SB)/4, $272
+DATA sgq80<>+12(SB)/4, $408
+DATA sgq80<>+16(SB)/4, $34
+DATA sgq80<>+20(SB)/4, $170
+DATA sgq80<>+24(SB)/4, $306
+DATA sgq80<>+28(SB)/4, $442
+DATA sgq80<>+32(SB)/4, $68
+DATA sgq80<>+36(SB)/4, $204
+DATA sgq80<>+40(SB)/4, $340
+DATA sgq80<>+44(SB)/4, $476
+DATA sgq80<>+48(SB)/4, $102
+DATA sgq80<>+52(SB)/4, $238
+DATA sgq80<>+56(SB)/4, $374
+DATA sgq80<>+60(SB)/4, $510
+GLOBL sgq80<>(SB), RODATA|NOPTR, $64
+
+// A Q8_0 super-group (16 blocks, 544 bytes): d_w of each block in Z30 (lane p·4+g: block
+// 4g+p), the quants' dword j of every block, made unsigned (+128), in Z18, Z19, Z26, Z16 (j =
+// 0..3, elements 4j..4j+3) and Z24, Z25, Z17, Z22 (j = 4..7), by the 4×4 dword transposition
+// of the low halves' and of the high halves' group registers.
+#define SG_Q8_0 \
+	VMOVDQU32 sgq80<>(SB), Z31 \
+	KXNORW K1, K1, K1 \
+	VPGATHERDD (SI)(Z31*1), K1, Z26 \
+	VPMOVDW Z26, Y30 \
+	VCVTPH2PS Y30, Z30 \
+	VMOVDQU32 2(SI), X16 \
+	VINSERTI32X4 $1, 36(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 70(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 104(SI), Z16, Z16 \
+	VMOVDQU32 138(SI), X17 \
+	VINSERTI32X4 $1, 172(SI), Z17, Z17 \
+	VINSERTI32X4 $2, 206(SI), Z17, Z17 \
+	VINSERTI32X4 $3, 240(SI), Z17, Z17 \
+	VMOVDQU32 274(SI), X18 \
+	VINSERTI32X4 $1, 308(SI), Z18, Z18 \
+	VINSERTI32X4 $2, 342(SI), Z18, Z18 \
+	VINSERTI32X4 $3, 376(SI), Z18, Z18 \
+	VMOVDQU32 410(SI), X19 \
+	VINSERTI32X4 $1, 444(SI), Z19, Z19 \
+	VINSERTI32X4 $2, 478(SI), Z19, Z19 \
+	VINSERTI32X4 $3, 512(SI), Z19, Z19 \
+	VMOVDQU32 18(SI), X22 \
+	VINSERTI32X4 $1, 52(SI), Z22, Z22 \
+	VINSERTI32X4 $2, 86(SI), Z22, Z22 \
+	VINSERTI32X4 $3, 120(SI), Z22, Z22 \
+	VMOVDQU32 154(SI), X23 \
+	VINSERTI32X4 $1, 188(SI), Z23, Z23 \
+	VINSERTI32X4 $2, 222(SI), Z23, Z23 \
+	VINSERTI32X4 $3, 256(SI), Z23, Z23 \
+	VMOVDQU32 290(SI), X24 \
+	VINSERTI32X4 $1, 324(SI), Z24, Z24 \
+	VINSERTI32X4 $2, 358(SI), Z24, Z24 \
+	VINSERTI32X4 $3, 392(SI), Z24, Z24 \
+	VMOVDQU32 426(SI), X25 \
+	VINSERTI32X4 $1, 460(SI), Z25, Z25 \
+	VINSERTI32X4 $2, 494(SI), Z25, Z25 \
+	VINSERTI32X4 $3, 528(SI), Z25, Z25 \
+	SGT4(Z16, Z17, Z18, Z19, Z26, Z27) \
+	SGT4(Z22, Z23, Z24, Z25, Z17, Z27) \
+	VPXORD Z20, Z18, Z18 \
+	VPXORD Z20, Z19, Z19 \
+	VPXORD Z20, Z26, Z26 \
+	VPXORD Z20, Z16, Z16 \
+	VPXORD Z20, Z24, Z24 \
+	VPXORD Z20, Z25, Z25 \
+	VPXORD Z20, Z17, Z17 \
+	VPXORD Z20, Z22, Z22
+
+// The 4×4 dword transposition within each 128-bit lane of a0..a3 with the temporaries x and y:
+// dword j of every lane's 4 inputs ends in a2, a3, x, a0 (j = 0..3); a1 and y are left free.
+#define SGT4(a0, a1, a2, a3, x, y) \
+	VPUNPCKLDQ a1, a0, x \
+	VPUNPCKHDQ a1, a0, y \
+	VPUNPCKLDQ a3, a2, a0 \
+	VPUNPCKHDQ a3, a2, a1 \
+	VPUNPCKLQDQ a0, x, a2 \
+	VPUNPCKHQDQ a0, x, a3 \
+	VPUNPCKLQDQ a1, y, x \
+	VPUNPCKHQDQ a1, y, a0
+
+// One activation row of a Q8_0 super-group: quants at q as in SGROW, d_a of each block at d and
+// its -128·Σq_a at d+64 (int32), where the block sum starts.
+#define SGROW8(q, d, acc, t, u) \
+	VMOVDQU32 64 d, t \
+	VPXORD u, u, u \
+	VPDPBUSD 0 q, Z18, t \
+	VPDPBUSD 64 q, Z24, u \
+	VPDPBUSD 128 q, Z19, t \
+	VPDPBUSD 192 q, Z25, u \
+	VPDPBUSD 256 q, Z26, t \
+	VPDPBUSD 320 q, Z17, u \
+	VPDPBUSD 384 q, Z16, t \
+	VPDPBUSD 448 q, Z22, u \
+	VPADDD u, t, t \
+	VCVTDQ2PS t, t \
+	VMULPS 0 d, t, t \
+	VFMADD231PS Z30, t, acc
+
+#define SGROWS1_8 \
+	SGROW8((DI), (R8), Z0, Z23, Z27)
+
+#define SGROWS4_8 \
+	SGROWS1_8 \
+	SGROW8((DI)(R10*1), (R8)(R12*1), Z1, Z28, Z29) \
+	SGROW8((DI)(R10*2), (R8)(R12*2), Z2, Z23, Z27) \
+	SGROW8((DI)(R11*1), (R8)(R13*1), Z3, Z28, Z29)
+
+#define SGROWS8_8 \
+	SGROWS4_8 \
+	SGROW8((BX), (R9), Z4, Z23, Z27) \
+	SGROW8((BX)(R10*1), (R9)(R12*1), Z5, Z28, Z29) \
+	SGROW8((BX)(R10*2), (R9)(R12*2), Z6, Z23, Z27) \
+	SGROW8((BX)(R11*1), (R9)(R13*1), Z7, Z28, Z29)
+
+// The Q8_0 super-group after next's weight bytes (544 ahead and on).
+#define SG_PREFETCH8 \
+	PREFETCHT0 576(SI) \
+	PREFETCHT0 640(SI) \
+	PREFETCHT0 704(SI) \
+	PREFETCHT0 768(SI) \
+	PREFETCHT0 832(SI) \
+	PREFETCHT0 896(SI) \
+	PREFETCHT0 960(SI) \
+	PREFETCHT0 1024(SI) \
+	PREFETCHT0 1088(SI)
+
 #define ROW8(lo, hi, ds, corr, acc, t) \
 	VMOVDQU32 corr, t \
 	VPDPBUSD lo, Z16, t \
@@ -381,6 +648,14 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 // func dotQ4_1x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ4_1x4AVX512(SB), NOSPLIT, $0-56
 	PROLOGUE
+q41x4sg:
+	CMPQ CX, $16
+	JLT q41x4loop
+	SG_PREFETCH
+	SG_Q4_1
+	SGROWS4
+	SGNEXT(20)
+	JMP q41x4sg
 q41x4loop:
 	CMPQ CX, $4
 	JLT q41x4tail
@@ -404,6 +679,14 @@ q41x4done:
 // func dotQ4_1x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ4_1x1AVX512(SB), NOSPLIT, $0-56
 	PROLOGUE
+q41x1sg:
+	CMPQ CX, $16
+	JLT q41x1loop
+	SG_PREFETCH
+	SG_Q4_1
+	SGROWS1
+	SGNEXT(20)
+	JMP q41x1sg
 q41x1loop:
 	CMPQ CX, $4
 	JLT q41x1tail
@@ -479,6 +762,14 @@ TEXT ·dotQ8_0x4AVX512(SB), NOSPLIT, $0-56
 	PROLOGUE
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z20
+q80x4sg:
+	CMPQ CX, $16
+	JLT q80x4loop
+	SG_PREFETCH8
+	SG_Q8_0
+	SGROWS4_8
+	SGNEXT(34)
+	JMP q80x4sg
 q80x4loop:
 	CMPQ CX, $4
 	JLT q80x4tail
@@ -504,6 +795,14 @@ TEXT ·dotQ8_0x1AVX512(SB), NOSPLIT, $0-56
 	PROLOGUE
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z20
+q80x1sg:
+	CMPQ CX, $16
+	JLT q80x1loop
+	SG_PREFETCH8
+	SG_Q8_0
+	SGROWS1_8
+	SGNEXT(34)
+	JMP q80x1sg
 q80x1loop:
 	CMPQ CX, $4
 	JLT q80x1tail
@@ -638,6 +937,14 @@ TEXT ·dotQ4_1x8rAVX512(SB), NOSPLIT, $24-80
 	RSAVE
 q41x8rrow:
 	RSTART
+q41x8rsg:
+	CMPQ CX, $16
+	JLT q41x8rloop
+	SG_PREFETCH
+	SG_Q4_1
+	SGROWS8
+	SGNEXT(20)
+	JMP q41x8rsg
 q41x8rloop:
 	CMPQ CX, $4
 	JLT q41x8rtail
@@ -700,6 +1007,14 @@ TEXT ·dotQ8_0x8rAVX512(SB), NOSPLIT, $24-80
 	RSAVE
 q80x8rrow:
 	RSTART
+q80x8rsg:
+	CMPQ CX, $16
+	JLT q80x8rloop
+	SG_PREFETCH8
+	SG_Q8_0
+	SGROWS8_8
+	SGNEXT(34)
+	JMP q80x8rsg
 q80x8rloop:
 	CMPQ CX, $4
 	JLT q80x8rtail

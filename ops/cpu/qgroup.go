@@ -14,6 +14,10 @@ import (
 const (
 	groupBlocks = 4
 	groupBytes  = groupBlocks * qBlock
+	// A super-group (layoutQ4S) is 16 blocks: as many quant bytes and scales as they hold.
+	superBlocks = 16
+	superBytes  = superBlocks * qBlock
+	superScales = 2 * superBlocks
 )
 
 // groupLayout is how a weight format's kernels want an activation group.
@@ -22,8 +26,17 @@ const (
 // 16, the halves in which a Q4 block stores its nibbles; scales: each block's d_a over 4 lanes
 // (16 floats), then (0, s_a) for each block (8).
 //
+// Q4S (Q4_1): the row's first blocks in super-groups of 16, each 512 bytes of quants and 32
+// scales: for j = 0..3 the dwords j of the 16 blocks' low halves (elements 4j..4j+3), then of
+// their high halves (16+4j..), dword lane p·4+g holding block 4g+p (the order the kernel's
+// transposition leaves the weight blocks in); then d_a of each block (16, that lane order),
+// then s_a (16). The blocks after the last whole super-group follow in the Q4 layout.
+//
 // Q8 (Q8_0): the quants as Q4; scales: d_a over 4 lanes (16), then each lane's -128·Σq_a (16
 // int32 as float32 bits: the kernel reads the weights as unsigned bytes, q_w + 128).
+//
+// Q8S (Q8_0): super-groups as Q4S, with each block's -128·Σq_a (int32 bits) in place of s_a;
+// the blocks after the last whole super-group in the Q8 layout.
 //
 // Q6K (Q6_K): the 4 blocks' quants as they come; scales: d_a of the first two blocks over 8
 // lanes each (16), of the last two (16), then each lane's -32·Σq_a for the first 64 quants
@@ -37,13 +50,17 @@ type groupLayout struct {
 // The kinds of groupLayout.
 const (
 	layoutQ4 = iota
+	layoutQ4S
 	layoutQ8
+	layoutQ8S
 	layoutQ6K
 )
 
 var (
 	groupQ4  = groupLayout{layoutQ4, 24, [groupBlocks]int{0, 1, 2, 3}}
+	groupQ4S = groupLayout{layoutQ4S, 24, [groupBlocks]int{0, 1, 2, 3}}
 	groupQ8  = groupLayout{layoutQ8, 32, [groupBlocks]int{0, 1, 2, 3}}
+	groupQ8S = groupLayout{layoutQ8S, 32, [groupBlocks]int{0, 1, 2, 3}}
 	groupQ6K = groupLayout{layoutQ6K, 64, [groupBlocks]int{0, 1, 2, 3}}
 	// A Q4_K (Q5_K) group's low nibbles hold its sub-blocks 0 and 2: the kernel's shuffles
 	// leave them in the order 0, 2, 1, 3.
@@ -53,8 +70,10 @@ var (
 // layoutOf returns the grouped layout of a weight format's kernels.
 func layoutOf(t ops.GGMLType) *groupLayout {
 	switch t {
+	case ops.GGMLQ4_1:
+		return &groupQ4S
 	case ops.GGMLQ8_0:
-		return &groupQ8
+		return &groupQ8S
 	case ops.GGMLQ4_K, ops.GGMLQ5_K:
 		return &groupQ4K
 	case ops.GGMLQ6_K:
@@ -108,15 +127,64 @@ func (s groupKernelSet) of(t ops.GGMLType) *qGroupKernels {
 	return nil
 }
 
-// groupGeometry returns a row's groups, bytes and scales in a grouped layout for k values.
-func groupGeometry(k int, l *groupLayout) (groups, bytes, scales int) {
-	groups = (k/qBlock + groupBlocks - 1) / groupBlocks
-	return groups, groups * groupBytes, groups * l.scales
+// groupGeometry returns a row's bytes and scales in a grouped layout for k values.
+func groupGeometry(k int, l *groupLayout) (bytes, scales int) {
+	nb := k / qBlock
+	if rest := l.rest(); rest != nil {
+		sg := nb / superBlocks
+		rb, rs := groupGeometry(k-sg*superBytes, rest)
+		return sg*superBytes + rb, sg*superScales + rs
+	}
+	groups := (nb + groupBlocks - 1) / groupBlocks
+	return groups * groupBytes, groups * l.scales
+}
+
+// rest is the layout of the blocks after a super-group layout's super-groups; nil for a layout
+// without super-groups.
+func (l *groupLayout) rest() *groupLayout {
+	switch l.kind {
+	case layoutQ4S:
+		return &groupQ4
+	case layoutQ8S:
+		return &groupQ8
+	}
+	return nil
+}
+
+// superRows writes the whole super-groups of a row quantized by quantizeRow (layoutQ4S,
+// layoutQ8S) and returns how many blocks they hold.
+func superRows(gq []int8, gs []float32, qs []int8, ds []float32, l *groupLayout) int {
+	sg := len(qs) / superBytes
+	for s := range sg {
+		q, sc := gq[s*superBytes:(s+1)*superBytes], gs[s*superScales:(s+1)*superScales]
+		for i := range superBlocks {
+			b := s*superBlocks + 4*(i%4) + i/4 // lane i = p·4+g holds block 4g+p
+			src := qs[b*qBlock : (b+1)*qBlock]
+			for j := range 4 {
+				copy(q[128*j+4*i:128*j+4*i+4], src[4*j:4*j+4])
+				copy(q[128*j+64+4*i:128*j+64+4*i+4], src[16+4*j:16+4*j+4])
+			}
+			sc[i], sc[superBlocks+i] = ds[2*b], ds[2*b+1]
+			if l.kind == layoutQ8S {
+				var sum int32
+				for _, v := range src {
+					sum += int32(v)
+				}
+				sc[superBlocks+i] = math.Float32frombits(uint32(-128 * sum))
+			}
+		}
+	}
+	return sg * superBlocks
 }
 
 // groupRow rewrites one row quantized by quantizeRow (qs, ds: nb blocks) into a grouped layout
 // (gq, gs).
 func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, l *groupLayout) {
+	if rest := l.rest(); rest != nil {
+		n := superRows(gq, gs, qs, ds, l)
+		groupRow(gq[n*qBlock:], gs[2*n:], qs[n*qBlock:], ds[2*n:], rest)
+		return
+	}
 	nb := len(qs) / qBlock
 	for g := 0; g*groupBlocks < nb; g++ {
 		q, s := gq[g*groupBytes:(g+1)*groupBytes], gs[g*l.scales:(g+1)*l.scales]
@@ -176,7 +244,7 @@ func groupRow(gq []int8, gs []float32, qs []int8, ds []float32, l *groupLayout) 
 // scratch (all grown to the largest call and reused), the rows split over the workers.
 func (b *Backend) groupActs(x *Tensor, rows, k int, l *groupLayout) ([]int8, []float32) {
 	nb := k / qBlock
-	_, gb, gsc := groupGeometry(k, l)
+	gb, gsc := groupGeometry(k, l)
 	if cap(b.qs) < rows*k {
 		b.qs = make([]int8, rows*k)
 	}
@@ -208,7 +276,7 @@ func (b *Backend) qLinearGrouped(o, xt, bt *Tensor, q *qData, kern *qGroupKernel
 	nb := k / qBlock
 	l := layoutOf(q.typ)
 	gq, gs := b.groupActs(xt, rows, k, l)
-	_, gb, gsc := groupGeometry(k, l)
+	gb, gsc := groupGeometry(k, l)
 	tiles := (n + qTileRows - 1) / qTileRows
 	b.pool.run(tiles, func(lo, hi, worker int) {
 		j0, j1 := lo*qTileRows, min(n, hi*qTileRows)

@@ -69,11 +69,11 @@ func BenchmarkQ4_1Kernels(b *testing.B) {
 	rb := nb * 20
 	x := randRow(rng, 8*k)
 	a, ds := make([]int8, 8*k), make([]float32, 8*2*nb)
-	_, gb, gsc := groupGeometry(k, &groupQ4)
+	gb, gsc := groupGeometry(k, layoutOf(ops.GGMLQ4_1))
 	gq, gs := make([]int8, 8*gb), make([]float32, 8*gsc)
 	for r := range 8 {
 		quantizeRow(a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], x[r*k:(r+1)*k])
-		groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], &groupQ4)
+		groupRow(gq[r*gb:(r+1)*gb], gs[r*gsc:(r+1)*gsc], a[r*k:(r+1)*k], ds[r*2*nb:(r+1)*2*nb], layoutOf(ops.GGMLQ4_1))
 	}
 	var out [8]float32
 	var four [4]float32

@@ -51,7 +51,7 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 			x := randRow(rng, rows*k)
 			clear(x[k : k+qBlock]) // a zero block: d = 0
 			a, ds := make([]int8, rows*k), make([]float32, rows*2*nb32)
-			_, gb, gsc := groupGeometry(k, layoutOf(kind.typ))
+			gb, gsc := groupGeometry(k, layoutOf(kind.typ))
 			gq, gs := make([]int8, rows*gb), make([]float32, rows*gsc)
 			for r := range rows {
 				quantizeRow(a[r*k:(r+1)*k], ds[r*2*nb32:(r+1)*2*nb32], x[r*k:(r+1)*k])
