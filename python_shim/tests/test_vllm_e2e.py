@@ -271,7 +271,9 @@ def test_streamed_completion_matches(server: Server, reference: Any, prompt: str
     chunks = list(
         server.client().completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=12, temperature=0, stream=True)
     )
-    assert len(chunks) > 2
+    # vLLM merges the deltas a client has not read yet into one chunk, so how many chunks come
+    # depends on timing (a loaded machine may see all 12 tokens in one); their text must not.
+    assert chunks
     assert _same_text("".join(c.choices[0].text for c in chunks if c.choices), ref["text"])
     assert chunks[-1].choices[0].finish_reason == ref["finish_reason"]
 
