@@ -216,13 +216,15 @@ GLOBL sgq41<>(SB), RODATA|NOPTR, $64
 	SGROW((BX)(R10*2), (R9)(R12*2), Z6, Z27, Z26) \
 	SGROW((BX)(R11*1), (R9)(R13*1), Z7, Z28, Z31)
 
-// The weight bytes of the super-group after next (320 bytes ahead and on).
+// The weight bytes 2 KiB ahead, a super-group's worth: the 8-row super-group loop consumes
+// weight bytes faster than the group loop, and 512 bytes ahead left the 8-sequence step of the
+// packaged model waiting on memory (docs/performance.md).
 #define SG_PREFETCH \
-	PREFETCHT0 512(SI) \
-	PREFETCHT0 576(SI) \
-	PREFETCHT0 640(SI) \
-	PREFETCHT0 704(SI) \
-	PREFETCHT0 768(SI)
+	PREFETCHT0 2048(SI) \
+	PREFETCHT0 2112(SI) \
+	PREFETCHT0 2176(SI) \
+	PREFETCHT0 2240(SI) \
+	PREFETCHT0 2304(SI)
 
 // The next super-group: 16 weight blocks of bs bytes, 512 activation bytes, 32 scales.
 #define SGNEXT(bs) \
@@ -450,17 +452,17 @@ GLOBL sgq80<>(SB), RODATA|NOPTR, $64
 	SGROW8((BX)(R10*2), (R9)(R12*2), Z6, Z23, Z27) \
 	SGROW8((BX)(R11*1), (R9)(R13*1), Z7, Z28, Z29)
 
-// The Q8_0 super-group after next's weight bytes (544 ahead and on).
+// The weight bytes 2 KiB ahead, a Q8_0 super-group's worth (SG_PREFETCH).
 #define SG_PREFETCH8 \
-	PREFETCHT0 576(SI) \
-	PREFETCHT0 640(SI) \
-	PREFETCHT0 704(SI) \
-	PREFETCHT0 768(SI) \
-	PREFETCHT0 832(SI) \
-	PREFETCHT0 896(SI) \
-	PREFETCHT0 960(SI) \
-	PREFETCHT0 1024(SI) \
-	PREFETCHT0 1088(SI)
+	PREFETCHT0 2048(SI) \
+	PREFETCHT0 2112(SI) \
+	PREFETCHT0 2176(SI) \
+	PREFETCHT0 2240(SI) \
+	PREFETCHT0 2304(SI) \
+	PREFETCHT0 2368(SI) \
+	PREFETCHT0 2432(SI) \
+	PREFETCHT0 2496(SI) \
+	PREFETCHT0 2560(SI)
 
 #define ROW8(lo, hi, ds, corr, acc, t) \
 	VMOVDQU32 corr, t \
