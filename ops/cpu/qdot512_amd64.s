@@ -10,23 +10,21 @@
 // REDUCE) whichever kernel computes it, so a row's result does not depend on the rows beside it
 // (batch invariance).
 //
-// Q4_1 and Q8_0 rows start with super-groups of 16 blocks (groupQ4S, groupQ8S in qgroup.go),
-// where a row spends one int32 lane a block instead of four: the weight side loads the 16
-// blocks' quants as 4 groups and transposes their dwords so that register j holds dword j of
-// every block (lane p·4+g: block 4g+p; Q4_1's split into low and high nibbles), and each
-// activation row adds 8 VPDPBUSD into 16 block sums (in two chains) and scales them once
-// (SGROW, SGROW8), where 4 groups scale 4 registers. The transposition is the weight side's,
-// paid once for the 8 rows (docs/performance.md has the 8-row kernels' gain). The blocks past the
-// last whole super-group take the group path. Super-group registers: Z16-Z19 and Z22-Z26 the
-// weight dwords, Z29 m_w and Z30 d_w of the 16 blocks, Z31 the gather offsets, then with
-// Z26-Z29 (Q8_0: Z23, Z27-Z29) the rows' two int32 chains.
-
+// Q4_0, Q4_1 and Q8_0 rows start with super-groups of 16 blocks (groupQ4S and groupQ8S in
+// qgroup.go), where a row spends one int32 lane a block instead of four: the weight side loads
+// the 16 blocks' quants as 4 groups and transposes their dwords so that a register holds dword
+// j of every block (lane p·4+g: block 4g+p; Q4's then split into low and high nibbles), and
+// each activation row adds 8 VPDPBUSD into 16 block sums (in two chains) and scales them once
+// (SGROW, SGROW8) where 4 groups scale 4 registers. The transposition is the weight side's,
+// paid once for the 8 rows (docs/performance.md has the gain). The blocks past the last whole
+// super-group take the group path. Super-group registers: the weight dwords in Z16-Z19 and
+// Z22-Z25 (Q8_0: Z16-Z19, Z22, Z24-Z26), Z29 m_w and Z30 d_w of the 16 blocks, Z31 the gather
+// offsets; the rows' two int32 chains in Z26-Z28 and Z31 (Q8_0: Z23, Z27-Z29).
 //
-// Every group loop first asks for the weight bytes 512 ahead (PREFETCHT0): at 8 activation
-// rows a weight row is compute-bound only while its bytes arrive in time, and the hardware
-// prefetcher alone left the 8-row step of the packaged model (BenchmarkSmolLM2Decode8) at
-// 455-469 tok/s where the software prefetch gives 522-574 (256 and 1024 bytes ahead: the same
-// within the noise).
+// Every group loop first asks for the weight bytes 512 ahead (PREFETCHT0), every super-group
+// loop 2 KiB ahead: at 8 activation rows a weight row is compute-bound only while its bytes
+// arrive in time, which the hardware prefetcher alone did not manage for the 8-row step of the
+// packaged model (BenchmarkSmolLM2Decode8; docs/performance.md).
 //
 // Registers: Z0-Z7 the rows' accumulators, Y8-Y15 their m·s sums (Q4_1, Q5_1; d·s for Q4_0,
 // Q5_0), Z16/Z17 the group's low and high quants (unsigned; Q8_0's made so by +128), Z18 d_w of
@@ -129,10 +127,49 @@ DATA sgq41<>+56(SB)/4, $220
 DATA sgq41<>+60(SB)/4, $300
 GLOBL sgq41<>(SB), RODATA|NOPTR, $64
 
+// Lane p·4+g of a super-group register holds block 4g+p: the byte offsets of the Q4_0 blocks' d
+// in that order.
+DATA sgq40<>+0(SB)/4, $0
+DATA sgq40<>+4(SB)/4, $72
+DATA sgq40<>+8(SB)/4, $144
+DATA sgq40<>+12(SB)/4, $216
+DATA sgq40<>+16(SB)/4, $18
+DATA sgq40<>+20(SB)/4, $90
+DATA sgq40<>+24(SB)/4, $162
+DATA sgq40<>+28(SB)/4, $234
+DATA sgq40<>+32(SB)/4, $36
+DATA sgq40<>+36(SB)/4, $108
+DATA sgq40<>+40(SB)/4, $180
+DATA sgq40<>+44(SB)/4, $252
+DATA sgq40<>+48(SB)/4, $54
+DATA sgq40<>+52(SB)/4, $126
+DATA sgq40<>+56(SB)/4, $198
+DATA sgq40<>+60(SB)/4, $270
+GLOBL sgq40<>(SB), RODATA|NOPTR, $64
+
+// -8 over the lanes: Q4_0's x = d·(q - 8) is Q4_1's form with m = -8·d.
+DATA minus8<>+0(SB)/4, $-8.0
+DATA minus8<>+4(SB)/4, $-8.0
+DATA minus8<>+8(SB)/4, $-8.0
+DATA minus8<>+12(SB)/4, $-8.0
+DATA minus8<>+16(SB)/4, $-8.0
+DATA minus8<>+20(SB)/4, $-8.0
+DATA minus8<>+24(SB)/4, $-8.0
+DATA minus8<>+28(SB)/4, $-8.0
+DATA minus8<>+32(SB)/4, $-8.0
+DATA minus8<>+36(SB)/4, $-8.0
+DATA minus8<>+40(SB)/4, $-8.0
+DATA minus8<>+44(SB)/4, $-8.0
+DATA minus8<>+48(SB)/4, $-8.0
+DATA minus8<>+52(SB)/4, $-8.0
+DATA minus8<>+56(SB)/4, $-8.0
+DATA minus8<>+60(SB)/4, $-8.0
+GLOBL minus8<>(SB), RODATA|NOPTR, $64
+
 // A Q4_1 super-group (16 blocks, 320 bytes): d_w of each block in Z30 and m_w in Z29 (lane
 // p·4+g: block 4g+p, gathered), the quants' dword j of every block in Z16+j (low nibbles,
 // elements 4j..4j+3) and Z22+j (high: 16+4j..), from the 4 groups' registers by a 4×4 dword
-// transposition within each 128-bit lane.
+// transposition within each 128-bit lane (SG_Q4_SPLIT).
 #define SG_Q4_1 \
 	VMOVDQU32 sgq41<>(SB), Z31 \
 	KXNORW K1, K1, K1 \
@@ -158,6 +195,37 @@ GLOBL sgq41<>(SB), RODATA|NOPTR, $64
 	VINSERTI32X4 $1, 264(SI), Z19, Z19 \
 	VINSERTI32X4 $2, 284(SI), Z19, Z19 \
 	VINSERTI32X4 $3, 304(SI), Z19, Z19 \
+	SG_Q4_SPLIT
+
+// A Q4_0 super-group (16 blocks, 288 bytes): as Q4_1's, with m_w = -8·d_w.
+#define SG_Q4_0 \
+	VMOVDQU32 sgq40<>(SB), Z31 \
+	KXNORW K1, K1, K1 \
+	VPGATHERDD (SI)(Z31*1), K1, Z26 \
+	VPMOVDW Z26, Y30 \
+	VCVTPH2PS Y30, Z30 \
+	VMULPS minus8<>(SB), Z30, Z29 \
+	VMOVDQU32 2(SI), X16 \
+	VINSERTI32X4 $1, 20(SI), Z16, Z16 \
+	VINSERTI32X4 $2, 38(SI), Z16, Z16 \
+	VINSERTI32X4 $3, 56(SI), Z16, Z16 \
+	VMOVDQU32 74(SI), X17 \
+	VINSERTI32X4 $1, 92(SI), Z17, Z17 \
+	VINSERTI32X4 $2, 110(SI), Z17, Z17 \
+	VINSERTI32X4 $3, 128(SI), Z17, Z17 \
+	VMOVDQU32 146(SI), X18 \
+	VINSERTI32X4 $1, 164(SI), Z18, Z18 \
+	VINSERTI32X4 $2, 182(SI), Z18, Z18 \
+	VINSERTI32X4 $3, 200(SI), Z18, Z18 \
+	VMOVDQU32 218(SI), X19 \
+	VINSERTI32X4 $1, 236(SI), Z19, Z19 \
+	VINSERTI32X4 $2, 254(SI), Z19, Z19 \
+	VINSERTI32X4 $3, 272(SI), Z19, Z19 \
+	SG_Q4_SPLIT
+
+// The 4 groups' quant registers Z16-Z19 (128-bit lane p of Z16+g: block 4g+p) to dword j of
+// every block in Z16+j, low nibbles, and Z22+j, high nibbles.
+#define SG_Q4_SPLIT \
 	VPUNPCKLDQ Z17, Z16, Z26 \
 	VPUNPCKHDQ Z17, Z16, Z27 \
 	VPUNPCKLDQ Z19, Z18, Z28 \
@@ -713,6 +781,14 @@ q41x1done:
 // func dotQ4_0x4AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ4_0x4AVX512(SB), NOSPLIT, $0-56
 	PROLOGUE
+q40x4sg:
+	CMPQ CX, $16
+	JLT q40x4loop
+	SG_PREFETCH
+	SG_Q4_0
+	SGROWS4
+	SGNEXT(18)
+	JMP q40x4sg
 q40x4loop:
 	CMPQ CX, $4
 	JLT q40x4tail
@@ -737,6 +813,14 @@ q40x4done:
 // func dotQ4_0x1AVX512(w *byte, a *int8, ds *float32, nb, astride, dstride int, out *float32)
 TEXT ·dotQ4_0x1AVX512(SB), NOSPLIT, $0-56
 	PROLOGUE
+q40x1sg:
+	CMPQ CX, $16
+	JLT q40x1loop
+	SG_PREFETCH
+	SG_Q4_0
+	SGROWS1
+	SGNEXT(18)
+	JMP q40x1sg
 q40x1loop:
 	CMPQ CX, $4
 	JLT q40x1tail
@@ -976,6 +1060,14 @@ TEXT ·dotQ4_0x8rAVX512(SB), NOSPLIT, $24-80
 	RSAVE
 q40x8rrow:
 	RSTART
+q40x8rsg:
+	CMPQ CX, $16
+	JLT q40x8rloop
+	SG_PREFETCH
+	SG_Q4_0
+	SGROWS8
+	SGNEXT(18)
+	JMP q40x8rsg
 q40x8rloop:
 	CMPQ CX, $4
 	JLT q40x8rtail

@@ -26,7 +26,7 @@ const (
 // 16, the halves in which a Q4 block stores its nibbles; scales: each block's d_a over 4 lanes
 // (16 floats), then (0, s_a) for each block (8).
 //
-// Q4S (Q4_1): the row's first blocks in super-groups of 16, each 512 bytes of quants and 32
+// Q4S (Q4_0, Q4_1): the row's first blocks in super-groups of 16, each 512 bytes of quants and 32
 // scales: for j = 0..3 the dwords j of the 16 blocks' low halves (elements 4j..4j+3), then of
 // their high halves (16+4j..), dword lane p·4+g holding block 4g+p (the order the kernel's
 // transposition leaves the weight blocks in); then d_a of each block (16, that lane order),
@@ -70,7 +70,7 @@ var (
 // layoutOf returns the grouped layout of a weight format's kernels.
 func layoutOf(t ops.GGMLType) *groupLayout {
 	switch t {
-	case ops.GGMLQ4_1:
+	case ops.GGMLQ4_0, ops.GGMLQ4_1:
 		return &groupQ4S
 	case ops.GGMLQ8_0:
 		return &groupQ8S

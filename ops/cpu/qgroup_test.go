@@ -80,14 +80,26 @@ func TestGroupKernelsMatchGo(t *testing.T) {
 				require.Equal(t, got1[r], got8[r], "%v, %d blocks, row %d: 8 rows against 1", kind.typ, nb, r)
 				require.Equal(t, got1[r], got4[r], "%v, %d blocks, row %d: 4 rows against 1", kind.typ, nb, r)
 				want := kind.ref(w, a[r*k:(r+1)*k], ds[r*2*nb32:(r+1)*2*nb32])
-				// Both sum exact int32 products; only the float accumulation order differs.
+				// Both sum exact int32 products; only the float accumulation order differs. The
+				// bound is on the terms' magnitudes: for the blocks of 32, |d_w·d_a|·128·Σ|q_a| a
+				// block (|q_w| and |m_w/d_w| below 128), tight enough that one wrong scale in a
+				// block fails; the K-quants' sub-block scales take the looser 127·128·32.
 				var scale float64
 				for b := range nb32 {
 					wb := b * qBlock / kind.typ.BlockElems() * kind.typ.BlockBytes()
 					if kind.typ == ops.GGMLQ6_K {
 						wb += 208
 					}
-					scale += math.Abs(float64(f16le(w[wb:]) * 128 * ds[r*2*nb32+2*b] * 127 * 128 * 32))
+					dd := math.Abs(float64(f16le(w[wb:]) * ds[r*2*nb32+2*b]))
+					if kind.typ.BlockElems() != qBlock {
+						scale += dd * 128 * 127 * 128 * 32
+						continue
+					}
+					var sum float64
+					for _, q := range a[r*k+b*qBlock : r*k+(b+1)*qBlock] {
+						sum += math.Abs(float64(q))
+					}
+					scale += dd * 128 * sum
 				}
 				require.InDelta(t, want, got1[r], 1e-5*scale+1e-6, "%v, %d blocks, row %d", kind.typ, nb, r)
 			}
