@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"unsafe"
 
 	"github.com/atom-go/atom/ops"
 )
@@ -155,19 +156,20 @@ func (l *groupLayout) rest() *groupLayout {
 // layoutQ8S) and returns how many blocks they hold.
 func superRows(gq []int8, gs []float32, qs []int8, ds []float32, l *groupLayout) int {
 	sg := len(qs) / superBytes
+	// The quants move a dword (4 elements) at a time: dword j of a block goes to dword 32j
+	// plus its lane (low half) or 32j + 16 plus its lane (high half) of the super-group.
+	src, dst := dwords(qs[:sg*superBytes]), dwords(gq[:sg*superBytes])
 	for s := range sg {
-		q, sc := gq[s*superBytes:(s+1)*superBytes], gs[s*superScales:(s+1)*superScales]
+		d, sc := dst[s*superBytes/4:(s+1)*superBytes/4], gs[s*superScales:(s+1)*superScales]
 		for i := range superBlocks {
 			b := s*superBlocks + 4*(i%4) + i/4 // lane i = p·4+g holds block 4g+p
-			src := qs[b*qBlock : (b+1)*qBlock]
-			for j := range 4 {
-				copy(q[128*j+4*i:128*j+4*i+4], src[4*j:4*j+4])
-				copy(q[128*j+64+4*i:128*j+64+4*i+4], src[16+4*j:16+4*j+4])
-			}
+			blk := src[b*qBlock/4 : (b+1)*qBlock/4]
+			d[i], d[32+i], d[64+i], d[96+i] = blk[0], blk[1], blk[2], blk[3]
+			d[16+i], d[48+i], d[80+i], d[112+i] = blk[4], blk[5], blk[6], blk[7]
 			sc[i], sc[superBlocks+i] = ds[2*b], ds[2*b+1]
 			if l.kind == layoutQ8S {
 				var sum int32
-				for _, v := range src {
+				for _, v := range qs[b*qBlock : (b+1)*qBlock] {
 					sum += int32(v)
 				}
 				sc[superBlocks+i] = math.Float32frombits(uint32(-128 * sum))
@@ -175,6 +177,11 @@ func superRows(gq []int8, gs []float32, qs []int8, ds []float32, l *groupLayout)
 		}
 	}
 	return sg * superBlocks
+}
+
+// dwords views quant bytes (a multiple of 4) as dwords, to move 4 at a time.
+func dwords(b []int8) []uint32 {
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
 }
 
 // groupRow rewrites one row quantized by quantizeRow (qs, ds: nb blocks) into a grouped layout
