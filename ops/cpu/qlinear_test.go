@@ -98,8 +98,12 @@ func TestQWeightRefusesBadBlocks(t *testing.T) {
 		{"K-quant columns not whole blocks", ops.GGMLQ4_K, []int{1, 288}, 162, "not whole"},
 	}
 	for _, c := range cases {
+		want := c.want
+		if c.typ == ops.GGMLQ4_K && groupKernels.of(c.typ) == nil {
+			want = "no vector kernels" // an AVX2 cpu refuses the type before its shape
+		}
 		_, err := be.Weight("w", ops.WeightDesc{Format: ops.GGMLBlocks, GGML: c.typ}, c.shape, make([]byte, c.bytes))
-		require.ErrorContains(t, err, c.want, c.name)
+		require.ErrorContains(t, err, want, c.name)
 	}
 }
 
