@@ -421,12 +421,13 @@ KILL_TOKENS = 200
 
 
 def _kill_under_streams(server: Server, reference: Any, pid: int) -> None:
-    """Runs STREAMS concurrent greedy streams, SIGKILLs atom-plugin (pid) as the first of them
-    reports a token (each stream held at its first chunk until the kill is done, so the batch is
-    far from its end) and requires every stream to end with exactly the tokens of `atom-plugin
-    generate`."""
+    """Runs STREAMS concurrent greedy streams, SIGKILLs atom-plugin (pid) as soon as atom-go
+    holds requests of them (each stream held at its first chunk until the kill is done) and
+    requires every stream to end with exactly the tokens of `atom-plugin generate`. The kill
+    waits on atom-go's own count of running requests, not on the client's first chunk: vLLM's
+    API server can hand a loaded machine's client its first chunk after the engine ran the
+    whole batch, and a kill then finds nothing to recover."""
     prompts = [[1, 10 + i, 200 + 3 * i, 7] for i in range(STREAMS)]
-    first = threading.Event()
     killed = threading.Event()
 
     def stream(prompt: list[int]) -> tuple[list[int], str | None]:
@@ -444,15 +445,14 @@ def _kill_under_streams(server: Server, reference: Any, pid: int) -> None:
             if c.choices:
                 ids += (c.choices[0].model_extra or {}).get("token_ids") or []
                 finish = c.choices[0].finish_reason or finish
-            if ids and not held:  # the first chunk with a token: atom-go holds the request
+            if ids and not held:  # the first chunk with a token: held until the kill
                 held = True
-                first.set()
                 assert killed.wait(120), "the kill did not happen"
         return ids, finish
 
     with concurrent.futures.ThreadPoolExecutor(STREAMS) as pool:
         futures = [pool.submit(stream, p) for p in prompts]
-        assert first.wait(120), "no stream started"
+        _poll(lambda: server.describe()["running_requests"] > 0, 120, "atom-go to hold requests of the streams")
         t_kill = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         killed.set()
