@@ -68,22 +68,7 @@ GLOBL lane2block<>(SB), RODATA|NOPTR, $64
 	MOVL $0x0f0f0f0f, AX \
 	VPBROADCASTD AX, Z20 \
 	VMOVDQU32 lane2block<>(SB), Z21 \
-	VPXORD Z0, Z0, Z0 \
-	VPXORD Z1, Z1, Z1 \
-	VPXORD Z2, Z2, Z2 \
-	VPXORD Z3, Z3, Z3 \
-	VPXORD Z4, Z4, Z4 \
-	VPXORD Z5, Z5, Z5 \
-	VPXORD Z6, Z6, Z6 \
-	VPXORD Z7, Z7, Z7 \
-	VPXORD Z8, Z8, Z8 \
-	VPXORD Z9, Z9, Z9 \
-	VPXORD Z10, Z10, Z10 \
-	VPXORD Z11, Z11, Z11 \
-	VPXORD Z12, Z12, Z12 \
-	VPXORD Z13, Z13, Z13 \
-	VPXORD Z14, Z14, Z14 \
-	VPXORD Z15, Z15, Z15
+	ZERO16
 
 // The nibbles of the 4 blocks' 16 quant bytes in Z16 into Z16 (low: elements 0-15 of each
 // block) and Z17 (high: 16-31); the (d, m) pairs in X24 (f16) into Y19 and d over the lanes into

@@ -40,22 +40,7 @@ GLOBL lane2blockk<>(SB), RODATA|NOPTR, $64
 	MOVL $0x0f0f0f0f, AX \
 	VPBROADCASTD AX, Z20 \
 	VMOVDQU32 lane2blockk<>(SB), Z21 \
-	VPXORD Z0, Z0, Z0 \
-	VPXORD Z1, Z1, Z1 \
-	VPXORD Z2, Z2, Z2 \
-	VPXORD Z3, Z3, Z3 \
-	VPXORD Z4, Z4, Z4 \
-	VPXORD Z5, Z5, Z5 \
-	VPXORD Z6, Z6, Z6 \
-	VPXORD Z7, Z7, Z7 \
-	VPXORD Z8, Z8, Z8 \
-	VPXORD Z9, Z9, Z9 \
-	VPXORD Z10, Z10, Z10 \
-	VPXORD Z11, Z11, Z11 \
-	VPXORD Z12, Z12, Z12 \
-	VPXORD Z13, Z13, Z13 \
-	VPXORD Z14, Z14, Z14 \
-	VPXORD Z15, Z15, Z15
+	ZERO16
 
 // A block's d (X28, all lanes) and -dmin (X29), and its scale dwords: AX = bytes 0-3 (the
 // low 6 bits: sub-blocks 0-3's scales; the high 2: 4-7's), DX = bytes 4-7 (the mins alike);

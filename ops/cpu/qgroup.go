@@ -133,7 +133,7 @@ func groupGeometry(k int, l *groupLayout) (bytes, scales int) {
 	nb := k / qBlock
 	if rest := l.rest(); rest != nil {
 		sg := nb / superBlocks
-		rb, rs := groupGeometry(k-sg*superBytes, rest)
+		rb, rs := groupGeometry(k-sg*superBlocks*qBlock, rest)
 		return sg*superBytes + rb, sg*superScales + rs
 	}
 	groups := (nb + groupBlocks - 1) / groupBlocks
